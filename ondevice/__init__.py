@@ -1,0 +1,9 @@
+"""ondevice: distill a BERT-family sentence encoder into a tiny BiLSTM, binarize and search its embeddings.
+
+The top-level import is light (numpy only); torch-backed parts load on first use.
+"""
+
+from ondevice.errors import OndeviceError
+
+__version__ = "0.1.0"
+__all__ = ["OndeviceError", "__version__"]

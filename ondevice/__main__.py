@@ -1,0 +1,5 @@
+import sys
+
+from ondevice.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""The `ondevice` command: one subcommand per module in this package, each thin over the Python API.
+
+A subcommand module defines HELP (one line), add_arguments(parser) and run(args) -> int.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Sequence
+
+from ondevice import __version__
+from ondevice.errors import OndeviceError
+
+
+def _commands() -> dict[str, object]:
+    pkg = sys.modules[__name__]
+    names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+    return {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other user mistake
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ondevice", description="Distill, binarize, search and export tiny sentence encoders.")
+    parser.add_argument("--version", action="version", version=f"ondevice {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, module in _commands().items():
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; user mistakes print one line to stderr and return non-zero."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except OndeviceError as exc:
+        print(f"ondevice {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"ondevice {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

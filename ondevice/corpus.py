@@ -1,0 +1,52 @@
+"""Read a sentence corpus: one sentence per line, plain or gzip, UTF-8."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+from typing import Iterator
+
+from ondevice.errors import OndeviceError
+
+import os
+
+WIKI_RELPATH = Path("wiki") / "wiki_en_sentences_1m.txt.gz"
+
+
+def default_data_dir() -> Path:
+    """The evaluation/distillation data folder: $ONDEVICE_DATA, else ../shared/data beside the checkout."""
+    if env := os.environ.get("ONDEVICE_DATA"):
+        return Path(env)
+    candidates = [Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[2] / "shared" / "data"]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Yield stripped, non-empty lines of a text or .gz file."""
+    path = Path(path)
+    if not path.is_file():
+        raise OndeviceError(f"corpus not found: {path}; pass --corpus FILE (one sentence per line, .gz allowed)")
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gz else open
+    try:
+        with opener(path, "rb") as fh, io.TextIOWrapper(fh, encoding="utf-8", errors="replace") as text:
+            for line in text:
+                line = line.strip()
+                if line:
+                    yield line
+    except (OSError, EOFError) as exc:
+        raise OndeviceError(f"cannot read corpus {path}: {exc}; check the file is complete") from None
+
+
+def read_corpus(path: str | Path, limit: int | None = None) -> list[str]:
+    """Read up to `limit` sentences; an empty corpus is an error."""
+    out: list[str] = []
+    for line in iter_lines(path):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(line)
+    if not out:
+        raise OndeviceError(f"corpus {path} has no sentences; give a file with one sentence per line")
+    return out

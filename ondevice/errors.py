@@ -1,0 +1,5 @@
+"""The one exception type for user mistakes: the CLI prints its message as one line, no traceback."""
+
+
+class OndeviceError(Exception):
+    """A problem the user can fix; the message names the problem and the fix."""

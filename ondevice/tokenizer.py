@@ -1,0 +1,155 @@
+"""The student's tokenizer: a small, exactly specified rule set that other runtimes (Java) reimplement.
+
+Spec, version 1 (see `SPEC` and README "Tokenizer"):
+1. Normalize the text with Unicode NFKC.
+2. Lowercase code point by code point with the simple (1:1) Unicode lowercase mapping; no context rules
+   (a final capital sigma becomes U+03C3, U+0130 becomes U+0069).
+3. Scan code points: a code point of general category L* (letters), M* (marks) or Nd (decimal digits) is a word
+   character; maximal runs of word characters form one token. A code point of category Z* (separators) or C*
+   (control, format, private use, surrogate, unassigned) only separates tokens. Every other code point
+   (punctuation P*, symbols S*, Nl, No) is a token by itself.
+4. Keep the first `max_tokens` tokens.
+5. Ids: the vocabulary maps a token to its line number in vocab.txt; 0 is [PAD], 1 is [UNK]; a token not in the
+   vocabulary becomes 1. A text with no tokens becomes the single id 1, so every text has at least one id.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.io import write_text
+
+PAD, UNK = "[PAD]", "[UNK]"
+PAD_ID, UNK_ID = 0, 1
+SPEC_VERSION = 1
+
+
+def _simple_lower(ch: str) -> str:
+    low = ch.lower()
+    # str.lower applies full case mapping; only U+0130 lowers to two code points, its simple mapping is 'i'.
+    return low if len(low) == 1 else ("i" if ch == "\u0130" else ch)
+
+
+def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
+    """Split `text` into lowercase tokens by the version-1 spec above."""
+    tokens: list[str] = []
+    word: list[str] = []
+    for ch in unicodedata.normalize("NFKC", text):
+        ch = _simple_lower(ch)
+        cat = unicodedata.category(ch)[0]
+        if cat in "LM" or unicodedata.category(ch) == "Nd":
+            word.append(ch)
+            continue
+        if word:
+            tokens.append("".join(word))
+            word = []
+        if cat not in "ZC":
+            tokens.append(ch)
+    if word:
+        tokens.append("".join(word))
+    return tokens if max_tokens is None else tokens[:max_tokens]
+
+
+@dataclass
+class TokenizerSpec:
+    """What a runtime needs to reproduce the ids: saved as tokenizer.json beside vocab.txt."""
+
+    version: int = SPEC_VERSION
+    normalization: str = "NFKC"
+    lowercase: str = "simple-per-codepoint"
+    word_categories: str = "L*,M*,Nd"
+    separator_categories: str = "Z*,C*"
+    max_tokens: int = 128
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    empty_text: str = "single-unk"
+
+
+class Tokenizer:
+    """Maps texts to id arrays with a fixed vocabulary."""
+
+    def __init__(self, vocab: Sequence[str], max_tokens: int = 128):
+        if len(vocab) < 2 or vocab[PAD_ID] != PAD or vocab[UNK_ID] != UNK:
+            raise OndeviceError(f"vocabulary must start with {PAD} and {UNK}; re-create the student")
+        if max_tokens < 1:
+            raise OndeviceError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.vocab = list(vocab)
+        self.index = {tok: i for i, tok in enumerate(self.vocab)}
+        self.max_tokens = max_tokens
+
+    @property
+    def spec(self) -> TokenizerSpec:
+        return TokenizerSpec(max_tokens=self.max_tokens)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def ids(self, text: str) -> list[int]:
+        """Token ids of one text (never empty)."""
+        out = [self.index.get(t, UNK_ID) for t in tokenize(text, self.max_tokens)]
+        return out or [UNK_ID]
+
+    def batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-padded int64 ids (n, longest) and int64 lengths (n,)."""
+        rows = [self.ids(t) for t in texts]
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        out = np.full((len(rows), int(lengths.max(initial=1))), PAD_ID, dtype=np.int64)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = r
+        return out, lengths
+
+    def save(self, directory: str | Path) -> None:
+        """Write vocab.txt (one token per line, line number = id) and tokenizer.json."""
+        from ondevice.io import write_json
+
+        directory = Path(directory)
+        write_text(directory / "vocab.txt", "\n".join(self.vocab) + "\n")
+        write_json(directory / "tokenizer.json", self.spec)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Tokenizer":
+        """Read vocab.txt and tokenizer.json written by `save`."""
+        from ondevice.io import read_json
+
+        directory = Path(directory)
+        spec = read_json(directory / "tokenizer.json", "tokenizer spec")
+        if spec.get("version") != SPEC_VERSION:
+            raise OndeviceError(
+                f"tokenizer spec version {spec.get('version')} in {directory} is not supported "
+                f"(this ondevice reads version {SPEC_VERSION}); upgrade ondevice or re-export"
+            )
+        path = directory / "vocab.txt"
+        if not path.is_file():
+            raise OndeviceError(f"vocab.txt not found in {directory}; re-create the student")
+        vocab = path.read_text(encoding="utf-8").split("\n")
+        if vocab and vocab[-1] == "":
+            vocab.pop()
+        return cls(vocab, max_tokens=int(spec["max_tokens"]))
+
+
+def count_tokens(texts: Iterable[str], max_tokens: int | None = None) -> dict[str, int]:
+    """Token frequencies over a corpus."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for tok in tokenize(text, max_tokens):
+            counts[tok] = counts.get(tok, 0) + 1
+    return counts
+
+
+def build_vocab(counts: dict[str, int], known: "callable", max_size: int) -> list[str]:
+    """[PAD], [UNK], then up to `max_size` corpus tokens that `known(token)` accepts, most frequent first.
+
+    Ties in frequency are broken by the token's code points, so the vocabulary is deterministic.
+    """
+    words = sorted((t for t in counts if known(t) and t not in (PAD, UNK)), key=lambda t: (-counts[t], t))
+    if not words:
+        raise OndeviceError(
+            "no corpus word is in the word vectors; check --word-vectors matches the corpus language"
+        )
+    return [PAD, UNK] + words[:max_size]
