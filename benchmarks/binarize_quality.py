@@ -1,0 +1,198 @@
+"""Binarization quality on STS-B: Spearman x100 of negative Hamming distance, per method and bit count.
+
+Fits every binarization method on the first N wiki sentences' vectors (teacher, and the distilled student when
+--student is given), encodes the STS-B pairs, and reports Spearman(-Hamming, gold) beside the continuous cosine of
+the same embeddings (the shape of the paper's Table 1 / Figure 3). Writes a JSON, a markdown table and a PNG plot.
+
+    nice .venv/bin/python benchmarks/binarize_quality.py                         # teacher half
+    nice .venv/bin/python benchmarks/binarize_quality.py --student ~/.cache/ondevice/bench/student-100k
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ondevice.binarize import Binarizer, methods_for
+from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
+from ondevice.io import cache_dir, write_json, write_text
+
+BITS = (64, 128, 256, 512, 1024, 2048)
+METHODS = ("threshold", "random", "pca", "ae", "ae-sp")
+
+
+def read_stsb(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """(s1, s2, gold) from an STS-B csv: tab-separated, no quoting, first 7 fields (extra columns ignored)."""
+    s1, s2, gold = [], [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        f = line.split("\t")
+        if len(f) < 7:
+            continue
+        s1.append(f[5])
+        s2.append(f[6])
+        gold.append(float(f[4]))
+    return s1, s2, np.asarray(gold)
+
+
+def spearman100(pred: np.ndarray, gold: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    return round(100.0 * float(spearmanr(pred, gold).statistic), 2)
+
+
+def cosine_score(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> float:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return spearman100((a * b).sum(1), gold)
+
+
+def hamming_score(codes_a: np.ndarray, codes_b: np.ndarray, gold: np.ndarray) -> float:
+    ham = np.bitwise_count(codes_a ^ codes_b).sum(axis=1, dtype=np.int64)  # pairwise, row i vs row i
+    return spearman100(-ham, gold)
+
+
+def teacher_vectors(train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
+    from ondevice.teacher import Teacher, cached_vectors
+
+    t = Teacher()
+    return cached_vectors(t, train), cached_vectors(t, sts, progress=False), {"teacher": t.info.path, "pooling": t.info.pooling}
+
+
+def student_vectors(student_dir: Path, train: list[str], sts: list[str], out_dir: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    from ondevice.io import sha256_file, sha256_text
+    from ondevice.student import Student
+
+    key = hashlib.sha256((sha256_file(student_dir / "model.safetensors") + sha256_text(train)).encode()).hexdigest()[:16]
+    cache = out_dir / f"student_vectors_{key}.npy"
+    student = Student.load(student_dir)
+    if cache.is_file():
+        x = np.load(cache, mmap_mode="r")
+    else:
+        t0 = time.time()
+        x = student.encode(train)
+        np.save(cache, x)
+        print(f"student encoded {len(train):,} sentences in {time.time() - t0:.0f} s", flush=True)
+    return x, student.encode(sts), {"student": str(student_dir)}
+
+
+def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndarray, n_pairs: int,
+                args: argparse.Namespace, hyper: dict) -> dict:
+    """All methods x bit counts for one encoder's vectors."""
+    a, b = sts_x[:n_pairs], sts_x[n_pairs:]
+    dim = train_x.shape[1]
+    res = {"encoder": name, "dim": dim, "continuous_cosine": cosine_score(a, b, gold), "train_rows": len(train_x), "rows": []}
+    print(f"[{name}] {dim}-d, continuous cosine Spearman x100 = {res['continuous_cosine']}", flush=True)
+    bit_list = sorted(set(args.bits) | ({dim} if "threshold" in args.methods else set()))
+    for method in args.methods:
+        for bits in bit_list:
+            if method not in methods_for(bits, dim):
+                continue
+            kw = dict(hyper) if method in ("ae", "ae-sp") else {}
+            t0 = time.time()
+            binarizer = Binarizer.fit(train_x, method, bits, seed=args.seed, progress=not args.quiet, **kw)
+            fit_s = time.time() - t0
+            score = hamming_score(binarizer.transform(a), binarizer.transform(b), gold)
+            row = {"method": method, "bits": bits, "bytes": binarizer.code_bytes, "spearman": score,
+                   "ratio": round(score / res["continuous_cosine"], 4), "fit_seconds": round(fit_s, 1)}
+            if method in ("ae", "ae-sp"):
+                row["final_rec_loss"] = round(binarizer.config.metrics["final_rec_loss"], 4)
+            res["rows"].append(row)
+            print(f"[{name}] {method:9s} {bits:5d} bits: {score:6.2f} ({row['ratio']:.4f} x cont.) fit {fit_s:.0f} s", flush=True)
+    return res
+
+
+def table(res: dict, bits: list[int]) -> str:
+    """Markdown table: methods as rows, bit counts as columns."""
+    cols = sorted({r["bits"] for r in res["rows"]} | set(bits))
+    lines = [(f"**{res['encoder']}** ({res['dim']}-d, continuous cosine {res['continuous_cosine']:.2f}, "
+             f"{4 * res['dim']} bytes as float32; fitted on {res['train_rows']:,} wiki sentences)"), "",
+             "| method | " + " | ".join(f"{b} bits ({(b + 7) // 8} B)" for b in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for method in dict.fromkeys(r["method"] for r in res["rows"]):
+        cells = {r["bits"]: f"{r['spearman']:.2f}" for r in res["rows"] if r["method"] == method}
+        lines.append(f"| {method} | " + " | ".join(cells.get(b, "–") for b in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, res in zip(axes[0], results):
+        for method in dict.fromkeys(r["method"] for r in res["rows"]):
+            pts = sorted((r["bits"], r["spearman"]) for r in res["rows"] if r["method"] == method)
+            ax.plot(*zip(*pts), marker="o", label=method)
+        ax.axhline(res["continuous_cosine"], color="k", ls="--", lw=1, label="continuous cosine")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bits")
+        ax.set_ylabel("STS-B Spearman x100 (-Hamming)")
+        ax.set_title(f"{res['encoder']} ({res['dim']}-d)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--student", type=Path, help="student dir; adds the student half")
+    p.add_argument("--skip-teacher", action="store_true")
+    p.add_argument("--train-sentences", type=int, default=100_000)
+    p.add_argument("--fit-rows", type=int, default=None, help="fit on only the first N of the train vectors")
+    p.add_argument("--split", choices=["test", "dev"], default="test", help="STS-B split (choose settings on dev)")
+    p.add_argument("--methods", nargs="+", default=list(METHODS))
+    p.add_argument("--bits", nargs="+", type=int, default=list(BITS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hyper", default="{}", help='autoencoder hyper-parameters as JSON, e.g. \'{"epochs": 4}\'')
+    p.add_argument("--out-dir", type=Path, default=cache_dir() / "bench" / "binarize_quality")
+    p.add_argument("--tag", default="", help="suffix for the output file names")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    hyper = json.loads(args.hyper)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+
+    data = default_data_dir()
+    s1, s2, gold = read_stsb(data / "stsb" / f"sts-{args.split}.csv")
+    sts = s1 + s2
+    train = read_corpus(data / WIKI_RELPATH, args.train_sentences)
+    results = []
+    encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student else [])
+    for name in encoders:
+        if name == "teacher":
+            train_x, sts_x, info = teacher_vectors(train, sts)
+        else:
+            if not (args.student / "config.json").is_file():
+                print(f"student dir {args.student} not found; skipping the student half", flush=True)
+                continue
+            train_x, sts_x, info = student_vectors(args.student, train, sts, args.out_dir)
+        fit_x = np.asarray(train_x[: args.fit_rows] if args.fit_rows else train_x, dtype=np.float32)
+        res = run_encoder(name, fit_x, np.asarray(sts_x, dtype=np.float32), gold, len(s1), args, hyper)
+        res.update(info)
+        results.append(res)
+    if not results:
+        return 1
+    stem = f"binarize_quality_{args.split}{'_' + args.tag if args.tag else ''}"
+    meta = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "split": args.split, "seed": args.seed,
+            "hyper": hyper, "pairs": len(gold), "machine": f"{platform.machine()}, {platform.python_version()}",
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+    write_json(args.out_dir / f"{stem}.json", {"meta": meta, "results": results})
+    md = "".join(table(r, args.bits) + "\n" for r in results)
+    write_text(args.out_dir / f"{stem}.md", md)
+    plot(results, args.out_dir / f"{stem}.png")
+    print(md)
+    print(f"wrote {args.out_dir / stem}.json/.md/.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

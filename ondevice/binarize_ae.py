@@ -1,0 +1,251 @@
+"""The binary autoencoder (paper §3.4) and its semantic-preserving regularizer (§3.4.1), trained with torch.
+
+Encoder: b = 1[sigmoid(W x + k) > 0.5] on the standardized input x = (h - mean) / scale, with a straight-through
+gradient (forward: the hard bit; backward: the sigmoid's gradient). Decoder: linear, x^ = W' b~ + k', where b~ is
+b read as 0/1 ("01", the paper's Eq. 4) or as -1/+1 ("pm1", the authors' code). Loss: MSE(x, x^) plus, for ae-sp,
+sp_lambda times the triplet hinge of Eq. 6 on Hamming distances relaxed to be differentiable (see `relaxed_hamming`).
+
+Standardizing the input makes the reconstruction loss scale-free (about 1 before training whatever the embedding
+scale), so one sp_lambda means the same thing for teacher and student vectors; the standardization is folded back
+into the exported affine map, so the codes are still pack((h @ A + c) > 0) on the raw vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path
+
+DECODER_INPUTS = ("pm1", "01")
+RELAXATIONS = ("expected", "st")
+INITS = ("random", "xavier")
+CHECKPOINT = "ae_checkpoint.safetensors"
+
+
+@dataclass
+class AEConfig:
+    """Autoencoder hyper-parameters (saved in binarizer.json under "hyper")."""
+
+    epochs: int = 8
+    batch_size: int = 256
+    lr: float = 1e-3
+    decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
+    init: str = "random"  # encoder start: "random" = the centered random projection, "xavier" = torch default
+    sp_lambda: float = 0.8  # weight of the semantic-preserving loss (ae-sp only)
+    sp_relax: str = "expected"  # relaxed Hamming: "expected" (sigmoid probabilities) or "st" (hard bits, ST gradient)
+    sp_triplets: int = 1024  # triplets sampled per batch (ae-sp only)
+    threads: int = 0  # torch threads; 0 = torch default
+
+    def validate(self) -> None:
+        """Reject values that cannot train."""
+        if self.epochs < 1 or self.batch_size < 2 or self.sp_triplets < 1:
+            raise OndeviceError("epochs must be >= 1, batch_size >= 2 and sp_triplets >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)) or self.sp_lambda < 0:
+            raise OndeviceError(f"lr must be > 0 and sp_lambda >= 0, got lr={self.lr}, sp_lambda={self.sp_lambda}")
+        for name, value, allowed in (("decoder_input", self.decoder_input, DECODER_INPUTS),
+                                     ("sp_relax", self.sp_relax, RELAXATIONS), ("init", self.init, INITS)):
+            if value not in allowed:
+                raise OndeviceError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass
+class AEResult:
+    """What training produced: the exported affine map, extra tensors and a training log."""
+
+    projection: np.ndarray
+    offset: np.ndarray
+    extras: dict[str, np.ndarray]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def straight_through(logits):
+    """(p, b): sigmoid probabilities and hard bits 1[p > 0.5] whose gradient is the gradient of p."""
+    p = logits.sigmoid()
+    hard = (logits > 0).to(p.dtype)
+    return p, hard + (p - p.detach())  # parenthesized: the forward value is exactly 0.0 or 1.0
+
+
+def relaxed_hamming(u, v, relax: str = "expected"):
+    """Differentiable Hamming distance / bits between code rows u, v (probabilities for "expected", ST bits for "st").
+
+    "expected": sum p(1-q) + q(1-p), the expected Hamming distance of independent Bernoulli bits (equal to
+    (bits - <2p-1, 2q-1>) / 2). "st": the same formula on straight-through bits, so the forward value is the
+    exact Hamming distance and the gradient flows through the sigmoids.
+    """
+    if relax not in RELAXATIONS:
+        raise OndeviceError(f"sp_relax must be one of {', '.join(RELAXATIONS)}, got {relax!r}")
+    return (u * (1 - v) + v * (1 - u)).mean(dim=-1)
+
+
+def sp_loss(h, codes, triplets, relax: str = "expected"):
+    """Eq. 6 (mean instead of sum): hinge on l * (d_h(a,b) - d_h(b,c)), l = +1 if cos(a,b) >= cos(b,c) else -1.
+
+    h: (n, dim) continuous vectors; codes: (n, bits) relaxed codes (see `relaxed_hamming`); triplets: (t, 3) long
+    indices (a, b, c), b being the pivot. Zero when every triplet's Hamming order already agrees with its cosine order.
+    """
+    torch = require("torch", "train")
+    hn = torch.nn.functional.normalize(h, dim=-1)
+    a, b, c = triplets[:, 0], triplets[:, 1], triplets[:, 2]
+    cos_ab = (hn[a] * hn[b]).sum(-1)
+    cos_bc = (hn[b] * hn[c]).sum(-1)
+    sign = torch.where(cos_ab >= cos_bc, 1.0, -1.0).to(codes.dtype)
+    gap = relaxed_hamming(codes[a], codes[b], relax) - relaxed_hamming(codes[b], codes[c], relax)
+    return torch.relu(sign * gap).mean()
+
+
+def _build(dim: int, bits: int):
+    torch = require("torch", "train")
+
+    class BinaryAE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Linear(dim, bits)
+            self.decoder = torch.nn.Linear(bits, dim)
+
+    return BinaryAE()
+
+
+def _decoder_in(b, mode: str):
+    return 2 * b - 1 if mode == "pm1" else b
+
+
+def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bool,
+                      checkpoint_dir: str | Path | None = None, resume: bool = False, progress: bool = True,
+                      train_sha256: str = "") -> AEResult:
+    """Train the (SP-regularized) binary autoencoder on float32 `x` (n, dim); checkpoint each epoch if asked."""
+    torch = require("torch", "train")
+    from tqdm.auto import tqdm
+
+    from ondevice.binarize import column_mean, random_projection
+
+    cfg.validate()
+    if x.shape[0] < 2:
+        raise OndeviceError("the autoencoder needs at least 2 training vectors")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    n, dim = x.shape
+    mean = column_mean(x)
+    var = 0.0
+    for s in range(0, n, 32768):
+        var += float(((np.asarray(x[s : s + 32768], dtype=np.float64) - mean) ** 2).sum())
+    scale = math.sqrt(var / (n * dim)) or 1.0  # a constant input has no scale to remove
+    xs = torch.from_numpy((np.asarray(x, dtype=np.float32) - mean.astype(np.float32)) / np.float32(scale))
+    h_raw = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))  # cosines for Eq. 6 are on the raw vectors
+
+    torch.manual_seed(seed)
+    model = _build(dim, bits)
+    if cfg.init == "random":
+        # start at the random-projection codes (a strong baseline for many bits); training only has to improve them
+        with torch.no_grad():
+            model.encoder.weight.copy_(torch.from_numpy(random_projection(dim, bits, seed)))
+            model.encoder.bias.zero_()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+    # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
+    identity = {"bits": bits, "dim": dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
+                "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads")}}
+    ckpt = Path(checkpoint_dir) / CHECKPOINT if checkpoint_dir else None
+    start_epoch, log = 0, []
+    if ckpt is not None and ckpt.exists():
+        if not resume:
+            raise OndeviceError(f"{ckpt.parent} holds an autoencoder checkpoint; pass --resume to continue it, or choose another --out")
+        start_epoch, log = _load_checkpoint(ckpt, model, opt, identity)
+    elif resume:
+        raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {CHECKPOINT}); run without --resume")
+
+    began = time.monotonic()
+    for epoch in range(start_epoch, cfg.epochs):
+        rng = np.random.default_rng([seed, epoch])  # per-epoch streams: a resumed run replays the same batches
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        perm = torch.from_numpy(rng.permutation(n))
+        batches = [perm[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
+        if len(batches) > 1 and len(batches[-1]) < 2:
+            batches.pop()  # a 1-row batch has no triplets and adds only noise
+        sums = {"rec": 0.0, "sp": 0.0, "ones": 0.0}
+        model.train()
+        bar = tqdm(batches, desc=f"{'ae-sp' if sp else 'ae'} {bits} bits, epoch {epoch + 1}/{cfg.epochs}",
+                   unit="batch", disable=not progress, leave=False)
+        for i, idx in enumerate(bar):
+            xb = xs[idx]
+            p, b = straight_through(model.encoder(xb))
+            rec = torch.nn.functional.mse_loss(model.decoder(_decoder_in(b, cfg.decoder_input)), xb)
+            loss = rec
+            if sp and cfg.sp_lambda > 0:
+                trip = torch.randint(0, len(idx), (cfg.sp_triplets, 3), generator=gen)
+                spl = sp_loss(h_raw[idx], p if cfg.sp_relax == "expected" else b, trip, cfg.sp_relax)
+                loss = rec + cfg.sp_lambda * spl
+                sums["sp"] += spl.item()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sums["rec"] += rec.item()
+            sums["ones"] += float(b.detach().mean())
+            if i % 50 == 0:
+                bar.set_postfix(rec=f"{sums['rec'] / (i + 1):.4f}", sp=f"{sums['sp'] / (i + 1):.4f}")
+        bar.close()
+        if not all(torch.isfinite(t).all() for t in model.parameters()):
+            raise OndeviceError(f"autoencoder diverged in epoch {epoch + 1} (NaN weights); lower --lr")
+        log.append({"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
+                    "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)})
+        if ckpt is not None:
+            _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log)
+
+    W = model.encoder.weight.detach().double().numpy()  # (bits, dim)
+    k = model.encoder.bias.detach().double().numpy()
+    # sigmoid(W (h - mean)/scale + k) > 0.5  <=>  h @ (W^T / scale) + (k - mean @ W^T / scale) > 0
+    A = W.T / scale
+    c = k - mean @ A
+    extras = {
+        "decoder_weight": model.decoder.weight.detach().numpy().astype(np.float32),
+        "decoder_bias": model.decoder.bias.detach().numpy().astype(np.float32),
+        "input_mean": mean.astype(np.float32),
+        "input_scale": np.asarray([scale], dtype=np.float32),
+    }
+    metrics = {"log": log, "final_rec_loss": log[-1]["rec_loss"] if log else None}
+    return AEResult(A.astype(np.float32), c.astype(np.float32), extras, metrics)
+
+
+def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: list) -> None:
+    """Model + Adam state + position in one safetensors file, written atomically."""
+    torch = require("torch", "train")
+    st = require("safetensors.torch", "train")
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    osd = opt.state_dict()
+    for i, s in osd["state"].items():
+        for k, v in s.items():
+            tensors[f"opt.{i}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+    meta = {"identity": json.dumps(identity, sort_keys=True), "epoch": str(epoch), "log": json.dumps(log),
+            "param_groups": json.dumps(osd["param_groups"])}
+    with atomic_path(path) as tmp:
+        st.save_file(tensors, str(tmp), metadata=meta)
+
+
+def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list]:
+    st = require("safetensors.torch", "train")
+    try:
+        with st.safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh}
+        saved = json.loads(meta["identity"])
+    except Exception as exc:  # noqa: BLE001 -- truncated file, foreign file, missing metadata
+        raise OndeviceError(f"cannot read checkpoint {path} ({type(exc).__name__}); delete it and start again") from None
+    if saved != json.loads(json.dumps(identity, sort_keys=True)):
+        diff = sorted(k for k in identity if saved.get(k) != json.loads(json.dumps(identity[k])))
+        raise OndeviceError(f"--resume with different data or settings ({', '.join(diff)}); use the original ones or a new --out")
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    opt_state: dict = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            i, name = key[4:].split(".", 1)
+            opt_state.setdefault(int(i), {})[name] = value
+    opt.load_state_dict({"state": opt_state, "param_groups": json.loads(meta["param_groups"])})
+    return int(meta["epoch"]), json.loads(meta["log"])

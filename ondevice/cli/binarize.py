@@ -1,0 +1,101 @@
+"""ondevice binarize: float sentence embeddings -> a fitted binarizer (+ optionally the packed codes of the corpus)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embeddings into packed binary codes"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.binarize import METHODS
+    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, AEConfig
+
+    d = AEConfig()
+    src = p.add_argument_group("input (one of)")
+    src.add_argument("--embeddings", help="float matrix (n, dim) as .npy")
+    src.add_argument("--student", help="student dir: encode --corpus with it")
+    src.add_argument("--teacher", nargs="?", const="all-MiniLM-L6-v2", default=None,
+                     help="encode --corpus with a teacher (default: the packaged all-MiniLM-L6-v2, cached on disk)")
+    src.add_argument("--corpus", help="sentences, one per line (.gz allowed), for --student/--teacher")
+    src.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
+    p.add_argument("--method", choices=METHODS, default="ae-sp")
+    p.add_argument("--bits", type=int, required=True, help="code length; threshold needs bits = dim, pca bits <= dim")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="binarizer directory to write")
+    p.add_argument("--codes-out", help="also write the packed uint8 codes of the input as this .npy")
+    p.add_argument("--threshold", type=float, default=None, help="threshold method: the cut s (default 0)")
+    ae = p.add_argument_group("autoencoder (ae, ae-sp)")
+    ae.add_argument("--epochs", type=int, default=d.epochs)
+    ae.add_argument("--batch-size", type=int, default=d.batch_size)
+    ae.add_argument("--lr", type=float, default=d.lr)
+    ae.add_argument("--decoder-input", choices=DECODER_INPUTS, default=d.decoder_input,
+                    help="decoder reads a bit as -1/+1 (pm1) or 0/1 (01)")
+    ae.add_argument("--init", choices=INITS, default=d.init, help="encoder start")
+    ae.add_argument("--sp-lambda", type=float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
+    ae.add_argument("--sp-relax", choices=RELAXATIONS, default=d.sp_relax, help="differentiable Hamming distance")
+    ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
+    ae.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
+    ae.add_argument("--resume", action="store_true", help="continue the autoencoder checkpoint in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def load_input(a: argparse.Namespace):
+    """The float matrix that the flags name."""
+    import numpy as np
+
+    from ondevice.errors import OndeviceError
+
+    given = [name for name in ("embeddings", "student", "teacher") if getattr(a, name)]
+    if len(given) != 1:
+        raise OndeviceError("give exactly one input: --embeddings X.npy, --student DIR --corpus FILE, or --teacher --corpus FILE")
+    if a.embeddings:
+        path = Path(a.embeddings)
+        if not path.is_file():
+            raise OndeviceError(f"embeddings file not found: {path}")
+        try:
+            x = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise OndeviceError(f"cannot read {path} as a .npy float matrix ({exc})") from None
+        return x[: a.max_sentences] if a.max_sentences else x
+    if not a.corpus:
+        raise OndeviceError(f"--{given[0]} needs --corpus FILE (one sentence per line)")
+    from ondevice.corpus import read_corpus
+
+    sentences = read_corpus(a.corpus, a.max_sentences)
+    if a.student:
+        from ondevice.student import Student
+
+        return Student.load(a.student).encode(sentences)
+    from ondevice.teacher import Teacher, cached_vectors
+
+    return cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
+
+
+def run(a: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ondevice.binarize import Binarizer, as_embeddings, check_bits
+    from ondevice.io import atomic_path
+
+    x = load_input(a)
+    if np.ndim(x) == 2:
+        check_bits(a.method, a.bits, x.shape[1])  # fail before any training or encoding work
+    hyper: dict = {"progress": not a.quiet}
+    if a.method == "threshold" and a.threshold is not None:
+        hyper["threshold"] = a.threshold
+    if a.method in ("ae", "ae-sp"):
+        hyper.update(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
+                     sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, threads=a.threads,
+                     checkpoint_dir=a.out, resume=a.resume)
+    binarizer = Binarizer.fit(x, a.method, a.bits, seed=a.seed, **hyper)
+    binarizer.save(a.out)
+    print(f"binarizer saved to {a.out}: {binarizer.method}, {binarizer.dim}-d -> {binarizer.bits} bits "
+          f"({binarizer.code_bytes} bytes per sentence), bit order {binarizer.config.bit_order}")
+    if a.codes_out:
+        codes = binarizer.transform(as_embeddings(x, binarizer.dim))
+        with atomic_path(a.codes_out) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, codes, allow_pickle=False)
+        print(f"codes of {codes.shape[0]:,} rows written to {a.codes_out} (uint8 {codes.shape})")
+    return 0

@@ -1,0 +1,239 @@
+"""Binarizer: the five methods, the affine contract, packing, persistence, the AE losses, errors and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ondevice.binarize import METHODS, Binarizer, methods_for
+from ondevice.bits import BIT_ORDER, code_bytes, hamming_reference, pack, unpack
+from ondevice.cli import main
+from ondevice.errors import OndeviceError
+
+DIM = 16
+FAST_AE = {"epochs": 2, "batch_size": 64, "sp_triplets": 64, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def x() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(200, DIM)).astype(np.float32)
+    return base + 0.3  # off-center, so centering matters
+
+
+def _fit(x, method, bits, seed=0, **kw):
+    if method in ("ae", "ae-sp"):
+        kw = {**FAST_AE, **kw}
+    return Binarizer.fit(x, method, bits, seed=seed, **kw)
+
+
+CASES = [("threshold", DIM), ("random", 72), ("random", 100), ("random", 2048), ("pca", 8), ("pca", DIM),
+         ("ae", 72), ("ae", 100), ("ae-sp", 100)]
+
+
+@pytest.mark.parametrize("method,bits", CASES)
+def test_shapes_affine_contract_and_padding(x, method, bits):
+    b = _fit(x, method, bits)
+    codes = b.transform(x)
+    assert codes.dtype == np.uint8 and codes.shape == (len(x), code_bytes(bits))
+    A, c = b.affine()
+    assert A.dtype == np.float32 and c.dtype == np.float32 and A.shape == (DIM, bits) and c.shape == (bits,)
+    np.testing.assert_array_equal(codes, pack((x.astype(np.float32) @ A + c) > 0))
+    bits01 = unpack(codes, bits)
+    np.testing.assert_array_equal(pack(bits01), codes)  # round trip
+    if bits % 8:  # padding bits are zero
+        assert not (codes[:, -1] >> (bits % 8)).any()
+    assert (b.method, b.bits, b.dim) == (method, bits, DIM)
+
+
+@pytest.mark.parametrize("method,bits", [("random", 72), ("pca", 8), ("ae", 72), ("ae-sp", 72)])
+def test_deterministic_with_seed(x, method, bits):
+    a, b = _fit(x, method, bits, seed=3), _fit(x, method, bits, seed=3)
+    np.testing.assert_array_equal(a.affine()[0], b.affine()[0])
+    np.testing.assert_array_equal(a.transform(x), b.transform(x))
+    if method != "pca":
+        assert not np.array_equal(a.affine()[0], _fit(x, method, bits, seed=4).affine()[0])
+
+
+def test_threshold_bit_order_and_cut():
+    h = np.full((2, DIM), -1.0, dtype=np.float32)
+    h[0, 0] = 1.0  # bit 0 -> byte 0, least significant bit
+    h[1, 9] = 1.0  # bit 9 -> byte 1, bit 1
+    b = Binarizer.fit(h, "threshold", DIM)
+    assert BIT_ORDER == "little" and b.config.bit_order == "little"
+    np.testing.assert_array_equal(b.transform(h), [[1, 0], [0, 2]])
+    cut = Binarizer.fit(h, "threshold", DIM, threshold=2.0)
+    assert not cut.transform(h).any()
+    np.testing.assert_array_equal(cut.affine()[1], np.full(DIM, -2.0, dtype=np.float32))
+
+
+def test_random_and_pca_center_and_scale(x):
+    r = _fit(x, "random", 64, seed=1)
+    A, c = r.affine()
+    assert np.abs(A).max() <= 1 / np.sqrt(64)
+    np.testing.assert_allclose(c, -(x.mean(0) @ A), rtol=1e-4, atol=1e-5)
+    p = _fit(x, "pca", 4)
+    A, _ = p.affine()
+    np.testing.assert_allclose(A.T @ A, np.eye(4), atol=1e-5)  # orthonormal principal axes
+    assert np.allclose(unpack(p.transform(x), 4).mean(0), 0.5, atol=0.15)  # centered: balanced bits
+
+
+def test_save_load_roundtrip_and_config(x, tmp_path):
+    b = _fit(x, "ae-sp", 100, seed=2)
+    b.save(tmp_path / "bin")
+    cfg = json.loads((tmp_path / "bin" / "binarizer.json").read_text())
+    assert cfg["method"] == "ae-sp" and cfg["bits"] == 100 and cfg["dim"] == DIM and cfg["bit_order"] == "little"
+    assert cfg["seed"] == 2 and len(cfg["train_sha256"]) == 64 and cfg["hyper"]["sp_lambda"] == 0.8 and cfg["version"]
+    back = Binarizer.load(tmp_path / "bin")
+    np.testing.assert_array_equal(back.transform(x), b.transform(x))
+    from safetensors.numpy import load_file
+
+    t = load_file(str(tmp_path / "bin" / "binarizer.safetensors"))
+    assert t["projection"].dtype == np.float32 and t["projection"].shape == (DIM, 100) and t["offset"].shape == (100,)
+
+
+def test_load_and_transform_without_torch(x, tmp_path):
+    _fit(x, "random", 72).save(tmp_path / "bin")
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any torch import now fails
+        "import numpy as np\nfrom ondevice.binarize import Binarizer\n"
+        f"b = Binarizer.load({str(tmp_path / 'bin')!r}); c = b.transform(np.load({str(tmp_path / 'x.npy')!r}))\n"
+        "assert 'torch' not in sys.modules or sys.modules['torch'] is None; print(c.shape)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(200, 9)"
+
+
+def test_faiss_binary_flat_matches_reference(x):
+    faiss = pytest.importorskip("faiss")
+    for bits in (64, 128, 256):  # IndexBinaryFlat needs a multiple of 8 bits; codes load unchanged
+        codes = _fit(x, "random", bits).transform(x)
+        index = faiss.IndexBinaryFlat(bits)
+        index.add(codes)
+        dist, ids = index.search(codes[:10], len(codes))
+        ref = hamming_reference(codes[:10], codes)
+        np.testing.assert_array_equal(np.take_along_axis(ref, ids, axis=1), dist)
+
+
+def test_straight_through_gradient_is_nonzero():
+    torch = pytest.importorskip("torch")
+    from ondevice.binarize_ae import straight_through
+
+    z = torch.tensor([[-2.0, -0.1, 0.3, 4.0]], requires_grad=True)
+    p, b = straight_through(z)
+    assert b.tolist() == [[0.0, 0.0, 1.0, 1.0]]  # forward: hard bits
+    (b * torch.tensor([[1.0, 2.0, 3.0, 4.0]])).sum().backward()
+    assert (z.grad.abs() > 0).all()
+    np.testing.assert_allclose(z.grad.numpy(), (p * (1 - p)).detach().numpy() * [[1, 2, 3, 4]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("relax", ["expected", "st"])
+def test_sp_loss_zero_when_ordered_positive_when_violated(relax):
+    torch = pytest.importorskip("torch")
+    from ondevice.binarize_ae import sp_loss
+
+    h = torch.tensor([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.2]])  # cos(0,1) >> cos(1,2)
+    trip = torch.tensor([[0, 1, 2]])
+    right = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # Ham(0,1)=1 < Ham(1,2)=3
+    wrong = right[[2, 1, 0]]  # Ham(0,1)=3 > Ham(1,2)=1
+    assert float(sp_loss(h, right, trip, relax)) == 0.0
+    assert float(sp_loss(h, wrong, trip, relax)) == pytest.approx(0.5)  # (3 - 1) / 4 bits
+    soft = torch.full((3, 4), 0.5, requires_grad=True)
+    sp_loss(h, soft + torch.tensor([[0.3], [0.0], [-0.3]]), trip, relax).backward()
+    assert soft.grad is not None  # differentiable in the codes
+
+
+def test_ae_learns_and_checkpoint_resume(x, tmp_path):
+    full = _fit(x, "ae", 32, seed=5, epochs=2)
+    log = full.config.metrics["log"]
+    assert len(log) == 2 and log[-1]["rec_loss"] < log[0]["rec_loss"]
+    _fit(x, "ae", 32, seed=5, epochs=1, checkpoint_dir=tmp_path)
+    with pytest.raises(OndeviceError, match="--resume"):
+        _fit(x, "ae", 32, seed=5, epochs=2, checkpoint_dir=tmp_path)
+    resumed = _fit(x, "ae", 32, seed=5, epochs=2, checkpoint_dir=tmp_path, resume=True)
+    np.testing.assert_array_equal(resumed.affine()[0], full.affine()[0])
+    with pytest.raises(OndeviceError, match="different"):
+        _fit(x, "ae", 32, seed=6, epochs=3, checkpoint_dir=tmp_path, resume=True)
+
+
+def test_methods_for():
+    assert methods_for(384, 384) == list(METHODS)
+    assert methods_for(2048, 384) == ["random", "ae", "ae-sp"]
+    assert methods_for(256, 384) == ["random", "pca", "ae", "ae-sp"]
+
+
+@pytest.mark.parametrize("method,bits,match", [
+    ("threshold", 100, "use random, ae, ae-sp"),
+    ("pca", 17, "at most 16 bits.*use random, ae, ae-sp"),
+    ("nope", 8, "unknown binarization method"),
+    ("random", 0, "positive integer"),
+])
+def test_unsupported_bits_name_the_methods_that_can(x, method, bits, match):
+    with pytest.raises(OndeviceError, match=match) as err:
+        Binarizer.fit(x, method, bits)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_inputs(x):
+    with pytest.raises(OndeviceError, match="2-d"):
+        Binarizer.fit(x[0], "random", 8)
+    with pytest.raises(OndeviceError, match="2-d"):
+        Binarizer.fit(np.zeros((0, DIM), np.float32), "random", 8)
+    bad = x.copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(OndeviceError, match="NaN.*row 7"):
+        Binarizer.fit(bad, "random", 8)
+    b = Binarizer.fit(x, "random", 8)
+    with pytest.raises(OndeviceError, match="dim 15"):
+        b.transform(x[:, :15])
+    with pytest.raises(OndeviceError, match="NaN"):
+        b.transform(bad)
+    with pytest.raises(OndeviceError, match="takes no hyper-parameters"):
+        Binarizer.fit(x, "random", 8, lr=0.1)
+    with pytest.raises(OndeviceError, match="unknown hyper-parameters"):
+        Binarizer.fit(x, "ae", 8, bogus=1)
+    with pytest.raises(OndeviceError, match="decoder_input"):
+        Binarizer.fit(x, "ae", 8, decoder_input="x", progress=False)
+
+
+def test_load_missing_and_corrupt(x, tmp_path):
+    with pytest.raises(OndeviceError, match="not a binarizer dir"):
+        Binarizer.load(tmp_path / "none")
+    d = tmp_path / "bin"
+    Binarizer.fit(x, "random", 8).save(d)
+    weights = (d / "binarizer.safetensors").read_bytes()
+    (d / "binarizer.safetensors").write_bytes(weights[:40])
+    with pytest.raises(OndeviceError, match="corrupt"):
+        Binarizer.load(d)
+    (d / "binarizer.safetensors").write_bytes(weights)
+    (d / "binarizer.json").write_text("{not json")
+    with pytest.raises(OndeviceError, match="not valid JSON"):
+        Binarizer.load(d)
+    (d / "binarizer.json").write_text(json.dumps({"method": "random", "bits": 8, "dim": 15}))
+    with pytest.raises(OndeviceError, match="expected"):
+        Binarizer.load(d)  # shapes disagree with the config
+
+
+def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", x)
+    out, codes = tmp_path / "bin", tmp_path / "codes.npy"
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "random", "--bits", "100",
+               "--seed", "7", "--out", str(out), "--codes-out", str(codes), "--quiet"])
+    assert rc == 0
+    np.testing.assert_array_equal(np.load(codes), Binarizer.load(out).transform(x))
+    assert json.loads((out / "binarizer.json").read_text())["seed"] == 7
+    capsys.readouterr()
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "threshold", "--bits", "2048",
+               "--out", str(tmp_path / "b2")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "random, ae, ae-sp" in err
+    rc = main(["binarize", "--embeddings", str(tmp_path / "missing.npy"), "--bits", "8", "--out", str(tmp_path / "b3")])
+    assert rc == 2 and "not found" in capsys.readouterr().err
+    rc = main(["binarize", "--bits", "8", "--out", str(tmp_path / "b4")])
+    assert rc == 2 and "exactly one input" in capsys.readouterr().err
