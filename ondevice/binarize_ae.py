@@ -234,7 +234,7 @@ def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list]
     try:
         with st.safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 -- safe_open is not iterable
         saved = json.loads(meta["identity"])
     except Exception as exc:  # noqa: BLE001 -- truncated file, foreign file, missing metadata
         raise OndeviceError(f"cannot read checkpoint {path} ({type(exc).__name__}); delete it and start again") from None
