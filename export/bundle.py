@@ -1,0 +1,250 @@
+"""`ondevice export`: student + binarizer -> one self-contained bundle folder (see ondevice.runtime for loading).
+
+The folder is assembled in a temporary sibling, checked (ONNX vs eager torch, then a full `Bundle.load`), and only
+then renamed into place, so a failed export never leaves a half-written bundle behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ondevice.export import golden as golden_mod
+from ondevice.export.modelcard import model_card
+from ondevice.export.onnx_graph import IR_VERSION, OPSET, build_graph
+from ondevice.export.quantize import QUANTIZED_OPS, build_int8_graph
+from ondevice.export.torchscript import quantize_encoder, save_torchscript, scriptable_encoder
+
+from ondevice import __version__
+from ondevice._deps import require
+from ondevice.bits import BIT_ORDER, code_bytes, pack
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, read_json, sha256_file, write_json, write_text
+from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECISIONS, Bundle
+from ondevice.student import Student
+
+CHOICES = (*PRECISIONS, "both")
+TORCHSCRIPT_FILE = "encoder.pt"
+CHECK_SENTENCES = 256  # generated sentences the export-time parity checks run on
+
+
+@dataclass
+class ExportConfig:
+    """What `export` writes; `precision="both"` writes fp32/ and int8/ bundles under the output folder."""
+
+    precision: str = "fp32"
+    golden: bool = False
+    golden_extra: tuple[str, ...] = ()
+    with_weights: bool = False
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line error naming the flag."""
+        if self.precision not in CHOICES:
+            raise OndeviceError(f"--precision must be one of {', '.join(CHOICES)}, got {self.precision!r}")
+
+
+def _versions() -> dict[str, str]:
+    out = {"ondevice": __version__, "python": platform.python_version()}
+    for dist in ("numpy", "torch", "onnx", "onnxruntime", "safetensors"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def training_summary(student_dir: Path | None, student: Student) -> dict[str, Any]:
+    """Distillation settings and the last epoch's held-out cosine, when the student dir has them."""
+    summary: dict[str, Any] = {"parameters": student.num_parameters(),
+                               "parameters_without_embeddings": student.num_parameters(embeddings=False),
+                               "word_vectors": student.config.word_vectors}
+    if student_dir is None:
+        return summary
+    if (student_dir / "distill_config.json").is_file():
+        cfg = read_json(student_dir / "distill_config.json", "distill config")
+        summary.update({k: cfg.get(k) for k in ("corpus", "max_sentences", "epochs", "batch_size", "lr", "seed",
+                                                  "vocab_size", "freeze_embeddings") if k in cfg})
+    log = student_dir / "train_log.jsonl"
+    if log.is_file():
+        lines = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
+        if lines:
+            summary["epochs_done"] = lines[-1].get("epoch")
+            summary["held_out_cosine_to_teacher"] = lines[-1].get("held_out_cosine")
+            summary["held_out_n"] = lines[-1].get("held_out_n")
+    return summary
+
+
+def _binarizer_config(binarizer) -> dict[str, Any]:
+    config = getattr(binarizer, "config", None)
+    if dataclasses.is_dataclass(config):
+        return dataclasses.asdict(config)
+    return {"method": binarizer.method, "bits": binarizer.bits, "dim": binarizer.dim, "bit_order": BIT_ORDER}
+
+
+def _write_binarizer(directory: Path, binarizer) -> dict[str, Any]:
+    """binarizer.json + binarizer.safetensors with only what inference needs: projection and offset."""
+    from safetensors.numpy import save_file
+
+    A, c = binarizer.affine()
+    with atomic_path(directory / "binarizer.safetensors") as tmp:
+        save_file({"projection": np.ascontiguousarray(A, np.float32), "offset": np.ascontiguousarray(c, np.float32)},
+                  str(tmp), metadata={"format": "ondevice-binarizer", "bit_order": BIT_ORDER})
+    config = _binarizer_config(binarizer)
+    write_json(directory / "binarizer.json", config)
+    return config
+
+
+def _state(student: Student) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in student.model.state_dict().items()}
+
+
+def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str]) -> dict[str, Any]:
+    """Parity of the bundle's graph with the eager student + binarizer on `sentences`; raises if fp32 drifts."""
+    from ondevice.bits import unpack
+
+    ref = student.encode(sentences)
+    A, c = binarizer.affine()
+    ref_codes = pack((ref.astype(np.float32) @ A + c) > 0)
+    emb, codes = bundle.embed(sentences)
+    agree = float((unpack(codes, binarizer.bits) == unpack(ref_codes, binarizer.bits)).mean())
+    cos = (emb * ref).sum(1) / np.maximum(np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
+    out = {"sentences": len(sentences), "max_abs_diff_vs_torch": float(np.abs(emb - ref).max()),
+           "mean_cosine_vs_torch": round(float(cos.mean()), 6), "bit_agreement_vs_torch": round(agree, 6)}
+    if bundle.precision == "fp32" and out["max_abs_diff_vs_torch"] >= 1e-4:
+        raise OndeviceError(f"exported fp32 graph differs from torch by {out['max_abs_diff_vs_torch']:.2e} "
+                            "(limit 1e-4); please report this with the student config")
+    return out
+
+
+def _reference_runner(model: bytes):
+    """run_ids(ids, lengths) of an in-memory fp32 graph, for golden values of an int8 bundle."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return lambda ids, lengths: tuple(session.run(["embedding", "code"], {"ids": ids, "lengths": lengths}))
+
+
+def _manifest(student: Student, binarizer_cfg: dict, precision: str, training: dict,
+              evaluation: dict | None, checks: dict, golden: dict | None) -> dict[str, Any]:
+    cfg = student.config
+    manifest: dict[str, Any] = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "files": {},
+        "dim": cfg.output_dim, "bits": int(binarizer_cfg["bits"]), "code_bytes": code_bytes(int(binarizer_cfg["bits"])),
+        "bit_order": BIT_ORDER, "precision": precision,
+        "inputs": {"ids": "int64 [batch, tokens]", "lengths": "int64 [batch]"},
+        "outputs": {"embedding": f"float32 [batch, {cfg.output_dim}]",
+                    "code": f"uint8 [batch, {code_bytes(int(binarizer_cfg['bits']))}]"},
+        "tokenizer": dataclasses.asdict(student.tokenizer.spec),
+        "student": dataclasses.asdict(cfg), "binarizer": binarizer_cfg,
+        "teacher": dict(cfg.teacher), "training": training,
+        "onnx": {"opset": OPSET, "ir_version": IR_VERSION,
+                 "quantized": list(QUANTIZED_OPS) + ["embedding (row-wise int8)"] if precision == "int8" else []},
+        "checks": checks, "versions": _versions(),
+    }
+    if evaluation:
+        manifest["eval"] = evaluation
+    if golden:
+        manifest["golden"] = golden
+    return manifest
+
+
+def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    return {p.relative_to(directory).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files}
+
+
+def write_bundle(directory: Path, student: Student, binarizer, precision: str, config: ExportConfig,
+                 training: dict, evaluation: dict | None = None) -> Path:
+    """Write one bundle of `precision` into the empty folder `directory`."""
+    state = _state(student)
+    A, c = binarizer.affine()
+    reference = build_graph(student.config, state, A, c).SerializeToString()
+    graph = build_int8_graph(student.config, state, A, c).SerializeToString() if precision == "int8" else reference
+    with atomic_path(directory / ONNX_FILE) as tmp:
+        tmp.write_bytes(graph)
+    module = scriptable_encoder(student.model, student.config.pooling, A, c)
+    save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
+    student.tokenizer.save(directory)
+    binarizer_cfg = _write_binarizer(directory, binarizer)
+    if config.with_weights:
+        from safetensors.numpy import save_file
+
+        with atomic_path(directory / "student.safetensors") as tmp:
+            save_file(state, str(tmp), metadata={"format": "ondevice-student", "precision": "fp32"})
+
+    # a provisional manifest lets the runtime load the graph for the checks and the golden files
+    provisional = _manifest(student, binarizer_cfg, precision, training, evaluation, {}, None)
+    provisional["files"] = _file_table(directory)
+    write_json(directory / MANIFEST, provisional)
+    bundle = Bundle.load(directory, threads=1)
+    sentences = golden_mod.golden_sentences(student.tokenizer, n=CHECK_SENTENCES, seed=config.seed + 7)
+    checks = _checks(student, binarizer, bundle, sentences)
+    golden = None
+    if config.golden:
+        texts = golden_mod.golden_sentences(student.tokenizer, seed=config.seed, extra=config.golden_extra)
+        # golden values are the fp32 model's, so fp32 runtimes (ONNX, TorchScript, a Java forward pass on
+        # student.safetensors) check tightly against any bundle; int8 runtimes within the tolerances in `checks`
+        run_ids = bundle.run_ids if precision == "fp32" else _reference_runner(reference)
+        golden = golden_mod.write_golden(directory, texts, student.tokenizer, run_ids, seed=config.seed)
+
+    manifest = _manifest(student, binarizer_cfg, precision, training, evaluation, checks, golden)
+    manifest["files"] = _file_table(directory)
+    write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
+    manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),
+                                      "bytes": (directory / "README.md").stat().st_size}
+    write_json(directory / MANIFEST, manifest)
+    Bundle.load(directory)  # the finished bundle must pass the same verification an app's load does
+    return directory
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Move `staging` to `out`, replacing an earlier export there but never an unrelated folder."""
+    for p in [staging, *staging.rglob("*")]:  # temp files and dirs are private (0600/0700); a bundle is shared
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    if out.exists():
+        is_bundle = (out / MANIFEST).is_file() or any((out / p / MANIFEST).is_file() for p in PRECISIONS)
+        if not is_bundle and any(out.iterdir()):
+            raise OndeviceError(f"{out} exists and is not a bundle; choose an empty or new --out")
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+def export(student: Student, binarizer, out: str | Path, config: ExportConfig | None = None,
+           student_dir: str | Path | None = None, evaluation: dict | None = None) -> list[Path]:
+    """Export `student` + `binarizer` to `out`; returns the bundle folder(s) written."""
+    require("onnx", "export")
+    config = config or ExportConfig()
+    config.validate()
+    if binarizer.dim != student.config.output_dim:
+        raise OndeviceError(f"binarizer expects {binarizer.dim}-d vectors but the student gives "
+                            f"{student.config.output_dim}-d; fit the binarizer on this student's embeddings")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    training = training_summary(Path(student_dir) if student_dir else None, student)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        precisions = list(PRECISIONS) if config.precision == "both" else [config.precision]
+        for p in precisions:
+            folder = staging / p if config.precision == "both" else staging
+            folder.mkdir(parents=True, exist_ok=True)
+            write_bundle(folder, student, binarizer, p, config, training, evaluation)
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [out / p for p in precisions] if config.precision == "both" else [out]

@@ -1,0 +1,63 @@
+"""The bundle's README.md (model card), generated from its manifest so the two never disagree."""
+
+from __future__ import annotations
+
+import json
+
+
+def _fmt(value) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
+def _table(rows: dict) -> list[str]:
+    out = ["| key | value |", "|---|---|"]
+    out += [f"| {k} | {_fmt(v).replace('|', '/')} |" for k, v in rows.items()]
+    return out
+
+
+def model_card(manifest: dict) -> str:
+    """Markdown model card: what the bundle computes, its I/O, provenance, checks and file checksums."""
+    s, b = manifest["student"], manifest["binarizer"]
+    lines = [
+        f"# ondevice sentence encoder ({manifest['precision']})", "",
+        (f"A BiLSTM student distilled from `{manifest['teacher'].get('model_type', 'a teacher')}` "
+         f"({manifest['teacher'].get('hidden_size', '?')}-d) that maps a sentence to a {manifest['dim']}-d float "
+         f"embedding and a {manifest['bits']}-bit binary code ({manifest['code_bytes']} bytes, bit order "
+         f"`{manifest['bit_order']}`: bit j is bit j % 8 of byte j // 8). Compare codes by Hamming distance."), "",
+        "## Use", "",
+        "```python",
+        "from ondevice.runtime import Bundle   # numpy + onnxruntime only",
+        "bundle = Bundle.load(\"path/to/this/folder\")",
+        "vectors, codes = bundle.encode([\"a sentence\"]), bundle.codes([\"a sentence\"])",
+        "```", "",
+        ("Other runtimes: tokenize by `tokenizer.json` + `vocab.txt` (spec version "
+         f"{manifest['tokenizer'].get('version')}), then run `encoder.onnx` (inputs and outputs below) or "
+         "`encoder.pt` (TorchScript, `forward(ids, lengths) -> (embedding, code)`). Test against `golden/` if "
+         "present: its values are the fp32 model's; an int8 graph matches them within the export checks below."),
+        "",
+        "## Inputs and outputs", "",
+        "| name | type |", "|---|---|",
+        *[f"| {k} (input) | {v} |" for k, v in manifest["inputs"].items()],
+        *[f"| {k} (output) | {v} |" for k, v in manifest["outputs"].items()],
+        "",
+        "Ids are right-padded with 0; `lengths` >= 1 (an empty text is the single id 1, [UNK]).", "",
+        "## Model", "",
+        *_table({"vocabulary": s["vocab_size"], "embedding dim": s["embedding_dim"],
+                 "LSTM hidden (per direction)": s["hidden_size"], "pooling": s["pooling"],
+                 "output dim": s["output_dim"], "max tokens": s["max_tokens"], "precision": manifest["precision"],
+                 "binarizer": f"{b.get('method')} ({b.get('bits')} bits from {b.get('dim')}-d)",
+                 "ONNX opset": manifest.get("onnx", {}).get("opset")}),
+        "", "## Teacher", "", *_table(manifest["teacher"]),
+        "", "## Training", "", *_table(manifest["training"]),
+    ]
+    if manifest.get("eval"):
+        lines += ["", "## Evaluation", "", *_table(manifest["eval"])]
+    if manifest.get("checks"):
+        lines += ["", "## Export checks", "", *_table(manifest["checks"])]
+    lines += ["", "## Library versions", "", *_table(manifest["versions"]),
+              "", "## Files", "", "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += [f"| {name} | {e['bytes']} | `{e['sha256']}` |" for name, e in sorted(manifest["files"].items())]
+    lines += ["", (f"Format `{manifest['format']}` version {manifest['format_version']}; `manifest.json` is the "
+                   "source of this card. Nothing here is a Python pickle: weights are ONNX, safetensors and .npy "
+                   "(allow_pickle=False); encoder.pt is a TorchScript archive, read only by TorchScript's loader."), ""]
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""The whole student + binarizer as one ONNX graph: ids, lengths -> float embedding, packed binary code.
+
+Built by hand with `onnx.helper` (no tracing) so every op is a plain, widely supported one: Gather, Transpose,
+LSTM (its `sequence_lens` input handles right padding in both directions), masked ReduceSum/ReduceMax pooling,
+MatMul, Tanh, Add, Greater, and bit packing as Mul by [1, 2, ..., 128] + ReduceSum (bit order "little").
+Opset 17 (ONNX Runtime >= 1.11, including ONNX Runtime Mobile's full build) and IR version 8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.bits import code_bytes
+from ondevice.errors import OndeviceError
+from ondevice.student import StudentConfig
+
+OPSET = 17
+IR_VERSION = 8
+PRODUCER = "ondevice"
+# Node names the int8 pass keeps in float: the binarizer's threshold decides bits, so it stays exact.
+BINARIZER_NODE = "binarizer_matmul"
+
+
+def lstm_weights(state: Mapping[str, np.ndarray], hidden: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """torch BiLSTM tensors -> ONNX LSTM W (2, 4H, E), R (2, 4H, H), B (2, 8H).
+
+    torch stacks gates as (input, forget, cell, output); ONNX as (input, output, forget, cell).
+    """
+    order = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in (0, 3, 1, 2)])
+    W, R, B = [], [], []
+    for suffix in ("l0", "l0_reverse"):
+        W.append(state[f"lstm.weight_ih_{suffix}"][order])
+        R.append(state[f"lstm.weight_hh_{suffix}"][order])
+        B.append(np.concatenate([state[f"lstm.bias_ih_{suffix}"][order], state[f"lstm.bias_hh_{suffix}"][order]]))
+    return (np.stack(W).astype(np.float32), np.stack(R).astype(np.float32), np.stack(B).astype(np.float32))
+
+
+def rowwise_int8(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row int8 quantization: (q int8 (V, E), scale float32 (V, 1)) with table ~= q * scale."""
+    peak = np.abs(table).max(axis=1, keepdims=True).astype(np.float32)
+    scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(table / scale), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection: np.ndarray, offset: np.ndarray,
+                int8_embedding: bool = False):
+    """The ONNX ModelProto of student `cfg` with weights `state` and binarizer (projection, offset)."""
+    onnx = require("onnx", "export")
+    helper, TP = onnx.helper, onnx.TensorProto
+    H, bits = cfg.hidden_size, int(projection.shape[1])
+    nbytes = code_bytes(bits)
+    if projection.shape[0] != cfg.output_dim or offset.shape != (bits,):
+        raise OndeviceError(
+            f"binarizer takes {projection.shape[0]}-d vectors with {offset.shape} offsets, but the student gives "
+            f"{cfg.output_dim}-d vectors; fit the binarizer on this student's embeddings"
+        )
+    inits: list = []
+    nodes: list = []
+
+    def const(name: str, value) -> str:
+        inits.append(onnx.numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op: str, inputs: list[str], name: str, n_out: int = 1, **attrs) -> list[str]:
+        outs = [name] if n_out == 1 else [f"{name}_{i}" for i in range(n_out)]
+        nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
+        return outs
+
+    # embedding lookup (int8 variant: per-row scales keep rare-word rows as precise as frequent ones)
+    table = np.asarray(state["embedding.weight"], dtype=np.float32)
+    if int8_embedding:
+        q, scale = rowwise_int8(table)
+        (qe,) = node("Gather", [const("embedding_int8", q), "ids"], "embedding_lookup_q")
+        (s,) = node("Gather", [const("embedding_scale", scale), "ids"], "embedding_scale_lookup")
+        (qf,) = node("Cast", [qe], "embedding_dequant_cast", to=TP.FLOAT)
+        (emb,) = node("Mul", [qf, s], "embedding_lookup")
+    else:
+        (emb,) = node("Gather", [const("embedding_weight", table), "ids"], "embedding_lookup")
+    (x,) = node("Transpose", [emb], "time_major", perm=[1, 0, 2])
+    (seq,) = node("Cast", ["lengths"], "lengths_int32", to=TP.INT32)
+    W, R, B = lstm_weights(state, H)
+    Y, Y_h = node("LSTM", [x, const("lstm_W", W), const("lstm_R", R), const("lstm_B", B), seq], "bilstm", n_out=2,
+                  direction="bidirectional", hidden_size=H)
+
+    # pooling over the first `length` steps: Y (T, 2, B, H) -> (B, T, 2H) as [forward, backward] like torch
+    (yt,) = node("Transpose", [Y], "batch_major", perm=[2, 0, 1, 3])
+    (out,) = node("Reshape", [yt, const("shape_bt_any", np.array([0, 0, -1], np.int64))], "lstm_out")
+    (shape,) = node("Shape", ["ids"], "ids_shape")
+    (t,) = node("Gather", [shape, const("axis_1", np.array(1, np.int64))], "num_tokens", axis=0)
+    (pos,) = node("Range", [const("zero_i64", np.array(0, np.int64)), t, const("one_i64", np.array(1, np.int64))],
+                  "positions")
+    (pos2,) = node("Unsqueeze", [pos, const("axes_0", np.array([0], np.int64))], "positions_row")
+    (len2,) = node("Unsqueeze", ["lengths", const("axes_1", np.array([1], np.int64))], "lengths_col")
+    (mask,) = node("Less", [pos2, len2], "mask")
+    (mask3,) = node("Unsqueeze", [mask, const("axes_2", np.array([2], np.int64))], "mask3")
+    pooled_parts = []
+    if cfg.pooling in ("mean", "meanmax"):
+        (mf,) = node("Cast", [mask3], "mask_float", to=TP.FLOAT)
+        (masked,) = node("Mul", [out, mf], "masked_out")
+        (total,) = node("ReduceSum", [masked, const("axes_1_sum", np.array([1], np.int64))], "sum_pool", keepdims=0)
+        (lf,) = node("Cast", [len2], "lengths_float", to=TP.FLOAT)
+        pooled_parts.append(node("Div", [total, lf], "mean_pool")[0])
+    if cfg.pooling in ("max", "meanmax"):
+        (filled,) = node("Where", [mask3, out, const("neg_inf", np.array(-np.inf, np.float32))], "masked_fill")
+        pooled_parts.append(node("ReduceMax", [filled], "max_pool", axes=[1], keepdims=0)[0])
+    if cfg.pooling == "last":
+        (ht,) = node("Transpose", [Y_h], "last_batch_major", perm=[1, 0, 2])
+        pooled_parts.append(node("Reshape", [ht, const("shape_b_any", np.array([0, -1], np.int64))], "last_pool")[0])
+    pooled = pooled_parts[0] if len(pooled_parts) == 1 else node("Concat", pooled_parts, "meanmax_pool", axis=1)[0]
+
+    proj = np.ascontiguousarray(np.asarray(state["proj.weight"], dtype=np.float32).T)
+    (z,) = node("MatMul", [pooled, const("proj_weight_t", proj)], "proj")
+    nodes.append(helper.make_node("Tanh", [z], ["embedding"], name="tanh"))
+
+    # binarizer: zero-padded columns with offset -1 give padding bits that are never set
+    pad = nbytes * 8 - bits
+    A = np.pad(np.asarray(projection, np.float32), ((0, 0), (0, pad)))
+    c = np.concatenate([np.asarray(offset, np.float32), -np.ones(pad, np.float32)])
+    (logit,) = node("MatMul", ["embedding", const("binarizer_projection", A)], BINARIZER_NODE)
+    (shifted,) = node("Add", [logit, const("binarizer_offset", c)], "binarizer_add")
+    (bit,) = node("Greater", [shifted, const("zero_f32", np.array(0.0, np.float32))], "bits")
+    (biti,) = node("Cast", [bit], "bits_int32", to=TP.INT32)
+    (grouped,) = node("Reshape", [biti, const("shape_bytes", np.array([0, nbytes, 8], np.int64))], "bits_by_byte")
+    weights = (1 << np.arange(8)).astype(np.int32)  # little bit order: bit j of a byte has value 2**j
+    (weighted,) = node("Mul", [grouped, const("bit_values", weights)], "bit_values_mul")
+    (packed,) = node("ReduceSum", [weighted, const("axes_2_sum", np.array([2], np.int64))], "pack", keepdims=0)
+    nodes.append(helper.make_node("Cast", [packed], ["code"], name="code_uint8", to=TP.UINT8))
+
+    graph = helper.make_graph(
+        nodes, "ondevice_encoder",
+        inputs=[helper.make_tensor_value_info("ids", TP.INT64, ["batch", "tokens"]),
+                helper.make_tensor_value_info("lengths", TP.INT64, ["batch"])],
+        outputs=[helper.make_tensor_value_info("embedding", TP.FLOAT, ["batch", cfg.output_dim]),
+                 helper.make_tensor_value_info("code", TP.UINT8, ["batch", nbytes])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name=PRODUCER,
+                              ir_version=IR_VERSION)
+    onnx.checker.check_model(model, full_check=True)
+    return model

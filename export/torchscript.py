@@ -1,0 +1,88 @@
+"""TorchScript of the student + binarizer for PyTorch Mobile: forward(ids, lengths) -> (embedding, code).
+
+The student's own forward is not scriptable (it picks the pooling through a dict), so `ScriptableEncoder`
+repeats it op for op around the same submodules: the scripted module gives bit-identical embeddings.
+The int8 variant uses torch's dynamic quantization (int8 LSTM, per-row 8-bit embedding), like the int8 ONNX graph.
+"""
+
+# No `from __future__ import annotations`: TorchScript reads the annotations of forward() as real types.
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.bits import code_bytes
+from ondevice.io import atomic_path
+
+
+def scriptable_encoder(student_model, pooling: str, projection: np.ndarray, offset: np.ndarray):
+    """A torch module wrapping `student_model`'s layers that also binarizes and packs (bit order "little")."""
+    torch = require("torch", "train")
+    nn = torch.nn
+    bits = int(projection.shape[1])
+    nbytes = code_bytes(bits)
+    pad = nbytes * 8 - bits
+
+    class ScriptableEncoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = student_model.embedding
+            self.lstm = student_model.lstm
+            self.proj = student_model.proj
+            self.pooling = pooling
+            self.nbytes = nbytes
+            # zero columns with offset -1: padding bits are never set
+            A = np.pad(np.asarray(projection, np.float32), ((0, 0), (0, pad)))
+            c = np.concatenate([np.asarray(offset, np.float32), -np.ones(pad, np.float32)])
+            self.register_buffer("binarizer_projection", torch.from_numpy(A))
+            self.register_buffer("binarizer_offset", torch.from_numpy(c))
+            self.register_buffer("bit_values", torch.tensor([1 << j for j in range(8)], dtype=torch.int32))
+
+        def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            emb = self.embedding(ids)
+            packed = nn.utils.rnn.pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, hc = self.lstm(packed)
+            h = hc[0]
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
+            mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).unsqueeze(-1)
+            if self.pooling == "last":
+                pooled = torch.cat([h[0], h[1]], dim=-1)
+            else:
+                mean = (out * mask).sum(1) / lengths[:, None].to(out.dtype)
+                mx = out.masked_fill(~mask, float("-inf")).max(1).values
+                if self.pooling == "mean":
+                    pooled = mean
+                elif self.pooling == "max":
+                    pooled = mx
+                else:
+                    pooled = torch.cat([mean, mx], dim=-1)
+            embedding = torch.tanh(self.proj(pooled))
+            bits = (embedding @ self.binarizer_projection + self.binarizer_offset) > 0
+            grouped = bits.to(torch.int32).reshape(bits.shape[0], self.nbytes, 8)
+            code = (grouped * self.bit_values).sum(-1).to(torch.uint8)
+            return embedding, code
+
+    return ScriptableEncoder().eval()
+
+
+def quantize_encoder(module):
+    """Dynamic int8 quantization of the LSTM and per-row 8-bit embedding; projection and binarizer stay float."""
+    torch = require("torch", "train")
+    q = torch.ao.quantization
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao, still shipped in 2.x
+        warnings.simplefilter("ignore")
+        return q.quantize_dynamic(
+            module, {torch.nn.LSTM: q.default_dynamic_qconfig, torch.nn.Embedding: q.float_qparams_weight_only_qconfig},
+            dtype=torch.qint8,
+        )
+
+
+def save_torchscript(module, path: str | Path) -> None:
+    """Script `module` and write it to `path` atomically."""
+    torch = require("torch", "train")
+    with warnings.catch_warnings():  # torch.jit is deprecated for torch.export, yet PyTorch Mobile loads only it
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(module)
+        with atomic_path(path) as tmp:
+            torch.jit.save(scripted, str(tmp))

@@ -1,0 +1,53 @@
+"""ondevice export: student + binarizer -> one bundle (ONNX + TorchScript + tokenizer + manifest) an app embeds."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "export a student and its binarizer as one verified bundle (encoder.onnx, encoder.pt, manifest.json)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.export.bundle import CHOICES, ExportConfig
+
+    d = ExportConfig()
+    p.add_argument("--student", required=True, help="student dir written by `ondevice distill`")
+    p.add_argument("--binarizer", required=True, help="binarizer dir written by `ondevice binarize`")
+    p.add_argument("--out", required=True, help="bundle folder to write (replaces an earlier bundle there)")
+    p.add_argument("--precision", default=d.precision, choices=CHOICES,
+                   help="fp32, int8 (smallest: what apps ship), or both (as OUT/fp32 and OUT/int8)")
+    p.add_argument("--golden", action="store_true", help="also write golden/ files other runtimes are tested against")
+    p.add_argument("--golden-sentences", default=None,
+                   help="extra golden sentences, one per line (your own text: it is copied into the bundle)")
+    p.add_argument("--with-weights", action="store_true",
+                   help="also write student.safetensors (fp32) for runtimes with their own forward pass")
+    p.add_argument("--eval", default=None, help="JSON file with an evaluation summary to put in the manifest")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated golden and check sentences")
+
+
+def run(a: argparse.Namespace) -> int:
+    from ondevice.binarize import Binarizer
+    from ondevice.errors import OndeviceError
+    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.io import read_json
+    from ondevice.student import Student
+
+    extra: tuple[str, ...] = ()
+    if a.golden_sentences:
+        path = Path(a.golden_sentences)
+        if not path.is_file():
+            raise OndeviceError(f"--golden-sentences file not found: {path}")
+        extra = tuple(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    evaluation = read_json(a.eval, "--eval summary") if a.eval else None
+    if evaluation is not None and not isinstance(evaluation, dict):
+        raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
+    config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=extra, with_weights=a.with_weights,
+                          seed=a.seed)
+    student = Student.load(a.student)
+    written = export(student, Binarizer.load(a.binarizer), a.out, config, student_dir=a.student, evaluation=evaluation)
+    for folder in written:
+        total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        onnx_mb = (folder / "encoder.onnx").stat().st_size / 1e6
+        print(f"bundle written to {folder} ({total / 1e6:.2f} MB, encoder.onnx {onnx_mb:.2f} MB)")
+    return 0

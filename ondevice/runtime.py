@@ -1,0 +1,274 @@
+"""Run an exported bundle with numpy + onnxruntime only (no torch): texts -> embeddings, binary codes, search.
+
+    bundle = Bundle.load("my-bundle")             # verifies every checksum and the format version
+    vectors = bundle.encode(["a sentence"])       # float32 (n, dim)
+    codes = bundle.codes(["a sentence"])          # uint8 (n, code_bytes), bit order "little"
+    bundle.index_texts(catalog)                   # or bundle.attach_index(index) with a prebuilt index
+    distances, ids = bundle.search("a query", k=10)
+
+A bundle is a folder whose manifest.json lists the sha256 and size of every other file; loading checks them all
+before it parses anything, so a missing, truncated or modified file is a one-line OndeviceError. Nothing in a
+bundle is unpickled. An InferenceSession's run() is thread-safe and the tokenizer is pure, so one Bundle may be
+shared by many threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+import numpy as np
+
+from ondevice.bits import BIT_ORDER, code_bytes, hamming_reference
+from ondevice.errors import OndeviceError
+from ondevice.tokenizer import Tokenizer
+
+FORMAT = "ondevice-bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ONNX_FILE = "encoder.onnx"
+PRECISIONS = ("fp32", "int8")
+# Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
+REQUIRED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.json", "binarizer.safetensors")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class CodeIndex(Protocol):
+    """What `Bundle.search` needs from an index: FAISS-style search over packed codes."""
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def hamming_topk(queries: np.ndarray, catalog: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k by Hamming distance, ties broken by smaller row id: (distances int32 (q, k), ids int64 (q, k))."""
+    dist = hamming_reference(queries, catalog)
+    k = min(k, dist.shape[1])
+    ids = np.argsort(dist, axis=1, kind="stable")[:, :k].astype(np.int64)  # stable sort keeps smaller ids first
+    return np.take_along_axis(dist, ids, axis=1).astype(np.int32), ids
+
+
+class BruteForceIndex:
+    """Exact numpy Hamming search over packed codes; the fallback when no faster index is attached."""
+
+    def __init__(self, codes: np.ndarray):
+        self.codes = np.ascontiguousarray(codes, dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(distances int32 (q, k), ids int64 (q, k)), padded with -1 when the index has fewer than k codes."""
+        dist, ids = hamming_topk(queries, self.codes, k)
+        if ids.shape[1] < k:
+            pad = ((0, 0), (0, k - ids.shape[1]))
+            dist, ids = np.pad(dist, pad, constant_values=-1), np.pad(ids, pad, constant_values=-1)
+        return dist, ids
+
+
+def _bundle_error(path: Path, what: str) -> OndeviceError:
+    return OndeviceError(f"bundle {path}: {what}")
+
+
+def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
+    """The bundle folder: `path` itself, or its `precision` sub-folder (`ondevice export --precision both`)."""
+    path = Path(path)
+    if precision is not None and precision not in PRECISIONS:
+        raise OndeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if (path / MANIFEST).is_file():
+        return path
+    for candidate in ([precision] if precision else list(reversed(PRECISIONS))):  # int8 first: what apps ship
+        if (path / candidate / MANIFEST).is_file():
+            return path / candidate
+    if not path.exists():
+        raise _bundle_error(path, "not found; export one with `ondevice export`")
+    raise _bundle_error(path, f"{MANIFEST} is missing; this is not a bundle folder (re-export it with `ondevice export`)")
+
+
+def _safe_name(path: Path, name: Any) -> Path:
+    """The file `name` inside bundle `path`, refusing anything that could point outside it."""
+    if not isinstance(name, str) or not name or "\\" in name:
+        raise _bundle_error(path, f"manifest lists an invalid file name {name!r}; the manifest is corrupt")
+    parts = PurePosixPath(name).parts
+    if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or name == MANIFEST:
+        raise _bundle_error(path, f"manifest lists an unsafe file name {name!r}; refusing to load it")
+    return path.joinpath(*parts)
+
+
+def read_manifest(path: Path) -> dict:
+    """Parse and validate manifest.json (format, version, file table) without trusting any other file."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise _bundle_error(path, f"{MANIFEST} is missing; re-export the bundle") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _bundle_error(path, f"{MANIFEST} is not valid JSON ({type(exc).__name__}); re-export the bundle") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise _bundle_error(path, f"{MANIFEST} is not an {FORMAT} manifest; re-export the bundle")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise _bundle_error(path, f"format version {version!r} is not supported (this ondevice reads version "
+                                  f"{FORMAT_VERSION}); upgrade ondevice or re-export the bundle with this version")
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise _bundle_error(path, f"{MANIFEST} has no 'files' table; re-export the bundle")
+    for name, entry in files.items():
+        _safe_name(path, name)
+        ok = (isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and _SHA256.match(entry["sha256"])
+              and isinstance(entry.get("bytes"), int) and entry["bytes"] >= 0)
+        if not ok:
+            raise _bundle_error(path, f"{MANIFEST} entry for {name!r} needs a sha256 and a byte count; re-export the bundle")
+    missing = [n for n in REQUIRED if n not in files]
+    if missing:
+        raise _bundle_error(path, f"{MANIFEST} does not list {', '.join(missing)}; re-export the bundle")
+    for key in ("dim", "bits", "code_bytes"):
+        if not isinstance(manifest.get(key), int) or manifest[key] < 1:
+            raise _bundle_error(path, f"{MANIFEST} has no valid {key!r}; re-export the bundle")
+    if manifest["code_bytes"] != code_bytes(manifest["bits"]) or manifest.get("bit_order") != BIT_ORDER:
+        raise _bundle_error(path, f"{MANIFEST} describes codes this ondevice cannot read "
+                                  f"(bits {manifest['bits']}, code_bytes {manifest['code_bytes']}, "
+                                  f"bit order {manifest.get('bit_order')!r}); re-export the bundle")
+    if manifest.get("precision") not in PRECISIONS:
+        raise _bundle_error(path, f"{MANIFEST} has unknown precision {manifest.get('precision')!r}; re-export the bundle")
+    return manifest
+
+
+def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
+    """Check the size and sha256 of every listed file; returns the bytes of encoder.onnx (verified once, used once)."""
+    kept: dict[str, bytes] = {}
+    for name, entry in sorted(manifest["files"].items()):
+        file = _safe_name(path, name)
+        if not file.is_file():
+            raise _bundle_error(path, f"{name} is missing; re-export the bundle or copy it completely")
+        size = file.stat().st_size
+        if size != entry["bytes"]:
+            state = "truncated" if size < entry["bytes"] else "longer than expected"
+            raise _bundle_error(path, f"{name} is {state} ({size} bytes, manifest says {entry['bytes']}); "
+                                      "copy the bundle again")
+        data = file.read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise _bundle_error(path, f"{name} fails its sha256 check (modified or corrupted); copy the bundle again")
+        if name == ONNX_FILE:
+            kept[name] = data
+    return kept
+
+
+def _session(path: Path, model: bytes, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: warnings would be noise in an app's log
+    try:
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise _bundle_error(path, f"{ONNX_FILE} cannot be loaded by onnxruntime ({first}); upgrade onnxruntime "
+                                  "or re-export the bundle") from None
+
+
+class Bundle:
+    """A loaded bundle: tokenizer + ONNX encoder (+ an optional code index for `search`)."""
+
+    def __init__(self, path: Path, manifest: dict, tokenizer: Tokenizer, session):
+        self.path = path
+        self.manifest = manifest
+        self.tokenizer = tokenizer
+        self.session = session
+        self.index: CodeIndex | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, precision: str | None = None, threads: int = 0) -> Bundle:
+        """Load and verify a bundle; `precision` picks fp32/int8 in a two-precision export; threads 0 = onnxruntime's default."""
+        path = resolve_bundle(path, precision)
+        manifest = read_manifest(path)
+        if precision is not None and manifest["precision"] != precision:
+            raise _bundle_error(path, f"is a {manifest['precision']} bundle, not {precision}; load it without precision=")
+        model = verify_files(path, manifest)[ONNX_FILE]
+        tokenizer = Tokenizer.load(path)
+        session = _session(path, model, threads)
+        shapes = {o.name: o.shape for o in session.get_outputs()}
+        if shapes.get("embedding", [None, None])[1:] != [manifest["dim"]] or \
+                shapes.get("code", [None, None])[1:] != [manifest["code_bytes"]]:
+            raise _bundle_error(path, f"{ONNX_FILE} outputs {shapes} do not match the manifest's dim "
+                                      f"{manifest['dim']} / code_bytes {manifest['code_bytes']}; re-export the bundle")
+        return cls(path, manifest, tokenizer, session)
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    @property
+    def bits(self) -> int:
+        return int(self.manifest["bits"])
+
+    @property
+    def code_bytes(self) -> int:
+        return int(self.manifest["code_bytes"])
+
+    @property
+    def precision(self) -> str:
+        return str(self.manifest["precision"])
+
+    def __repr__(self) -> str:
+        return f"Bundle({str(self.path)!r}, precision={self.precision!r}, dim={self.dim}, bits={self.bits})"
+
+    def run_ids(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The graph on token ids: (embeddings float32 (n, dim), codes uint8 (n, code_bytes))."""
+        emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
+        return emb, code
+
+    def embed(self, texts: str | Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """Embeddings and codes of `texts` in one pass, in input order (a str is one text)."""
+        texts = _as_texts(texts)
+        emb = np.zeros((len(texts), self.dim), dtype=np.float32)
+        codes = np.zeros((len(texts), self.code_bytes), dtype=np.uint8)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
+        for start in range(0, len(order), max(1, batch_size)):
+            idx = order[start : start + batch_size]
+            emb[idx], codes[idx] = self.run_ids(*self.tokenizer.batch([texts[i] for i in idx]))
+        return emb, codes
+
+    def encode(self, texts: str | Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Float32 sentence embeddings (n, dim), the student's output."""
+        return self.embed(texts, batch_size)[0]
+
+    def codes(self, texts: str | Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Packed binary codes uint8 (n, code_bytes), bit order "little"."""
+        return self.embed(texts, batch_size)[1]
+
+    def attach_index(self, index: CodeIndex) -> Bundle:
+        """Use `index` (any object with FAISS-style `search(codes, k)`) for `search`."""
+        if not callable(getattr(index, "search", None)):
+            raise OndeviceError(f"{type(index).__name__} has no search(queries, k) method; pass a code index")
+        self.index = index
+        return self
+
+    def index_texts(self, texts: Sequence[str], batch_size: int = 64) -> Bundle:
+        """Encode a catalog and attach an exact Hamming index over its codes (row i = texts[i])."""
+        self.index = BruteForceIndex(self.codes(texts, batch_size))
+        return self
+
+    def search(self, texts: str | Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded."""
+        if self.index is None:
+            raise OndeviceError("no index attached; call bundle.index_texts(catalog) or bundle.attach_index(index) first")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        return self.index.search(self.codes(texts), int(k))
+
+
+def _as_texts(texts: str | Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
+        raise OndeviceError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+    out = list(texts)
+    bad = [type(t).__name__ for t in out if not isinstance(t, str)]
+    if bad:
+        raise OndeviceError(f"texts must all be str, got a {bad[0]}; decode bytes first")
+    return out
