@@ -12,29 +12,41 @@ import java.util.Locale;
  * student.safetensors, the pure-Java forward pass). Prints one {@code key=value} line per measurement and exits
  * non-zero on any mismatch:
  *
- * <pre>java -cp build ai.ondevice.core.ParityCheck BUNDLE_DIR [--min-bit-agreement 0.999] [--min-mean-cosine 0.9999]</pre>
+ * <pre>java -cp build ai.ondevice.core.ParityCheck BUNDLE_DIR... [--min-bit-agreement 0.999] [--min-mean-cosine 0.9999]</pre>
  */
 public final class ParityCheck {
     private ParityCheck() {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 1) {
-            System.err.println("usage: ParityCheck BUNDLE_DIR [--min-bit-agreement X] [--min-mean-cosine X]");
-            System.exit(2);
-        }
-        File dir = new File(args[0]);
         double minBits = 0.999;
         double minCos = 0.9999;
-        for (int i = 1; i + 1 < args.length; i += 2) {
-            if ("--min-bit-agreement".equals(args[i])) {
-                minBits = Double.parseDouble(args[i + 1]);
-            } else if ("--min-mean-cosine".equals(args[i])) {
-                minCos = Double.parseDouble(args[i + 1]);
-            } else {
+        List<File> dirs = new ArrayList<File>();
+        for (int i = 0; i < args.length; i++) {
+            if ("--min-bit-agreement".equals(args[i]) && i + 1 < args.length) {
+                minBits = Double.parseDouble(args[++i]);
+            } else if ("--min-mean-cosine".equals(args[i]) && i + 1 < args.length) {
+                minCos = Double.parseDouble(args[++i]);
+            } else if (args[i].startsWith("--")) {
                 throw new IllegalArgumentException("unknown option " + args[i]);
+            } else {
+                dirs.add(new File(args[i]));
             }
         }
+        if (dirs.isEmpty()) {
+            System.err.println("usage: ParityCheck BUNDLE_DIR... [--min-bit-agreement X] [--min-mean-cosine X]");
+            System.exit(2);
+        }
+        boolean ok = true;
+        for (File dir : dirs) {
+            System.out.println("bundle=" + dir.getPath());
+            ok &= check(dir, minBits, minCos);
+        }
+        System.exit(ok ? 0 : 1);
+    }
+
+    /** Checks one bundle; prints its measurements and returns whether everything matched. */
+    static boolean check(File dir, double minBits, double minCos) throws Exception {
         List<String> failures = new ArrayList<String>();
         long t0 = System.nanoTime();
         Bundle bundle;
@@ -42,8 +54,7 @@ public final class ParityCheck {
             bundle = Bundle.open(FileSource.directory(dir));
         } catch (BundleException e) {
             System.out.println("bundle_error=" + e.getMessage());
-            System.exit(1);
-            return;
+            return false;
         }
         System.out.println("bundle_verified_files=" + bundle.fileNames().size());
         System.out.println(String.format(Locale.ROOT, "bundle dim=%d bits=%d code_bytes=%d precision=%s",
@@ -173,9 +184,10 @@ public final class ParityCheck {
             for (String f : failures) {
                 System.out.println("FAIL " + f);
             }
-            System.exit(1);
+            return false;
         }
         System.out.println("PARITY OK");
+        return true;
     }
 
     /** Golden files are normally listed (and so verified) in the manifest; read them directly otherwise. */

@@ -1,0 +1,105 @@
+"""Issue 6: the Android demo's pure-Java core matches Python bit for bit on `ondevice export --golden` files.
+
+The test builds a tiny random student + binarizer, exports a bundle with golden files and the student's fp32
+weights, compiles android_demo/core with `javac` and runs two plain-Java mains (no JUnit, no Gradle):
+`CoreTests` (tokenizer cases, JSON, Hamming ties, bad bundles: tampered / missing file, wrong format_version)
+and `ParityCheck` (token ids, Hamming top-10, Java forward pass vs Python embeddings and codes).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "android_demo" / "core"
+sys.path.insert(0, str(ROOT / "android_demo" / "tools"))
+
+JAVAC = shutil.which("javac")
+JAVA = shutil.which("java")
+pytestmark = pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java (JDK >= 11) not on PATH: cannot build the Java core")
+
+
+# javac is a Java program too: the C1 JIT alone starts it faster on a small, busy machine.
+FAST_JVM_START = ["-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1"]
+
+
+def _run(cmd: list[str], timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def java_classes(tmp_path_factory) -> Path:
+    """android_demo/core compiled for Java 8 (the API level Android's D8 handles everywhere)."""
+    out = tmp_path_factory.mktemp("java-classes")
+    sources = sorted(str(p) for p in (CORE / "src").rglob("*.java"))
+    res = _run([JAVAC, *FAST_JVM_START, "--release", "8", "-Xlint:all", "-Werror", "-encoding", "UTF-8", "-d", str(out), *sources])
+    assert res.returncode == 0, f"javac failed:\n{res.stdout}\n{res.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A bundle of a seeded tiny random student, exported with golden files and weights."""
+    import make_parity_bundle
+
+    return make_parity_bundle.build(tmp_path_factory.mktemp("parity"))
+
+
+def test_java_forward_pass_for_every_pooling(java_classes, tmp_path):
+    """The other poolings against torch directly (quick stand-in bundles: no ONNX export, 150 sentences each)."""
+    import make_parity_bundle
+
+    paths = [make_parity_bundle.build(tmp_path / p, pooling=p, n=150, exporter="dev") for p in ("mean", "max", "last")]
+    res = _java(java_classes, "ParityCheck", *map(str, paths), "--min-bit-agreement", "0.999", "--min-mean-cosine", "0.9999")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("tokens_identical=150/150") == 3 and res.stdout.count("PARITY OK") == 3
+
+
+def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
+    return _run([JAVA, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", str(classes), f"ai.ondevice.core.{main}", *args])
+
+
+def test_core_unit_checks(java_classes, bundle):
+    res = _java(java_classes, "CoreTests", str(bundle))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "core_tests_failed=0" in res.stdout
+
+
+def test_parity_with_python_golden_files(java_classes, bundle):
+    res = _java(java_classes, "ParityCheck", str(bundle), "--min-bit-agreement", "0.999", "--min-mean-cosine", "0.9999")
+    out = res.stdout
+    print(out)
+    assert res.returncode == 0, out + res.stderr
+    values = dict(re.findall(r"^(\w+)=(\S+)", out, flags=re.MULTILINE))
+
+    n_sent = int(values["sentences"])
+    same, total = map(int, values["tokens_identical"].split("/"))
+    assert n_sent >= 1000 and same == total == n_sent
+
+    q_same, q_total = map(int, values["topk_identical"].split("/"))
+    assert q_total > 0 and q_same == q_total
+
+    assert float(values["bit_agreement"]) >= 0.999
+    assert float(values["mean_cosine"]) >= 0.9999
+    assert "PARITY OK" in out
+
+
+def test_golden_files_are_what_the_java_check_reads(bundle):
+    """Cheap guard on the golden layout the Java side relies on (shapes, dtypes, tie order)."""
+    from ondevice.bits import hamming_reference
+
+    g = bundle / "golden"
+    codes, catalog = np.load(g / "codes.npy"), np.load(g / "catalog_codes.npy")
+    queries, ids, dist = np.load(g / "queries.npy"), np.load(g / "topk_ids.npy"), np.load(g / "topk_dist.npy")
+    assert codes.dtype == catalog.dtype == np.uint8 and ids.shape == dist.shape == (len(queries), 10)
+    d = hamming_reference(codes[queries], catalog)
+    order = np.lexsort((np.broadcast_to(np.arange(d.shape[1]), d.shape), d), axis=1)[:, :10]
+    np.testing.assert_array_equal(order, ids)
+    np.testing.assert_array_equal(np.take_along_axis(d, order, axis=1), dist)
