@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print one line to stderr and return non-zero."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
+        return int(exc.code or 0)
     try:
         return int(args._run(args) or 0)
     except OndeviceError as exc:

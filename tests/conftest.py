@@ -1,0 +1,61 @@
+"""Shared fixtures: a tiny random BERT teacher, a tiny word-vector file and a small corpus, all made here."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+WORDS = ("the a cat dog sat on mat ran fast slow big small red blue house tree car road city river "
+         "walks eats sleeps runs jumps sees likes old new happy sad bird fish sun moon").split()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own cache dir, so nothing leaks between tests or into ~/.cache."""
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+def make_sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(3, 12))]
+        out.append(" ".join(words).capitalize() + rng.choice([".", "!", "?", ""]))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory) -> Path:
+    """A 1-layer, 16-d random BERT with a word-level vocab, saved as a local HF model dir."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    path = tmp_path_factory.mktemp("teacher")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", ","] + WORDS
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(str(path))
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_word_vectors(tmp_path_factory) -> Path:
+    """GloVe-style text (no header), 8-d, covering the corpus words and punctuation."""
+    path = tmp_path_factory.mktemp("wv") / "vectors.txt"
+    rng = np.random.default_rng(0)
+    lines = [w + " " + " ".join(f"{x:.5f}" for x in rng.normal(size=8)) for w in WORDS + [".", "!", "?"]]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(make_sentences(240)) + "\n")
+    return path

@@ -1,0 +1,129 @@
+import json
+
+import numpy as np
+import pytest
+
+import ondevice.distill as distill_mod
+from ondevice.cli import main
+from ondevice.distill import DistillConfig, distill
+from ondevice.errors import OndeviceError
+
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.numpy")
+
+
+def _config(corpus, teacher, wv, **kw):
+    base = dict(corpus=str(corpus), teacher=str(teacher), word_vectors=str(wv), hidden_size=8, epochs=3,
+                batch_size=16, lr=5e-3, val_fraction=0.1, seed=3, checkpoint_minutes=0, threads=1)
+    base.update(kw)
+    return DistillConfig(**base)
+
+
+def _weights(path):
+    return st.load_file(str(path / "model.safetensors"))
+
+
+def test_distill_learns_and_writes_a_self_describing_dir(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    out = tmp_path / "student"
+    student = distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=4), out, progress=False)
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in log] == [1, 2, 3, 4]
+    assert log[-1]["train_loss"] < log[0]["train_loss"]
+    assert log[-1]["held_out_cosine"] > log[0]["held_out_cosine"]
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "distill_config.json"):
+        assert (out / name).is_file()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["output_dim"] == 16 and cfg["teacher"]["model_type"] == "bert"
+    assert student.encode(["the cat sat"]).shape == (1, 16)
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("*.pkl"))
+
+
+def test_same_seed_same_weights(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    cfg = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1)
+    distill(cfg, tmp_path / "a", progress=False)
+    distill(cfg, tmp_path / "b", progress=False)
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_resume_after_epoch_equals_uninterrupted(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "full", progress=False)
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1), tmp_path / "part", progress=False)
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "part", resume=True, progress=False)
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_ctrl_c_mid_epoch_leaves_a_resumable_checkpoint(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, monkeypatch):
+    cfg = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2)
+    distill(cfg, tmp_path / "full", progress=False)
+
+    real, calls = distill_mod.cosine_loss, []
+
+    def interrupt_on_call_20(*args):
+        calls.append(1)
+        if len(calls) == 20:  # inside the second epoch (14 batches per epoch)
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(distill_mod, "cosine_loss", interrupt_on_call_20)
+    with pytest.raises(OndeviceError, match="--resume"):
+        distill(cfg, tmp_path / "cut", progress=False)
+    state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
+    assert (state["epoch"], state["step"]) == (1, 5)
+    monkeypatch.setattr(distill_mod, "cosine_loss", real)
+    distill(cfg, tmp_path / "cut", resume=True, progress=False)
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "cut")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_existing_checkpoint_is_never_overwritten(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    cfg = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1)
+    distill(cfg, tmp_path / "s", progress=False)
+    with pytest.raises(OndeviceError, match="--resume"):
+        distill(cfg, tmp_path / "s", progress=False)
+    with pytest.raises(OndeviceError, match="different settings"):
+        distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, hidden_size=12), tmp_path / "s", resume=True, progress=False)
+
+
+def _cli(args, capsys):
+    code = main(["distill", *map(str, args)])
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_cli_end_to_end(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, capsys):
+    code = main(["distill", "--corpus", str(tiny_corpus), "--teacher", str(tiny_teacher), "--word-vectors",
+                 str(tiny_word_vectors), "--out", str(tmp_path / "s"), "--hidden", "4", "--epochs", "1", "--seed", "1"])
+    assert code == 0
+    assert "student saved to" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "not-a-model", "no-known-words", "bad-epochs", "bad-pooling",
+                                  "nothing-to-resume", "bad-word-vectors"])
+def test_cli_errors_are_one_line(case, tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, capsys):
+    corpus, teacher, wv = tiny_corpus, tiny_teacher, tiny_word_vectors
+    extra = []
+    if case == "missing":
+        corpus = tmp_path / "nope.txt"
+    elif case == "empty":
+        corpus = tmp_path / "empty.txt"
+        corpus.write_text("\n  \n")
+    elif case == "not-a-model":
+        teacher = tmp_path
+    elif case == "no-known-words":
+        corpus = tmp_path / "other.txt"
+        corpus.write_text("zzz qqq\nxxyy ww\n")
+    elif case == "bad-epochs":
+        extra = ["--epochs", "0"]
+    elif case == "bad-pooling":
+        extra = ["--student-pooling", "avg"]
+    elif case == "nothing-to-resume":
+        extra = ["--resume"]
+    elif case == "bad-word-vectors":
+        wv = tmp_path / "wv.bin"
+        wv.write_bytes(b"\x00\x01garbage")
+    code, err = _cli(["--corpus", corpus, "--teacher", teacher, "--word-vectors", wv, "--out", tmp_path / "out", *extra], capsys)
+    assert code == 2
+    last = err.splitlines()[-1]  # earlier lines are progress bars
+    assert "error" in last and "Traceback" not in err

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.teacher import Teacher, cached_vectors
+
+pytest.importorskip("torch")
+
+
+def test_teacher_poolings_and_normalization(tiny_teacher):
+    texts = ["the cat sat", "a dog ran fast on the road", "moon"]
+    mean = Teacher(tiny_teacher, pooling="mean").encode(texts, batch_size=2)
+    cls = Teacher(tiny_teacher, pooling="cls").encode(texts)
+    raw = Teacher(tiny_teacher, pooling="mean", normalize=False).encode(texts)
+    assert mean.shape == (3, 16) and mean.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(mean, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(mean, cls)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), mean, atol=1e-5)
+
+
+def test_batching_does_not_change_vectors(tiny_teacher):
+    t = Teacher(tiny_teacher)
+    texts = ["the cat sat on the mat", "dog", "a big red car"]
+    np.testing.assert_allclose(t.encode(texts, batch_size=1), t.encode(texts, batch_size=3), atol=1e-5)
+
+
+def test_not_a_model_dir(tmp_path):
+    with pytest.raises(OndeviceError, match="not a Hugging Face model dir"):
+        Teacher(tmp_path)
+    with pytest.raises(OndeviceError, match="pooling"):
+        Teacher(tmp_path, pooling="avg")
+
+
+def test_cache_resumes_after_crash(tiny_teacher, tmp_path, monkeypatch):
+    t = Teacher(tiny_teacher)
+    texts = [f"the cat {w}" for w in ("sat", "ran", "eats", "sleeps", "jumps")]
+    calls = []
+    real = t.encode
+
+    def flaky(batch, batch_size=64):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the user pressed Ctrl-C in the middle
+        return real(batch, batch_size)
+
+    monkeypatch.setattr(t, "encode", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    out = cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    assert calls == [2, 2, 2, 1]  # the first chunk was not recomputed
+    np.testing.assert_allclose(out, real(texts), atol=1e-5)
+    again = cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    assert len(calls) == 4 and np.array_equal(again, out)
