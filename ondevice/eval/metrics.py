@@ -1,0 +1,103 @@
+"""Metric functions in plain numpy: pair scores, rank correlation, classification scores and recall@k.
+
+They match scipy/sklearn (tests/test_eval_metrics.py checks that) but need neither, so the lead's
+`sts_spearman` works with numpy alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+
+
+def is_codes(x: np.ndarray) -> bool:
+    """Packed binary codes are uint8; continuous embeddings are floats."""
+    return np.asarray(x).dtype == np.uint8
+
+
+def cosine_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity of two (n, d) float arrays (a zero vector scores 0)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    na = np.linalg.norm(a, axis=1)
+    nb = np.linalg.norm(b, axis=1)
+    denom = na * nb
+    dot = np.einsum("ij,ij->i", a, b)
+    return np.divide(dot, denom, out=np.zeros_like(dot), where=denom > 0)
+
+
+def hamming_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Hamming distance of two (n, bytes) packed uint8 code arrays."""
+    a = np.ascontiguousarray(a, dtype=np.uint8)
+    b = np.ascontiguousarray(b, dtype=np.uint8)
+    return np.bitwise_count(a ^ b).sum(axis=1, dtype=np.int64)
+
+
+def pair_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Similarity of each pair: cosine for float vectors, negative Hamming distance for packed codes."""
+    if a.shape != b.shape:
+        raise OndeviceError(f"pair arrays differ in shape: {a.shape} vs {b.shape}")
+    if is_codes(a) != is_codes(b):
+        raise OndeviceError("cannot compare packed codes with float vectors")
+    return -hamming_pairs(a, b).astype(np.float64) if is_codes(a) else cosine_pairs(a, b)
+
+
+def _rankdata(x: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based) with ties sharing their mean rank, as scipy.stats.rankdata(method='average')."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    # first index of each run of equal values, and the run lengths
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    counts = np.diff(np.r_[starts, len(xs)])
+    avg = starts + (counts + 1) / 2.0
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.repeat(avg, counts)
+    return ranks
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation; nan when either side is constant."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise OndeviceError(f"correlation needs two 1-d arrays of equal length >= 2, got {x.shape} and {y.shape}")
+    xc, yc = x - x.mean(), y - y.mean()
+    denom = np.sqrt((xc * xc).sum() * (yc * yc).sum())
+    return float((xc * yc).sum() / denom) if denom > 0 else float("nan")
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation (Pearson of average ranks), as scipy.stats.spearmanr."""
+    return pearson(_rankdata(x), _rankdata(y))
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Fraction of equal labels."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return float((y_true == y_pred).mean())
+
+
+def f1_binary(y_true: np.ndarray, y_pred: np.ndarray, positive: int = 1) -> float:
+    """F1 of the positive class (sklearn f1_score with average='binary'); 0 when nothing is predicted or true."""
+    t = np.asarray(y_true) == positive
+    p = np.asarray(y_pred) == positive
+    tp = float((t & p).sum())
+    denom = float(t.sum() + p.sum())
+    return 2.0 * tp / denom if denom > 0 else 0.0
+
+
+def above_mean(scores: np.ndarray) -> np.ndarray:
+    """1 where a pair's score is above the mean score over the set, else 0 (paper 003 §4.3 MRPC rule)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return (scores > scores.mean()).astype(np.int64)
+
+
+def recall_at_k(found: np.ndarray, reference: np.ndarray) -> float:
+    """Mean over queries of |found_i ∩ reference_i| / |reference_i| for two (nq, k) index arrays."""
+    found, reference = np.asarray(found), np.asarray(reference)
+    if found.ndim != 2 or reference.ndim != 2 or len(found) != len(reference):
+        raise OndeviceError(f"recall needs two (queries, k) arrays, got {found.shape} and {reference.shape}")
+    hits = [len(np.intersect1d(f, r)) / reference.shape[1] for f, r in zip(found, reference)]
+    return float(np.mean(hits))

@@ -1,0 +1,125 @@
+"""PNG plots of a report (matplotlib, Agg backend): quality vs bits, vs encode speed, vs size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ondevice._deps import require
+from ondevice.eval.report import transfer_average
+from ondevice.eval.tasks import TASKS
+
+Metric = tuple[str, Callable[[dict], float | None]]
+
+
+def _get(task: str, key: str) -> Callable[[dict], float | None]:
+    return lambda res: (res.get(task) or {}).get(key)
+
+
+def metrics_of(report: dict[str, Any]) -> list[Metric]:
+    """(label, getter) for every headline quality number the report has."""
+    ran = [t for t in report["tasks"] if t not in report["skipped"]]
+    out: list[Metric] = []
+    for t in ran:
+        if TASKS[t].group == "similarity":
+            out.append((f"{TASKS[t].title} Spearman ×100", _get(t, "spearman")))
+    if any(TASKS[t].group == "transfer" for t in ran):
+        out.append(("transfer avg acc", transfer_average))
+    if "retrieval" in ran:
+        out.append(("R@10 of codes vs own float", _get("retrieval", "recall_vs_float")))
+    return out
+
+
+def _primary(report: dict[str, Any]) -> Metric | None:
+    ms = metrics_of(report)
+    return next((m for m in ms if m[0].startswith("STS-B test")), ms[0] if ms else None)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    from ondevice.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    return path
+
+
+def plot_bits(report: dict[str, Any], path: Path) -> Path | None:
+    """Quality vs code bits, one line per (encoder, binarization method), float quality as a dashed line."""
+    plt = require("matplotlib.pyplot", "eval")
+    views, results = report["views"], report["results"]
+    binary = {n: m for n, m in views.items() if m["binary"]}
+    if not binary:
+        return None
+    metrics = [m for m in metrics_of(report) if any(m[1](results[n]) is not None for n in binary)]
+    if not metrics:
+        return None
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for n, m in binary.items():
+        groups.setdefault((m["encoder"], m["method"]), []).append(n)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    encoders = sorted({e for e, _ in groups})
+    for ax, (label, get) in zip(axes[0], metrics):
+        for (enc, method), names in sorted(groups.items()):
+            pts = sorted((views[n]["dim"], get(results[n])) for n in names if get(results[n]) is not None)
+            if pts:
+                color = colors[encoders.index(enc) % len(colors)]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
+                        linestyle=["-", "--", ":", "-."][sorted({m for _, m in groups}).index(method) % 4],
+                        label=f"{enc} {method}")
+            flo = get(results.get(enc, {})) if enc in results else None
+            if flo is not None:
+                ax.axhline(flo, color=colors[encoders.index(enc) % len(colors)], linewidth=0.8, linestyle=(0, (1, 3)))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bits per code")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("quality vs bits (dotted: the encoder's float vectors)", fontsize=10)
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def _scatter(report: dict[str, Any], path: Path, panels: list[tuple[str, Callable[[dict], float | None]]], title: str) -> Path | None:
+    plt = require("matplotlib.pyplot", "eval")
+    primary = _primary(report)
+    if primary is None:
+        return None
+    label, get = primary
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
+    any_point = False
+    for ax, (xlabel, xget) in zip(axes[0], panels):
+        for name, meta in report["views"].items():
+            x, y = xget(meta), get(report["results"][name])
+            if x is None or y is None or x != x:  # x != x: NaN speed
+                continue
+            any_point = True
+            ax.scatter([x], [y], marker="s" if meta["binary"] else "o")
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    if any_point:
+        _save(fig, path)
+    plt.close(fig)
+    return path if any_point else None
+
+
+def write_plots(report: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """quality_vs_bits.png (when codes were evaluated), quality_vs_speed.png, quality_vs_size.png."""
+    require("matplotlib", "eval").use("Agg")
+    out = Path(out_dir)
+    made = [
+        plot_bits(report, out / "quality_vs_bits.png"),
+        _scatter(report, out / "quality_vs_speed.png",
+                 [("encode speed, sentences/s (log)", lambda m: m.get("sentences_per_second"))],
+                 "quality vs encode speed (circles: floats, squares: codes)"),
+        _scatter(report, out / "quality_vs_size.png",
+                 [("bytes per sentence (log)", lambda m: m["bytes_per_sentence"] or None),
+                  ("model size, bytes (log)", lambda m: m["model_bytes"] or None)],
+                 "quality vs size (circles: floats, squares: codes)"),
+    ]
+    return [p for p in made if p is not None]

@@ -1,0 +1,100 @@
+"""Write an evaluation report: report.json (every number), report.md (one table) and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ondevice.eval.tasks import TASKS
+from ondevice.io import write_json, write_text
+
+# Markdown column per task: (header, function of the task's result dict -> cell text)
+_CELLS = {
+    "similarity": lambda r: f"{r['spearman']:.1f}",
+    "paraphrase": lambda r: f"{r['acc']:.1f}/{r['f1']:.1f}",
+    "transfer": lambda r: f"{r['acc']:.1f}",
+}
+
+
+def _header(task: str) -> str:
+    t = TASKS[task]
+    return {"similarity": f"{t.title} ρ", "paraphrase": f"{t.title} acc/F1"}.get(t.group, t.title)
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """One row per view: representation, size, speed, then the headline number of every task that ran."""
+    tasks = [t for t in report["tasks"] if t not in report["skipped"]]
+    cols = ["encoder", "representation", "bytes/sentence", "model size", "sentences/s"]
+    for t in tasks:
+        if t == "retrieval":
+            k = next((r[t]["k"] for r in report["results"].values() if t in r), 10)
+            cols += [f"R@{k} vs own float", f"R@{k} vs reference"]
+        else:
+            cols.append(_header(t))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for name, meta in report["views"].items():
+        rep = f"{meta['method']} {meta['dim']} bits" if meta["binary"] else f"float32 × {meta['dim']}"
+        speed = meta.get("sentences_per_second")
+        row = [name, rep, str(meta["bytes_per_sentence"]), _size(meta["model_bytes"]),
+               f"{speed:,.0f}" if isinstance(speed, (int, float)) else "-"]
+        res = report["results"][name]
+        for t in tasks:
+            r = res.get(t)
+            if t == "retrieval":
+                row += ["-" if not r or r.get("recall_vs_float") is None else f"{r['recall_vs_float']:.1f}",
+                        "-" if not r or r.get("recall_vs_reference") is None else f"{r['recall_vs_reference']:.1f}"]
+            else:
+                row.append("-" if r is None else _CELLS[TASKS[t].group](r))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def transfer_average(results: dict[str, Any]) -> float | None:
+    """Mean accuracy over the transfer tasks a view has results for (None if none)."""
+    accs = [r["acc"] for t, r in results.items() if t in TASKS and TASKS[t].group == "transfer"]
+    return sum(accs) / len(accs) if accs else None
+
+
+def markdown_report(report: dict[str, Any], command: str | None = None, plots: list[str] | None = None) -> str:
+    """report.md: the command, the table, notes on protocol, skipped tasks and plots."""
+    parts = ["# ondevice eval report", ""]
+    if command:
+        parts += ["Command:", "", "```", command, "```", ""]
+    parts += [markdown_table(report), ""]
+    ref = next((r["retrieval"].get("reference") for r in report["results"].values() if "retrieval" in r), None)
+    parts += ["Similarity columns: Spearman ρ × 100 (cosine for floats, negative Hamming for codes). "
+              "MRPC: accuracy/F1 × 100 with the mean-score threshold. Transfer: logistic-regression probe accuracy × 100. "
+              + (f"Retrieval reference: `{ref}`. " if ref else "")
+              + f"Speed measured on {report.get('speed_sentences', 0)} STS-B test sentences on this machine "
+              f"({report['versions'].get('platform', '')}).", ""]
+    parts += ["Protocol:", ""] + [f"- {k}: {v}" for k, v in report["protocol"].items()] + [""]
+    if report["skipped"]:
+        parts += ["Skipped:", ""] + [f"- {t}: {why}" for t, why in report["skipped"].items()] + [""]
+    if plots:
+        parts += ["Plots:", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
+    parts += [f"Total time {report['total_seconds']:.0f} s; versions: "
+              + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if k != "platform"), ""]
+    return "\n".join(parts)
+
+
+def write_report(report: dict[str, Any], out_dir: str | Path, command: str | None = None, plots: bool = True) -> list[Path]:
+    """Write report.json, report.md and (with matplotlib) the PNG plots into `out_dir`; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if command:
+        report = {**report, "command": command}
+    write_json(out / "report.json", report)
+    pngs: list[Path] = []
+    if plots:
+        from ondevice.eval.plots import write_plots
+
+        pngs = write_plots(report, out)
+    write_text(out / "report.md", markdown_report(report, command, [str(p) for p in pngs]))
+    return [out / "report.json", out / "report.md", *pngs]
