@@ -1,0 +1,165 @@
+"""LLVM-level building blocks for the Hamming kernels: unaligned word loads, popcount, row and 8-row distances.
+
+Numba's own vectorizer does poorly on XOR/popcount loops (it keeps 256-bit vectors and reduces horizontally), so
+the hot inner pieces are written as Numba intrinsics that emit plain, target-independent LLVM IR: vector types,
+`llvm.ctpop` and `llvm.vector.reduce.add`. LLVM lowers them for whatever CPU Numba compiles on (`vpopcntq` on
+AVX-512 VPOPCNTDQ, `cnt` on ARM, a lookup sequence elsewhere), so no instruction set is assumed.
+
+Every intrinsic takes its sizes as compile-time integer literals, so each code width gets fully unrolled code.
+`pop` selects the popcount: 0 = `llvm.ctpop` (hardware), 1 = the classic SWAR bit trick (portable path).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+LANES = 8  # rows per vertical block: one 512-bit vector of 64-bit words
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
+    vt = ir.VectorType(value.type, n)
+    undef = ir.Constant(vt, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, n), [0] * n))
+
+
+def _const(ty: ir.Type, value: int) -> ir.Constant:
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [value] * ty.count)
+    return ir.Constant(ty, value)
+
+
+def _popcount(builder: ir.IRBuilder, x: ir.Value, pop: int) -> ir.Value:
+    """Per-lane popcount of i64 or <n x i64> `x`."""
+    ty = x.type
+    if pop == 0:
+        suffix = f"v{ty.count}i64" if isinstance(ty, ir.VectorType) else "i64"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty]), f"llvm.ctpop.{suffix}")
+        return builder.call(fn, [x])
+    # SWAR: 2-bit, 4-bit, 8-bit partial sums, then a multiply gathers the bytes into the top byte.
+    x = builder.sub(x, builder.and_(builder.lshr(x, _const(ty, 1)), _const(ty, 0x5555555555555555)))
+    m2 = _const(ty, 0x3333333333333333)
+    x = builder.add(builder.and_(x, m2), builder.and_(builder.lshr(x, _const(ty, 2)), m2))
+    x = builder.and_(builder.add(x, builder.lshr(x, _const(ty, 4))), _const(ty, 0x0F0F0F0F0F0F0F0F))
+    return builder.lshr(builder.mul(x, _const(ty, 0x0101010101010101)), _const(ty, 56))
+
+
+def _reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    if not isinstance(v.type, ir.VectorType):
+        return v
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I64, [v.type]),
+                                        f"llvm.vector.reduce.add.v{v.type.count}i64")
+    return builder.call(fn, [v])
+
+
+def _byte_ptr(context, builder, aryty, ary, byte_offset: ir.Value) -> ir.Value:
+    data = context.make_array(aryty)(context, builder, ary).data
+    return builder.gep(builder.bitcast(data, I8.as_pointer()), [byte_offset])
+
+
+def _load(builder: ir.IRBuilder, base: ir.Value, byte_offset: int, ty: ir.Type, align: int) -> ir.Value:
+    ptr = builder.gep(base, [ir.Constant(I64, byte_offset)]) if byte_offset else base
+    return builder.load(builder.bitcast(ptr, ty.as_pointer()), align=align)
+
+
+def _load_tail(builder: ir.IRBuilder, base: ir.Value, byte_offset: int, nbytes: int) -> ir.Value:
+    """Zero-extended i64 of the `nbytes` (< 8) bytes at base+byte_offset, little-endian like the full words."""
+    word = ir.Constant(I64, 0)
+    for j in range(nbytes):
+        b = builder.zext(_load(builder, base, byte_offset + j, I8, 1), I64)
+        word = builder.or_(word, builder.shl(b, ir.Constant(I64, 8 * j)) if j else b)
+    return word
+
+
+def _literal(ty) -> int | None:
+    return ty.literal_value if isinstance(ty, types.IntegerLiteral) else None
+
+
+@intrinsic
+def row_distance(typingctx, codes, code_off, query, query_off, nbytes, pop):
+    """Hamming distance between `nbytes`-byte rows at byte offsets of two uint8 arrays (unaligned loads)."""
+    nb, pp = _literal(nbytes), _literal(pop)
+    if nb is None or pp is None:
+        return None
+    sig = types.int64(codes, code_off, query, query_off, nbytes, pop)
+
+    def codegen(context, builder, signature, args):
+        cbase = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        qbase = _byte_ptr(context, builder, signature.args[2], args[2], args[3])
+        words, tail = divmod(nb, 8)
+        total = ir.Constant(I64, 0)
+        acc = None  # the 8-word pieces accumulate in one vector and are reduced once
+        pos = 0
+        for width in (8, 4, 2, 1):
+            while words - pos // 8 >= width:
+                ty = ir.VectorType(I64, width) if width > 1 else I64
+                x = builder.xor(_load(builder, cbase, pos, ty, 1), _load(builder, qbase, pos, ty, 1))
+                p = _popcount(builder, x, pp)
+                if width == 8:
+                    acc = p if acc is None else builder.add(acc, p)
+                else:
+                    total = builder.add(total, _reduce_add(builder, p))
+                pos += 8 * width
+        if acc is not None:
+            total = builder.add(total, _reduce_add(builder, acc))
+        if tail:
+            x = builder.xor(_load_tail(builder, cbase, pos, tail), _load_tail(builder, qbase, pos, tail))
+            total = builder.add(total, _popcount(builder, x, pp))
+        return total
+
+    return sig, codegen
+
+
+@intrinsic
+def block_distances(typingctx, block, word_off, qwords, qword_off, nwords, pop, thr, out, out_off):
+    """Distances of 8 interleaved rows to one query, stored at out[out_off:out_off+8]; returns the mask of d <= thr.
+
+    `block` holds rows in the vertical layout: word w of row l at block[word_off + 8*w + l], so each word
+    position is one 8-lane vector compared against one broadcast query word, with no horizontal sums. The
+    distances are stored unconditionally so the caller's loop has no branch and no call (calls would force the
+    broadcast query words out of vector registers).
+    """
+    nw, pp = _literal(nwords), _literal(pop)
+    if nw is None or pp is None:
+        return None
+    sig = types.int64(block, word_off, qwords, qword_off, nwords, pop, thr, out, out_off)
+
+    def codegen(context, builder, signature, args):
+        eight = ir.Constant(I64, 8)
+        bbase = _byte_ptr(context, builder, signature.args[0], args[0], builder.mul(args[1], eight))
+        qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], eight))
+        obase = _byte_ptr(context, builder, signature.args[7], args[7], builder.mul(args[8], eight))
+        vt = ir.VectorType(I64, LANES)
+        acc = ir.Constant(vt, [0] * LANES)
+        for w in range(nw):
+            v = _load(builder, bbase, 8 * LANES * w, vt, 8)
+            q = _splat(builder, _load(builder, qbase, 8 * w, I64, 8), LANES)
+            acc = builder.add(acc, _popcount(builder, builder.xor(v, q), pp))
+        builder.store(acc, builder.bitcast(obase, vt.as_pointer()), align=8)
+        within = builder.icmp_signed("<=", acc, _splat(builder, args[6], LANES))
+        return builder.zext(builder.bitcast(within, ir.IntType(LANES)), I64)
+
+    return sig, codegen
+
+
+@intrinsic
+def load_word(typingctx, codes, byte_off, nbytes):
+    """The little-endian uint64 made of `nbytes` (0..8) bytes at a byte offset of a uint8 array, zero-extended."""
+    nb = _literal(nbytes)
+    if nb is None or not 0 <= nb <= 8:
+        return None
+    sig = types.uint64(codes, byte_off, nbytes)
+
+    def codegen(context, builder, signature, args):
+        if nb == 0:  # lets kernels write the tail load unconditionally for widths without a tail
+            return ir.Constant(I64, 0)
+        base = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        return _load(builder, base, 0, I64, 1) if nb == 8 else _load_tail(builder, base, 0, nb)
+
+    return sig, codegen
