@@ -66,8 +66,15 @@ def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
     return _run([JAVA, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", str(classes), f"ai.ondevice.core.{main}", *args])
 
 
-def test_core_unit_checks(java_classes, bundle):
-    res = _java(java_classes, "CoreTests", str(bundle))
+def test_core_unit_checks(java_classes, bundle, tmp_path):
+    """Java unit checks, bad bundles, and the app's flow on assets written by tools/make_catalog.py."""
+    import make_catalog
+
+    sentences = make_catalog.read_sentences(bundle / "golden" / "sentences.jsonl")[:300]
+    info = make_catalog.build(bundle, sentences, tmp_path / "assets")
+    assert info["count"] == 300 and (tmp_path / "assets" / "bundle" / "student.safetensors").is_file()
+    assert not (tmp_path / "assets" / "bundle" / "golden").exists()
+    res = _java(java_classes, "CoreTests", str(bundle), "--assets", str(tmp_path / "assets"))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "core_tests_failed=0" in res.stdout
 

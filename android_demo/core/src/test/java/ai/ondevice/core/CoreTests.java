@@ -65,7 +65,17 @@ public final class CoreTests {
     }
 
     public static void main(String[] args) throws Exception {
-        final File bundleDir = args.length > 0 ? new File(args[0]) : null;
+        File bundleArg = null;
+        File assetsArg = null;
+        for (int i = 0; i < args.length; i++) {
+            if ("--assets".equals(args[i]) && i + 1 < args.length) {
+                assetsArg = new File(args[++i]);
+            } else {
+                bundleArg = new File(args[i]);
+            }
+        }
+        final File bundleDir = bundleArg;
+        final File assetsDir = assetsArg;
 
         // ---- tokenizer spec cases (expected values from ondevice/tokenizer.py) --------------------------
         check("tokenizer basic", () -> assertEq("hello|,|world|!", tokens("Hello, World!")));
@@ -193,6 +203,28 @@ public final class CoreTests {
             check("unlisted file", () -> {
                 Bundle b = Bundle.open(FileSource.directory(bundleDir), false);
                 assertBundleError(() -> b.read("nope.bin"), "does not list nope.bin");
+            });
+        }
+
+        // ---- the app's flow on assets written by tools/make_catalog.py (no golden/, no encoder.pt) ----------
+        if (assetsDir != null) {
+            check("app assets: lazy verification, Java encoder, catalog search", () -> {
+                File dir = new File(assetsDir, "bundle");
+                assertBundleError(() -> Bundle.open(FileSource.directory(dir)), "is missing"); // golden/ left out
+                Bundle b = Bundle.open(FileSource.directory(dir), false);
+                JavaEncoder enc = JavaEncoder.fromBundle(b);
+                Npy codes = Npy.parse(Files.readAllBytes(new File(assetsDir, "catalog/codes.npy").toPath()), "codes.npy");
+                HammingIndex index = new HammingIndex(codes.bytes(), b.codeBytes());
+                List<String> sentences = ParityCheck.readSentencesFile(new File(assetsDir, "catalog/sentences.jsonl"));
+                assertEq(codes.rows(), sentences.size());
+                int exact = 0;
+                int n = Math.min(50, sentences.size());
+                for (int i = 0; i < n; i++) {
+                    HammingIndex.Hits h = index.topK(enc.encode(sentences.get(i)).code, 10);
+                    assertEq(0, h.distances[0]); // the sentence finds its own code (or an identical one)
+                    exact += index.distance(Codes.toWords(enc.encode(sentences.get(i)).code), i) == 0 ? 1 : 0;
+                }
+                assertTrue(exact >= n - 1, "Java codes equal the catalog's Python codes for " + exact + "/" + n);
             });
         }
 

@@ -209,6 +209,16 @@ public final class ParityCheck {
         return out;
     }
 
+    static List<String> readSentencesFile(File file) throws Exception {
+        List<String> out = new ArrayList<String>();
+        for (String line : lines(Files.readAllBytes(file.toPath()))) {
+            if (!line.trim().isEmpty()) {
+                out.add((String) Json.parse(line));
+            }
+        }
+        return out;
+    }
+
     static List<String> lines(byte[] data) {
         List<String> out = new ArrayList<String>();
         String text = new String(data, StandardCharsets.UTF_8);
