@@ -1,0 +1,211 @@
+"""ondevice index: build an exact Hamming index file from packed codes or a corpus, search it, inspect it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HELP = "build, search and inspect an exact Hamming index (subcommands: build, search, info)"
+
+
+def _add_encoder(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("text encoder (to turn text into codes)")
+    g.add_argument("--bundle", help="exported bundle dir (torch-free runtime)")
+    g.add_argument("--student", help="student dir (needs torch), together with --binarizer")
+    g.add_argument("--binarizer", help="binarizer dir, together with --student")
+    g.add_argument("--batch-size", type=int, default=256, help="sentences encoded per batch")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
+    sub.required = True
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    b = sub.add_parser("build", help="write an index file from packed codes (.npy) or a corpus", formatter_class=fmt)
+    src = b.add_argument_group("input (one of)")
+    src.add_argument("--codes", help="packed uint8 codes (n, code_bytes) as .npy, bit order 'little'")
+    src.add_argument("--corpus", help="sentences, one per line (.gz allowed): encoded with --bundle or --student")
+    b.add_argument("--ids", help="int64 ids (n,) as .npy (default: row numbers 0..n-1)")
+    b.add_argument("--bits", type=int, default=None, help="bits per code (default: 8 x bytes per code)")
+    b.add_argument("--max-sentences", type=int, default=None, help="use only the first N corpus sentences")
+    b.add_argument("--out", required=True, help="index file to write (e.g. catalog.odx)")
+    _add_encoder(b)
+    b.set_defaults(_index=_build)
+
+    s = sub.add_parser("search", help="k nearest codes to text queries or to a codes file", formatter_class=fmt)
+    s.add_argument("index", help="index file written by `ondevice index build`")
+    q = s.add_argument_group("queries (one of)")
+    q.add_argument("--query", action="append", help="a text query (repeatable); needs --bundle or --student")
+    q.add_argument("--queries", help="packed uint8 query codes (nq, code_bytes) as .npy")
+    s.add_argument("-k", type=int, default=10, help="neighbours per query")
+    s.add_argument("--radius", type=int, default=None, help="instead of top-k: every code at distance < RADIUS")
+    s.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
+    s.add_argument("--corpus", help="the corpus the index was built from, to print the matching sentences")
+    s.add_argument("--json", action="store_true", help="print one JSON object per query")
+    s.add_argument("--no-mmap", action="store_true", help="read the index into memory (verifies its checksum)")
+    _add_encoder(s)
+    s.set_defaults(_index=_search)
+
+    i = sub.add_parser("info", help="print an index file's header; --verify checks every byte", formatter_class=fmt)
+    i.add_argument("index", help="index file")
+    i.add_argument("--verify", action="store_true", help="check the sha256 of all codes and ids")
+    i.set_defaults(_index=_info)
+
+
+def run(a: argparse.Namespace) -> int:
+    return a._index(a)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _load_npy(path: str, what: str):
+    import numpy as np
+
+    from ondevice.errors import OndeviceError
+
+    p = Path(path)
+    if not p.is_file():
+        raise OndeviceError(f"{what} file not found: {p}")
+    try:
+        return np.load(p, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise OndeviceError(f"cannot read {p} as a .npy array ({str(exc).splitlines()[0]})") from None
+
+
+class _Encoder:
+    """Texts -> packed codes through a bundle, or a student + binarizer (imported only when used)."""
+
+    def __init__(self, a: argparse.Namespace):
+        from ondevice.errors import OndeviceError
+
+        self.batch_size = a.batch_size
+        if a.bundle and (a.student or a.binarizer):
+            raise OndeviceError("give either --bundle or --student with --binarizer, not both")
+        if a.bundle:
+            from ondevice.runtime import Bundle
+
+            self._bundle = Bundle.load(a.bundle)
+            self.bits = self._bundle.bits
+        elif a.student and a.binarizer:
+            from ondevice.binarize import Binarizer
+            from ondevice.student import Student
+
+            self._student, self._binarizer = Student.load(a.student), Binarizer.load(a.binarizer)
+            self.bits = self._binarizer.bits
+        else:
+            raise OndeviceError("text needs an encoder: pass --bundle DIR, or --student DIR and --binarizer DIR")
+
+    def codes(self, texts: list[str]):
+        if hasattr(self, "_bundle"):
+            return self._bundle.codes(texts, batch_size=self.batch_size)
+        return self._binarizer.transform(self._student.encode(texts, batch_size=self.batch_size))
+
+
+# ------------------------------------------------------------------------------------------------ build
+
+
+def _build(a: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ondevice.errors import OndeviceError
+    from ondevice.index import HammingIndex
+
+    if bool(a.codes) == bool(a.corpus):
+        raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
+    started = time.perf_counter()
+    if a.codes:
+        codes = _load_npy(a.codes, "codes")
+        if codes.dtype != np.uint8 or codes.ndim != 2:
+            raise OndeviceError(f"{a.codes} must hold uint8 packed codes of shape (n, code_bytes), got {codes.dtype} {codes.shape}")
+        bits = a.bits if a.bits is not None else codes.shape[1] * 8
+    else:
+        from ondevice.corpus import read_corpus
+
+        encoder = _Encoder(a)
+        texts = read_corpus(a.corpus, a.max_sentences)
+        codes = np.concatenate([encoder.codes(texts[i : i + 65536]) for i in range(0, len(texts), 65536)])
+        bits = encoder.bits
+        if a.bits is not None and a.bits != bits:
+            raise OndeviceError(f"--bits {a.bits} disagrees with the encoder's {bits}-bit codes; drop --bits")
+    ids = None
+    if a.ids:
+        ids = _load_npy(a.ids, "ids")
+        if ids.shape != (len(codes),):
+            raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({len(codes)},)")
+    index = HammingIndex(bits)
+    index.add(codes, ids)
+    index.save(a.out)
+    print(f"index saved to {a.out}: {len(index):,} codes x {bits} bits "
+          f"({Path(a.out).stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ search
+
+
+def _search(a: argparse.Namespace) -> int:
+    from ondevice.errors import OndeviceError
+    from ondevice.index import HammingIndex
+
+    if bool(a.query) == bool(a.queries):
+        raise OndeviceError("give text queries (--query TEXT, repeatable) or --queries CODES.npy, not both or neither")
+    if a.k < 1:
+        raise OndeviceError(f"-k must be >= 1, got {a.k}")
+    index = HammingIndex.load(a.index, mmap=not a.no_mmap, threads=a.threads)
+    if a.queries:
+        queries = _load_npy(a.queries, "queries")
+        labels = [f"#{i}" for i in range(len(queries) if queries.ndim == 2 else 1)]
+    else:
+        encoder = _Encoder(a)
+        if encoder.bits != index.bits:
+            raise OndeviceError(f"the encoder makes {encoder.bits}-bit codes but {a.index} holds {index.bits}-bit codes; "
+                                "use the encoder the index was built with")
+        queries, labels = encoder.codes(list(a.query)), list(a.query)
+    texts = _corpus_lookup(a.corpus)
+    started = time.perf_counter()
+    if a.radius is not None:
+        lims, dist, ids = index.range_search(queries, a.radius)
+        rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
+    else:
+        dist, ids = index.search(queries, a.k)
+        rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
+    elapsed = time.perf_counter() - started
+    for label, (d, i) in zip(labels, rows):
+        hits = [{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
+        if a.json:
+            print(json.dumps({"query": label, "results": hits}, ensure_ascii=False))
+            continue
+        print(f"query {label}")
+        for rank, hit in enumerate(hits, 1):
+            extra = f"  {hit['text']}" if "text" in hit else ""
+            print(f"  {rank:>4}  id={hit['id']:<10} d={hit['distance']:<5}{extra}")
+    print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.1f} ms", file=sys.stderr)
+    return 0
+
+
+def _corpus_lookup(path: str | None):
+    if not path:
+        return None
+    from ondevice.corpus import read_corpus
+
+    texts = read_corpus(path)
+    return lambda i: texts[i] if 0 <= i < len(texts) else ""
+
+
+# ------------------------------------------------------------------------------------------------ info
+
+
+def _info(a: argparse.Namespace) -> int:
+    from ondevice.index import HammingIndex, read_header
+
+    head = read_header(a.index)
+    if a.verify:
+        HammingIndex.load(a.index, mmap=True, verify=True)
+    print(f"{a.index}: format v{head['version']}, {head['count']:,} codes x {head['bits']} bits "
+          f"({head['code_bytes']} bytes each), bit order little, ids {'ascending' if head['ascending'] else 'unordered'}"
+          f"{', checksum ok' if a.verify else ''}")
+    return 0

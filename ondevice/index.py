@@ -1,0 +1,280 @@
+"""A persistent, exact Hamming index over packed binary codes, FAISS-like: add, remove, search, range_search, save, load.
+
+    index = HammingIndex(bits=256)
+    index.add(codes)                                   # uint8 (n, 32), bit order "little" (ondevice.bits)
+    distances, ids = index.search(queries, k=10)       # int32 / int64 (nq, 10), -1 padded
+    index.save("catalog.odx")
+    index = HammingIndex.load("catalog.odx")           # memory-mapped: the codes are not read up front
+
+Memory: n * code_bytes for the codes plus 8 bytes per id, nothing else is kept; searches read the codes in place.
+
+File format (version 1, little-endian): a 128-byte header, then the codes (n rows of code_bytes, at offset 128),
+then the int64 ids (at a 64-byte aligned offset). The header holds magic b"ONDVIDX\\0", version, bits, code_bytes,
+bit order (0 = "little", the only one), flags (bit 0: ids strictly ascending), count, both offsets, the file size,
+the sha256 of the codes and ids bytes, and a crc32 of the header itself. Files are written to a temporary name and
+renamed, so a reader sees the old file or the new one, never a mix.
+
+What loading checks: the magic, version, header crc and the file size implied by the count are always checked (a
+truncated or foreign file is a one-line OndeviceError); the sha256 over all data is checked when `verify` is true,
+which is the default for `mmap=False` (the bytes are read anyway) and off by default for `mmap=True`, because
+checking it means reading every code. `HammingIndex.load(path, verify=True)` or `ondevice index info --verify`
+checks a memory-mapped file in full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ondevice.bits import BIT_ORDER, code_bytes
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path
+
+MAGIC = b"ONDVIDX\0"
+VERSION = 1
+HEADER_BYTES = 128
+_BIT_ORDERS = {0: "little"}
+_FLAG_ASCENDING = 1
+# magic, version, bits, code_bytes, bit order, flags, count, codes offset, ids offset, file size, sha256
+_HEAD = struct.Struct("<8sIIIBB2xQQQQ32s")
+_CRC = struct.Struct("<I")
+_CHUNK = 16 << 20  # bytes per write/hash step, so saving never makes a second copy of the codes
+
+
+def _align(n: int, to: int = 64) -> int:
+    return (n + to - 1) // to * to
+
+
+class HammingIndex:
+    """Exact k-NN and range search by Hamming distance over packed codes, with int64 ids and a file format."""
+
+    def __init__(self, bits: int, threads: int | None = None):
+        if not isinstance(bits, (int, np.integer)) or bits < 1:
+            raise OndeviceError(f"bits must be a positive integer, got {bits!r}")
+        self._bits = int(bits)
+        self._nbytes = code_bytes(self._bits)
+        self.threads = threads
+        self._codes = np.empty((0, self._nbytes), np.uint8)
+        self._ids = np.empty(0, np.int64)
+        self._ascending = True  # ids strictly increasing with the row: lets kernels skip tie checks
+        self._next_id = 0
+
+    # -- properties ---------------------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Bits per code."""
+        return self._bits
+
+    @property
+    def code_bytes(self) -> int:
+        """Bytes per packed code."""
+        return self._nbytes
+
+    @property
+    def codes(self) -> np.ndarray:
+        """The stored codes (n, code_bytes), read-only (a memmap after `load(mmap=True)`)."""
+        view = self._codes.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The id of each stored code, int64 (n,), read-only."""
+        view = self._ids.view()
+        view.flags.writeable = False
+        return view
+
+    def __len__(self) -> int:
+        return int(self._codes.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by codes and ids."""
+        return int(self._codes.nbytes + self._ids.nbytes)
+
+    def __repr__(self) -> str:
+        return f"HammingIndex(bits={self.bits}, n={len(self)})"
+
+    # -- input checks ---------------------------------------------------------------------------------
+    def _check_codes(self, codes, what: str) -> np.ndarray:
+        arr = np.asarray(codes)
+        if arr.ndim == 1 and what == "queries":
+            arr = arr[None, :]
+        if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != self._nbytes:
+            raise OndeviceError(f"{what} must be uint8 of shape (n, {self._nbytes}) for {self.bits}-bit codes "
+                                f"(pack them with ondevice.bits.pack), got {arr.dtype} {arr.shape}")
+        pad = self._nbytes * 8 - self._bits
+        if pad and len(arr) and np.any(arr[:, -1] >> (8 - pad)):
+            raise OndeviceError(f"{what} have non-zero padding bits beyond bit {self.bits}; "
+                                f"pack {self.bits}-bit codes with ondevice.bits.pack")
+        return np.ascontiguousarray(arr)
+
+    def _threads(self, threads: int | None) -> int | None:
+        threads = self.threads if threads is None else threads
+        if threads is not None and (not isinstance(threads, (int, np.integer)) or threads < 1):
+            raise OndeviceError(f"threads must be a positive integer, got {threads!r}")
+        return threads
+
+    # -- mutation -------------------------------------------------------------------------------------
+    def add(self, codes: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+        """Append codes; ids default to consecutive integers after the largest id so far. Returns the ids."""
+        codes = self._check_codes(codes, "codes")
+        n = len(codes)
+        if ids is None:
+            new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        else:
+            new_ids = np.asarray(ids)
+            if new_ids.shape != (n,) or not np.issubdtype(new_ids.dtype, np.integer):
+                raise OndeviceError(f"ids must be integers of shape ({n},), got {new_ids.dtype} {new_ids.shape}")
+            new_ids = new_ids.astype(np.int64)
+            if n and new_ids.min() < 0:
+                raise OndeviceError("ids must be >= 0 (-1 marks a missing result)")
+        if n == 0:
+            return new_ids
+        new_ascending = bool(np.all(new_ids[1:] > new_ids[:-1]))
+        after_all = len(self) == 0 or (self._ascending and new_ids[0] > self._ids[-1])
+        if not (new_ascending and after_all):  # the cheap case above cannot hold duplicates
+            if len(np.unique(new_ids)) != n:
+                raise OndeviceError("ids contain duplicates; every code needs its own id")
+            clash = np.isin(new_ids, self._ids)
+            if clash.any():
+                raise OndeviceError(f"{int(clash.sum())} ids are already in the index (e.g. {int(new_ids[clash][0])}); "
+                                    "remove them first")
+        self._codes = np.concatenate([self._codes, codes]) if len(self) else codes.copy()
+        self._ids = np.concatenate([self._ids, new_ids])
+        self._ascending = new_ascending and after_all
+        self._next_id = max(self._next_id, int(new_ids.max()) + 1)
+        return new_ids
+
+    def remove(self, ids: np.ndarray) -> int:
+        """Remove the codes with these ids (unknown ids are ignored); returns how many were removed."""
+        ids = np.asarray(ids).reshape(-1)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise OndeviceError(f"ids must be integers, got {ids.dtype}")
+        drop = np.isin(self._ids, ids.astype(np.int64))
+        removed = int(drop.sum())
+        if removed:
+            keep = ~drop
+            self._codes = np.ascontiguousarray(self._codes[keep])
+            self._ids = np.ascontiguousarray(self._ids[keep])
+        return removed
+
+    # -- search ---------------------------------------------------------------------------------------
+    def search(self, queries: np.ndarray, k: int, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """k nearest codes per query: (int32 distances, int64 ids), each (nq, k), by (distance, id), -1 padded."""
+        from ondevice.kernels.hamming import knn
+
+        queries = self._check_codes(queries, "queries")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        if len(self) == 0:
+            return np.full((len(queries), int(k)), -1, np.int32), np.full((len(queries), int(k)), -1, np.int64)
+        return knn(self._codes, queries, int(k), ids=self._ids, ids_ascending=self._ascending,
+                   threads=self._threads(threads))
+
+    def range_search(self, queries: np.ndarray, radius: int,
+                     threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Codes at distance < radius (FAISS semantics): (lims (nq+1,), distances, ids); query i owns lims[i]:lims[i+1]."""
+        from ondevice.kernels.hamming import range_search
+
+        queries = self._check_codes(queries, "queries")
+        if not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise OndeviceError(f"radius must be a non-negative integer, got {radius!r}")
+        if len(self) == 0:
+            return np.zeros(len(queries) + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int64)
+        return range_search(self._codes, queries, int(radius), ids=self._ids, threads=self._threads(threads))
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the index to `path` atomically (format version 1, see the module docstring)."""
+        path = Path(path)
+        n = len(self)
+        codes_off = HEADER_BYTES
+        ids_off = _align(codes_off + n * self._nbytes)
+        size = ids_off + 8 * n
+        digest = hashlib.sha256()
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            fh.write(b"\0" * HEADER_BYTES)
+            for arr, offset in ((self._codes, codes_off), (self._ids.astype("<i8", copy=False), ids_off)):
+                fh.write(b"\0" * (offset - fh.tell()))
+                flat = memoryview(np.ascontiguousarray(arr)).cast("B")
+                for start in range(0, len(flat), _CHUNK):
+                    chunk = flat[start : start + _CHUNK]
+                    fh.write(chunk)
+                    digest.update(chunk)
+            flags = _FLAG_ASCENDING if self._ascending else 0
+            head = _HEAD.pack(MAGIC, VERSION, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
+                              digest.digest())
+            fh.seek(0)
+            fh.write(head + _CRC.pack(zlib.crc32(head)))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, mmap: bool = True, verify: bool | None = None,
+             threads: int | None = None) -> HammingIndex:
+        """Open an index file; `mmap=True` maps the codes and ids instead of reading them (see module docstring)."""
+        path = Path(path)
+        head = read_header(path)
+        verify = (not mmap) if verify is None else verify
+        index = cls(head["bits"], threads=threads)
+        n, nb = head["count"], head["code_bytes"]
+        if mmap and n:
+            codes = np.memmap(path, np.uint8, "r", offset=head["codes_offset"], shape=(n, nb))
+            ids = np.memmap(path, "<i8", "r", offset=head["ids_offset"], shape=(n,))
+        else:
+            codes = np.empty((n, nb), np.uint8)
+            ids = np.empty(n, "<i8")
+            with open(path, "rb") as fh:  # readinto fills the arrays directly: no second copy
+                for arr, offset in ((codes, head["codes_offset"]), (ids, head["ids_offset"])):
+                    fh.seek(offset)
+                    if arr.nbytes and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
+                        raise OndeviceError(f"{path} is truncated; rebuild the index")
+        if verify:
+            digest = hashlib.sha256()
+            for arr in (codes, ids):
+                flat = memoryview(np.ascontiguousarray(arr)).cast("B")
+                for start in range(0, len(flat), _CHUNK):
+                    digest.update(flat[start : start + _CHUNK])
+            if digest.digest() != head["sha256"]:
+                raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
+        index._codes = codes
+        index._ids = ids.astype(np.int64, copy=False)
+        index._ascending = head["ascending"]
+        index._next_id = int(ids.max()) + 1 if n else 0
+        return index
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """Parse and check an index file's header and size; a foreign, truncated or newer file is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise OndeviceError(f"index file not found: {path}")
+    with open(path, "rb") as fh:
+        raw = fh.read(HEADER_BYTES)
+    actual = path.stat().st_size
+    if len(raw) < 8 or raw[:8] != MAGIC:
+        raise OndeviceError(f"{path} is not an ondevice index file (bad magic); build one with `ondevice index build`")
+    if len(raw) < HEADER_BYTES:
+        raise OndeviceError(f"{path} is truncated ({actual} bytes, shorter than the header); rebuild the index")
+    version = struct.unpack_from("<I", raw, 8)[0]
+    if version != VERSION:
+        raise OndeviceError(f"{path} is index format version {version}; this ondevice reads version {VERSION}, "
+                            "rebuild the index with this version")
+    (crc,) = _CRC.unpack_from(raw, _HEAD.size)
+    if zlib.crc32(raw[: _HEAD.size]) != crc:
+        raise OndeviceError(f"{path} has a corrupt header (checksum mismatch); rebuild the index")
+    _, _, bits, nb, order, flags, count, codes_off, ids_off, size, sha = _HEAD.unpack_from(raw)
+    if _BIT_ORDERS.get(order) != BIT_ORDER:
+        raise OndeviceError(f"{path} uses bit order #{order}; this ondevice reads only {BIT_ORDER!r}")
+    if bits < 1 or nb != code_bytes(bits) or ids_off < codes_off + count * nb or size != ids_off + 8 * count:
+        raise OndeviceError(f"{path} has an inconsistent header; rebuild the index")
+    if actual != size:
+        raise OndeviceError(f"{path} is truncated or padded: the header says {count} codes ({size} bytes) but the "
+                            f"file has {actual} bytes; rebuild the index")
+    return {"bits": bits, "code_bytes": nb, "count": count, "codes_offset": codes_off, "ids_offset": ids_off,
+            "size": size, "sha256": sha, "ascending": bool(flags & _FLAG_ASCENDING), "version": version}
