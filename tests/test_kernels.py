@@ -1,0 +1,166 @@
+"""Issue 3: the Hamming k-NN and range-search kernels agree exactly with a brute-force numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ondevice.bits import hamming_reference
+from ondevice.kernels import hamming as H
+
+# Few distinct widths keep the number of compiled specializations (and cold-cache test time) small:
+# 8, 72, 200, 256 and 1024 bits; 72 and 200 have a tail that is not a whole 64-bit word.
+WIDTHS = (1, 9, 25, 32, 128)
+
+
+def reference_knn(codes, queries, k, ids=None):
+    """Brute force: sort each query's distances by (distance, id), keep k, pad with -1."""
+    n = len(codes)
+    ids = np.arange(n, dtype=np.int64) if ids is None else ids
+    dist = hamming_reference(queries, codes) if n else np.zeros((len(queries), 0), np.int64)
+    out_d = np.full((len(queries), k), -1, np.int64)
+    out_i = np.full((len(queries), k), -1, np.int64)
+    for q in range(len(queries)):
+        order = np.lexsort((ids, dist[q]))[:k]
+        out_d[q, : len(order)] = dist[q, order]
+        out_i[q, : len(order)] = ids[order]
+    return out_d, out_i
+
+
+def reference_range(codes, queries, radius, ids):
+    dist = hamming_reference(queries, codes)
+    lims, out_d, out_i = [0], [], []
+    for q in range(len(queries)):
+        hit = np.nonzero(dist[q] < radius)[0]
+        order = np.lexsort((ids[hit], dist[q, hit]))
+        out_d.append(dist[q, hit][order])
+        out_i.append(ids[hit][order])
+        lims.append(lims[-1] + len(hit))
+    return np.array(lims), np.concatenate(out_d), np.concatenate(out_i)
+
+
+@st.composite
+def problems(draw, widths=WIDTHS):
+    nb = draw(st.sampled_from(widths))
+    n = draw(st.integers(0, 300))
+    nq = draw(st.sampled_from([1, 2, 5, 9]))  # below and above the blocks-kernel threshold
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    density = draw(st.sampled_from([0.5, 0.03]))  # sparse bits: many equal distances (ties)
+    codes = np.packbits(rng.random((n, nb * 8)) < density, axis=1, bitorder="little")
+    if n and draw(st.booleans()):  # exact duplicates
+        codes[rng.integers(0, n, n // 3)] = codes[rng.integers(0, n)]
+    queries = np.packbits(rng.random((nq, nb * 8)) < density, axis=1, bitorder="little")
+    if n:
+        queries[0] = codes[rng.integers(0, n)]  # a query that is in the database
+    kind = draw(st.sampled_from(["none", "ascending", "shuffled"]))
+    ids = None
+    if kind == "ascending":
+        ids = np.cumsum(rng.integers(1, 5, n)).astype(np.int64)
+    elif kind == "shuffled":
+        ids = rng.permutation(3 * n + 1)[:n].astype(np.int64)
+    k = draw(st.integers(1, n + 5))
+    threads = draw(st.sampled_from([1, 2, 3, 4]))
+    return codes, queries, ids, k, threads
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_knn_matches_brute_force(problem):
+    codes, queries, ids, k, threads = problem
+    d, i = H.knn(codes, queries, k, ids=ids, threads=threads)
+    rd, ri = reference_knn(codes, queries, k, ids)
+    assert d.dtype == np.int32 and i.dtype == np.int64 and d.shape == i.shape == (len(queries), k)
+    np.testing.assert_array_equal(d, rd)
+    np.testing.assert_array_equal(i, ri)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(widths=(9, 32)), st.integers(0, 80))
+def test_range_search_matches_brute_force(problem, radius):
+    codes, queries, ids, _, threads = problem
+    ids = np.arange(len(codes), dtype=np.int64) if ids is None else ids
+    lims, d, i = H.range_search(codes, queries, radius, ids=ids, threads=threads)
+    rl, rd, ri = reference_range(codes, queries, radius, ids) if len(codes) else (np.zeros(len(queries) + 1), [], [])
+    np.testing.assert_array_equal(lims, rl)
+    np.testing.assert_array_equal(d, rd)
+    np.testing.assert_array_equal(i, ri)
+
+
+@pytest.mark.parametrize("nq", [1, 7])
+def test_forced_portable_path_matches(monkeypatch, nq):
+    """The SWAR popcount path (for CPUs without a fast vector popcount) gives identical results."""
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 256, (1000, 9), dtype=np.uint8)
+    queries = rng.integers(0, 256, (nq, 9), dtype=np.uint8)
+    monkeypatch.setenv(H.PATH_ENV, "portable")
+    assert H.resolve_path() == "portable"
+    d, i = H.knn(codes, queries, 20, threads=2)
+    rd, ri = reference_knn(codes, queries, 20)
+    np.testing.assert_array_equal(d, rd)
+    np.testing.assert_array_equal(i, ri)
+    monkeypatch.delenv(H.PATH_ENV)
+    d2, i2 = H.knn(codes, queries, 20, threads=2, path="native")
+    np.testing.assert_array_equal(d2, rd)
+    np.testing.assert_array_equal(i2, ri)
+
+
+def test_path_selection():
+    assert H.host_path() in H.PATHS
+    assert H.resolve_path("auto") == H.host_path()
+    assert H.resolve_path("PORTABLE") == "portable"
+    with pytest.raises(ValueError, match="unknown Hamming kernel path"):
+        H.resolve_path("avx9000")
+
+
+def test_tiles_blocks_and_chunks_with_many_ties():
+    """Several L1 tiles per chunk, a ragged last block and 8-bit codes (every distance is tied with many)."""
+    rng = np.random.default_rng(5)
+    for nb in (1, 128):
+        tile = H._kernels(nb, H.resolve_path()).tile_rows
+        n = 3 * tile + 5
+        codes = rng.integers(0, 256, (n, nb), dtype=np.uint8)
+        queries = rng.integers(0, 256, (12, nb), dtype=np.uint8)
+        ids = rng.permutation(n).astype(np.int64)
+        for nq in (1, 12):
+            d, i = H.knn(codes, queries[:nq], 50, ids=ids, threads=2)
+            rd, ri = reference_knn(codes, queries[:nq], 50, ids)
+            np.testing.assert_array_equal(d, rd)
+            np.testing.assert_array_equal(i, ri)
+
+
+def test_empty_database_and_k_beyond_n():
+    codes = np.zeros((0, 32), np.uint8)
+    d, i = H.knn(codes, np.zeros((2, 32), np.uint8), 3)
+    assert (d == -1).all() and (i == -1).all() and d.shape == (2, 3)
+    codes = np.arange(6, dtype=np.uint8).reshape(3, 2)
+    d, i = H.knn(codes, codes[:1], 5, threads=2)
+    assert i[0].tolist() == [0, 1, 2, -1, -1] and d[0].tolist() == [0, 2, 2, -1, -1]
+
+
+def test_memmap_and_strided_inputs(tmp_path):
+    rng = np.random.default_rng(6)
+    codes = rng.integers(0, 256, (500, 32), dtype=np.uint8)
+    path = tmp_path / "codes.bin"
+    codes.tofile(path)
+    mm = np.memmap(path, np.uint8, "r", shape=(500, 32))
+    queries = rng.integers(0, 256, (3, 64), dtype=np.uint8)[:, ::2]  # non-contiguous
+    d, i = H.knn(mm, queries, 10)
+    rd, ri = reference_knn(codes, np.ascontiguousarray(queries), 10)
+    np.testing.assert_array_equal(i, ri)
+
+
+def test_bad_arguments():
+    codes = np.zeros((10, 4), np.uint8)
+    with pytest.raises(ValueError, match="bytes per code"):
+        H.knn(codes, np.zeros((1, 5), np.uint8), 1)
+    with pytest.raises(ValueError, match="uint8"):
+        H.knn(codes.astype(np.int8), np.zeros((1, 4), np.uint8), 1)
+    with pytest.raises(ValueError, match="k must be"):
+        H.knn(codes, np.zeros((1, 4), np.uint8), 0)
+    with pytest.raises(ValueError, match="threads"):
+        H.knn(codes, np.zeros((1, 4), np.uint8), 1, threads=0)
+    with pytest.raises(ValueError, match="ids must be"):
+        H.knn(codes, np.zeros((1, 4), np.uint8), 1, ids=np.arange(3))
