@@ -97,6 +97,15 @@ public class MainActivity extends AppCompatActivity {
             main.post(new Runnable() {
                 @Override
                 public void run() {
+                    if (isFinishing() || isDestroyed()) {
+                        worker.execute(new Runnable() {
+                            @Override
+                            public void run() {
+                                loaded.close(); // the screen went away while loading: free the ONNX session
+                            }
+                        });
+                        return;
+                    }
                     engine = loaded;
                     status.setText(getString(R.string.status_ready, loaded.describe()));
                     javaChoice.setEnabled(loaded.java != null);
@@ -171,14 +180,14 @@ public class MainActivity extends AppCompatActivity {
         super.onDestroy();
         final SearchEngine toClose = engine;
         engine = null;
-        worker.execute(new Runnable() {
-            @Override
-            public void run() {
-                if (toClose != null) {
+        if (toClose != null) {
+            worker.execute(new Runnable() {
+                @Override
+                public void run() {
                     toClose.close();
                 }
-            }
-        });
-        worker.shutdown();
+            });
+        }
+        worker.shutdown(); // queued work (a search in flight, the close above) still runs, then the thread ends
     }
 }
