@@ -50,6 +50,11 @@ def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
 
+def _byte_view(arr: np.ndarray) -> memoryview:
+    """The bytes of a contiguous array, without a copy (also for empty arrays, which memoryview.cast rejects)."""
+    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+
+
 class HammingIndex:
     """Exact k-NN and range search by Hamming distance over packed codes, with int64 ids and a file format."""
 
@@ -202,7 +207,7 @@ class HammingIndex:
             fh.write(b"\0" * HEADER_BYTES)
             for arr, offset in ((self._codes, codes_off), (self._ids.astype("<i8", copy=False), ids_off)):
                 fh.write(b"\0" * (offset - fh.tell()))
-                flat = memoryview(np.ascontiguousarray(arr)).cast("B")
+                flat = _byte_view(arr)
                 for start in range(0, len(flat), _CHUNK):
                     chunk = flat[start : start + _CHUNK]
                     fh.write(chunk)
@@ -232,12 +237,12 @@ class HammingIndex:
             with open(path, "rb") as fh:  # readinto fills the arrays directly: no second copy
                 for arr, offset in ((codes, head["codes_offset"]), (ids, head["ids_offset"])):
                     fh.seek(offset)
-                    if arr.nbytes and fh.readinto(memoryview(arr).cast("B")) != arr.nbytes:
+                    if arr.nbytes and fh.readinto(_byte_view(arr)) != arr.nbytes:
                         raise OndeviceError(f"{path} is truncated; rebuild the index")
         if verify:
             digest = hashlib.sha256()
             for arr in (codes, ids):
-                flat = memoryview(np.ascontiguousarray(arr)).cast("B")
+                flat = _byte_view(arr)
                 for start in range(0, len(flat), _CHUNK):
                     digest.update(flat[start : start + _CHUNK])
             if digest.digest() != head["sha256"]:

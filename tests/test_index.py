@@ -1,0 +1,297 @@
+"""Issue 3: HammingIndex (add/remove/search/range_search), its file format, FAISS interop and the CLI."""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from ondevice.bits import hamming_reference, pack
+from ondevice.cli import main
+from ondevice.errors import OndeviceError
+from ondevice.index import HEADER_BYTES, HammingIndex, read_header
+
+BITS = 200  # 25 bytes per code: not a whole number of 64-bit words
+
+
+def random_codes(n: int, bits: int = BITS, seed: int = 0, density: float = 0.5) -> np.ndarray:
+    return pack(np.random.default_rng(seed).random((n, bits)) < density)
+
+
+def brute(index_codes, index_ids, queries, k):
+    dist = hamming_reference(queries, index_codes)
+    out_d = np.full((len(queries), k), -1)
+    out_i = np.full((len(queries), k), -1)
+    for q in range(len(queries)):
+        order = np.lexsort((index_ids, dist[q]))[:k]
+        out_d[q, : len(order)], out_i[q, : len(order)] = dist[q, order], index_ids[order]
+    return out_d, out_i
+
+
+@pytest.fixture()
+def index():
+    idx = HammingIndex(BITS)
+    idx.add(random_codes(300, seed=1, density=0.1))  # sparse bits: plenty of tied distances
+    return idx
+
+
+# ------------------------------------------------------------------------------------------------ API
+
+
+def test_add_search_and_default_ids(index):
+    assert (len(index), index.bits, index.code_bytes) == (300, BITS, 25)
+    more = random_codes(50, seed=2, density=0.1)
+    assert index.add(more).tolist() == list(range(300, 350))
+    queries = random_codes(6, seed=3, density=0.1)
+    queries[0] = more[7]
+    for nq in (1, 6):
+        d, i = index.search(queries[:nq], 12)
+        rd, ri = brute(index.codes, index.ids, queries[:nq], 12)
+        np.testing.assert_array_equal(d, rd)
+        np.testing.assert_array_equal(i, ri)
+    assert i[0, 0] == 307 and d[0, 0] == 0
+    d1, i1 = index.search(queries[0], 3)  # one 1-d query
+    assert d1.shape == (1, 3) and i1[0, 0] == 307
+
+
+def test_custom_unordered_ids_break_ties_by_id():
+    idx = HammingIndex(64)
+    codes = np.zeros((6, 8), np.uint8)
+    idx.add(codes, ids=np.array([50, 3, 40, 7, 9, 1]))
+    d, i = idx.search(np.zeros((5, 8), np.uint8), 4)  # 5 queries: the blocks kernel
+    assert i[0].tolist() == [1, 3, 7, 9] and (d == 0).all()
+    d, i = idx.search(np.zeros((1, 8), np.uint8), 10)
+    assert i[0].tolist() == [1, 3, 7, 9, 40, 50, -1, -1, -1, -1] and d[0, 6:].tolist() == [-1] * 4
+
+
+def test_add_rejects_bad_input(index):
+    with pytest.raises(OndeviceError, match="duplicates"):
+        index.add(random_codes(2), ids=[1000, 1000])
+    with pytest.raises(OndeviceError, match="already in the index"):
+        index.add(random_codes(2), ids=[5, 1001])
+    with pytest.raises(OndeviceError, match=">= 0"):
+        index.add(random_codes(1), ids=[-1])
+    with pytest.raises(OndeviceError, match=r"shape \(n, 25\)"):
+        index.add(np.zeros((3, 24), np.uint8))
+    idx29 = HammingIndex(29)
+    with pytest.raises(OndeviceError, match="padding bits"):
+        idx29.add(np.full((1, 4), 255, np.uint8))
+    with pytest.raises(OndeviceError, match="k must be"):
+        index.search(random_codes(1), 0)
+    with pytest.raises(OndeviceError, match="bits must be"):
+        HammingIndex(0)
+    assert len(index) == 300
+
+
+def test_remove(index):
+    assert index.remove([3, 5, 999_999]) == 2
+    assert len(index) == 298 and 3 not in index.ids and 5 not in index.ids
+    d, i = index.search(index.codes[:4], 5)
+    rd, ri = brute(index.codes, index.ids, index.codes[:4], 5)
+    np.testing.assert_array_equal(i, ri)
+    assert index.add(random_codes(1, seed=9)).tolist() == [300]  # ids keep counting after the largest
+    assert index.add(random_codes(1, seed=10), ids=[3]).tolist() == [3]  # a removed id can be reused
+    assert index.remove([]) == 0
+
+
+def test_range_search(index):
+    queries = random_codes(3, seed=4, density=0.1)
+    lims, d, i = index.range_search(queries, 30)
+    dist = hamming_reference(queries, index.codes)
+    for q in range(3):
+        hits = np.nonzero(dist[q] < 30)[0]
+        assert sorted(i[lims[q] : lims[q + 1]].tolist()) == sorted(index.ids[hits].tolist())
+        assert (np.diff(d[lims[q] : lims[q + 1]]) >= 0).all()
+    lims, d, i = HammingIndex(BITS).range_search(queries, 30)
+    assert lims.tolist() == [0, 0, 0, 0] and len(d) == len(i) == 0
+
+
+def test_empty_index_search():
+    d, i = HammingIndex(64).search(np.zeros((2, 8), np.uint8), 3)
+    assert (d == -1).all() and (i == -1).all() and d.shape == (2, 3)
+
+
+# ------------------------------------------------------------------------------------------------ file format
+
+
+@pytest.mark.parametrize("mmap", [True, False])
+def test_save_load_round_trip(index, tmp_path, mmap):
+    index.add(random_codes(5, seed=8), ids=[900, 901, 700, 950, 960])  # ids no longer ascending
+    path = index.save(tmp_path / "a.odx")
+    assert [p.name for p in tmp_path.iterdir()] == ["a.odx"]  # no temporary file left behind
+    assert os.path.getsize(path) == read_header(path)["size"]
+    loaded = HammingIndex.load(path, mmap=mmap)
+    assert isinstance(loaded.codes.base, np.memmap) or isinstance(loaded.codes, np.memmap) or not mmap
+    assert (len(loaded), loaded.bits) == (len(index), index.bits)
+    np.testing.assert_array_equal(loaded.codes, index.codes)
+    np.testing.assert_array_equal(loaded.ids, index.ids)
+    q = random_codes(5, seed=11, density=0.1)
+    for got, want in zip(loaded.search(q, 7), index.search(q, 7)):
+        np.testing.assert_array_equal(got, want)
+    assert loaded.add(random_codes(1, seed=12)).tolist() == [961]
+    assert loaded.nbytes == len(loaded) * (25 + 8)
+
+
+def test_empty_index_round_trip(tmp_path):
+    path = HammingIndex(29).save(tmp_path / "e.odx")
+    loaded = HammingIndex.load(path)
+    assert (len(loaded), loaded.bits, loaded.code_bytes) == (0, 29, 4)
+
+
+def test_overwrite_while_mapped(index, tmp_path):
+    path = index.save(tmp_path / "a.odx")
+    mapped = HammingIndex.load(path)
+    before = np.array(mapped.codes[:3])
+    index.remove(index.ids[:3])
+    index.save(path)  # renamed over the mapped file: the old mapping keeps the old bytes
+    np.testing.assert_array_equal(mapped.codes[:3], before)
+    assert len(HammingIndex.load(path)) == 297
+
+
+def _one_line_error(fn, match):
+    with pytest.raises(OndeviceError, match=match) as info:
+        fn()
+    assert "\n" not in str(info.value)
+
+
+def test_bad_files_give_one_line_errors(index, tmp_path):
+    good = index.save(tmp_path / "good.odx").read_bytes()
+
+    def write(name, data):
+        (tmp_path / name).write_bytes(data)
+        return tmp_path / name
+
+    _one_line_error(lambda: HammingIndex.load(tmp_path / "missing.odx"), "not found")
+    _one_line_error(lambda: HammingIndex.load(write("foreign.odx", b"PK\x03\x04" + good[4:])), "not an ondevice index")
+    _one_line_error(lambda: HammingIndex.load(write("tiny.odx", good[:50])), "truncated")
+    _one_line_error(lambda: HammingIndex.load(write("trunc.odx", good[:-10])), "truncated")
+    for mmap in (True, False):  # the size check needs no data read
+        _one_line_error(lambda: HammingIndex.load(write("trunc2.odx", good[: HEADER_BYTES + 100]), mmap=mmap),
+                        "truncated")
+    v2 = bytearray(good)
+    struct.pack_into("<I", v2, 8, 2)
+    _one_line_error(lambda: HammingIndex.load(write("v2.odx", bytes(v2))), "version 2")
+    hdr = bytearray(good)
+    hdr[12] ^= 1  # bits field
+    _one_line_error(lambda: HammingIndex.load(write("hdr.odx", bytes(hdr))), "corrupt header")
+    body = bytearray(good)
+    body[HEADER_BYTES + 10] ^= 0x10
+    path = write("body.odx", bytes(body))
+    _one_line_error(lambda: HammingIndex.load(path, mmap=False), "checksum")
+    _one_line_error(lambda: HammingIndex.load(path, mmap=True, verify=True), "checksum")
+    assert len(HammingIndex.load(path, mmap=True)) == 300  # by default a mapped load does not read the data
+    order = bytearray(good)
+    order[20] = 1  # bit order, with a re-computed header crc
+    order[88:92] = struct.pack("<I", zlib.crc32(bytes(order[:88])))
+    _one_line_error(lambda: HammingIndex.load(write("order.odx", bytes(order))), "bit order")
+
+
+# ------------------------------------------------------------------------------------------------ FAISS interop
+
+
+def test_faiss_reads_the_same_codes():
+    faiss = pytest.importorskip("faiss")
+    codes = random_codes(500, bits=256, seed=13)
+    queries = random_codes(4, bits=256, seed=14)
+    ref = faiss.IndexBinaryFlat(256)
+    ref.add(codes)  # ondevice.bits.pack output goes into FAISS unchanged
+    fd, fi = ref.search(queries, 10)
+    idx = HammingIndex(256)
+    idx.add(codes)
+    d, i = idx.search(queries, 10)
+    np.testing.assert_array_equal(d, fd)
+    for q in range(4):  # FAISS may order equal distances differently; the sets below the k-th distance agree
+        below = d[q] < d[q, -1]
+        assert set(i[q][below]) == set(fi[q][fd[q] < fd[q, -1]])
+    flims, fdist, fids = ref.range_search(queries, 120)
+    lims, dist, ids = idx.range_search(queries, 120)
+    np.testing.assert_array_equal(lims, flims)
+    for q in range(4):
+        assert sorted(ids[lims[q] : lims[q + 1]]) == sorted(fids[flims[q] : flims[q + 1]])
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_build_search_info(tmp_path, capsys):
+    codes = random_codes(400, bits=72, seed=15)
+    np.save(tmp_path / "codes.npy", codes)
+    np.save(tmp_path / "ids.npy", np.arange(1000, 1400, dtype=np.int64))
+    np.save(tmp_path / "q.npy", codes[[5, 9]])
+    out = tmp_path / "c.odx"
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--ids", str(tmp_path / "ids.npy"),
+                 "--out", str(out)]) == 0
+    assert read_header(out)["bits"] == 72
+    capsys.readouterr()
+    assert main(["index", "search", str(out), "--queries", str(tmp_path / "q.npy"), "-k", "2", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    import json
+
+    assert [json.loads(x)["results"][0]["id"] for x in lines] == [1005, 1009]
+    assert main(["index", "search", str(out), "--queries", str(tmp_path / "q.npy"), "--radius", "1"]) == 0
+    assert "id=1005" in capsys.readouterr().out
+    assert main(["index", "info", str(out), "--verify"]) == 0
+    assert "400 codes x 72 bits" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["index", "build", "--out", "x.odx"], "exactly one input"),
+    (["index", "build", "--codes", "missing.npy", "--out", "x.odx"], "not found"),
+    (["index", "search", "missing.odx", "--queries", "q.npy"], "not found"),
+    (["index", "info", "missing.odx"], "not found"),
+])
+def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_cli_rejects_mismatched_inputs(tmp_path, capsys):
+    codes = random_codes(10, bits=64)
+    np.save(tmp_path / "codes.npy", codes)
+    np.save(tmp_path / "wide.npy", random_codes(2, bits=128))
+    out = str(tmp_path / "c.odx")
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--bits", "100", "--out", out]) == 2
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--out", out]) == 0
+    assert main(["index", "search", out, "--queries", str(tmp_path / "wide.npy")]) == 2
+    assert main(["index", "search", out, "--query", "hello"]) == 2  # text needs an encoder
+    (tmp_path / "c.odx").write_bytes(b"\0" * 10)
+    assert main(["index", "info", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith("ondevice index: error:") for line in err)
+
+
+def test_cli_text_path_with_student_and_binarizer(tmp_path, capsys):
+    """Build from a corpus through a student + binarizer and search with a text query."""
+    pytest.importorskip("torch")
+    from ondevice.binarize import Binarizer
+    from ondevice.student import Student, StudentConfig
+    from ondevice.tokenizer import PAD, UNK, Tokenizer
+
+    words = "the a cat dog sat on mat ran fast big small red house tree car city river sees likes old new".split()
+    vocab = [PAD, UNK, *words]
+    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=8, hidden_size=6, pooling="meanmax", output_dim=16,
+                        max_tokens=24)
+    emb = np.random.default_rng(0).normal(0, 0.7, (len(vocab), 8)).astype(np.float32)
+    student = Student.from_embeddings(cfg, Tokenizer(vocab, max_tokens=24), emb, seed=0)
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(rng.choice(words, size=rng.integers(2, 9))) for _ in range(60)]
+    binarizer = Binarizer.fit(student.encode(corpus), "random", 29, seed=0)
+    student.save(tmp_path / "student")
+    binarizer.save(tmp_path / "binarizer")
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus) + "\n")
+    enc = ["--student", str(tmp_path / "student"), "--binarizer", str(tmp_path / "binarizer")]
+    out = str(tmp_path / "t.odx")
+    assert main(["index", "build", "--corpus", str(tmp_path / "corpus.txt"), "--out", out, *enc]) == 0
+    assert read_header(out)["bits"] == 29
+    capsys.readouterr()
+    assert main(["index", "search", out, "--query", corpus[17], "-k", "3", "--json",
+                 "--corpus", str(tmp_path / "corpus.txt"), *enc]) == 0
+    import json
+
+    hits = json.loads(capsys.readouterr().out)["results"]
+    assert hits[0]["distance"] == 0 and corpus[17] in [h["text"] for h in hits if h["distance"] == 0]
