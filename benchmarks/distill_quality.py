@@ -21,7 +21,7 @@ from pathlib import Path
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import CHECKPOINT, DistillConfig, distill
 from ondevice.eval import glove_average_encoder, sts_spearman
-from ondevice.eval.data import read_sts
+from ondevice.eval.data import read_stsb
 from ondevice.io import cache_dir, write_json
 from ondevice.teacher import Teacher
 
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     scores = {name: sts_spearman(enc, a.data, "stsb", "test") for name, enc in
               (("teacher", teacher), ("student", student), ("glove-50 average", glove))}
 
-    pairs = read_sts(a.data, "stsb", "test")
-    texts = list(dict.fromkeys(s for pair in pairs for s in pair[:2]))[: a.speed_sentences]
+    pairs = read_stsb(a.data, "test")
+    texts = list(dict.fromkeys(pairs.a + pairs.b))[: a.speed_sentences]
     student.encode(texts[:64]), teacher.encode(texts[:64])  # warm-up
     t_speed, s_speed = [], []
     for _ in range(a.repeats):  # interleaved, so machine noise hits both alike
