@@ -26,11 +26,15 @@ def unique_encode(texts: Sequence[str], fn: Callable[[list[str]], np.ndarray]) -
     return out[inverse]
 
 
+CHUNK = 4096  # distinct texts per cached piece of a long list: an interrupted run keeps the finished pieces
+
+
 class EncodingCache:
     """Arrays keyed by identity + tag + texts; `root=None` disables the cache (always compute)."""
 
-    def __init__(self, root: str | Path | None = None):
+    def __init__(self, root: str | Path | None = None, chunk: int = CHUNK):
         self.root = Path(root) if root is not None else None
+        self.chunk = chunk
         self.hits = 0
         self.misses = 0
 
@@ -44,19 +48,50 @@ class EncodingCache:
             return unique_encode(texts, fn)
         folder = self.root / identity_key(identity)
         path = folder / f"{tag}-{sha256_text(texts)[:24]}-{len(texts)}.npy"
-        if path.is_file():
-            try:
-                arr = np.load(path, allow_pickle=False)
-                if arr.shape[0] == len(texts):
-                    self.hits += 1
-                    return arr
-            except (OSError, ValueError):
-                pass  # a damaged entry is recomputed and overwritten below
+        arr = _load(path, len(texts))
+        if arr is not None:
+            self.hits += 1
+            return arr
         self.misses += 1
-        arr = unique_encode(texts, fn)
         if not (folder / "identity.json").is_file():
             write_json(folder / "identity.json", json.loads(json.dumps(identity, sort_keys=True)))
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
+        parts: list[Path] = []
+        arr = unique_encode(texts, lambda distinct: self._chunked(folder, tag, distinct, fn, parts))
+        _save(path, arr)
+        for part in parts:  # the whole list is saved now; its pieces would only double the disk use
+            part.unlink(missing_ok=True)
         return arr
+
+    def _chunked(self, folder: Path, tag: str, texts: list[str], fn: Callable[[list[str]], np.ndarray],
+                 parts: list[Path]) -> np.ndarray:
+        """`fn(texts)` piece by piece, each piece cached, so a long encoding can resume after an interruption."""
+        if len(texts) <= self.chunk:
+            return np.asarray(fn(texts))
+        pieces = []
+        for start in range(0, len(texts), self.chunk):
+            part = texts[start : start + self.chunk]
+            path = folder / "parts" / f"{tag}-{sha256_text(part)[:24]}-{len(part)}.npy"
+            arr = _load(path, len(part))
+            if arr is None:
+                arr = np.asarray(fn(part))
+                _save(path, arr)
+            parts.append(path)
+            pieces.append(arr)
+        return np.concatenate(pieces)
+
+
+def _load(path: Path, rows: int) -> np.ndarray | None:
+    """A cached array with `rows` rows, or None (absent or damaged: it gets recomputed)."""
+    if not path.is_file():
+        return None
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    return arr if arr.shape[0] == rows else None
+
+
+def _save(path: Path, arr: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)

@@ -24,7 +24,9 @@ def cosine_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     nb = np.linalg.norm(b, axis=1)
     denom = na * nb
     dot = np.einsum("ij,ij->i", a, b)
-    return np.divide(dot, denom, out=np.zeros_like(dot), where=denom > 0)
+    cos = np.divide(dot, denom, out=np.zeros_like(dot), where=denom > 0)
+    # Round off float noise so equal similarities (e.g. identical sentence pairs) tie exactly in rank metrics.
+    return np.round(cos, 12)
 
 
 def hamming_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -36,14 +36,11 @@ def probe_features(x: np.ndarray, bits: int | None = None) -> np.ndarray:
 def _fit_score(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray, c: float, seed: int) -> float:
     """Test accuracy of a logistic regression fitted on standardized training features."""
     skl_lm = require("sklearn.linear_model", "eval")
-    threadpoolctl = require("threadpoolctl", "eval")
     mean = xtr.mean(axis=0)
     std = xtr.std(axis=0)
     std[std == 0] = 1.0
     clf = skl_lm.LogisticRegression(C=c, max_iter=MAX_ITER, random_state=seed)
-    # One BLAS thread: lbfgs on these small problems is latency-bound, and multi-threaded BLAS on a busy
-    # 2-core machine ran 50x slower (TREC: 9.5 s vs 0.17 s per fit).
-    with threadpoolctl.threadpool_limits(limits=1), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=require("sklearn.exceptions", "eval").ConvergenceWarning)
         clf.fit((xtr - mean) / std, ytr)
     return accuracy(yte, clf.predict((xte - mean) / std))
@@ -63,8 +60,19 @@ def select_c(x: np.ndarray, y: np.ndarray, xval: np.ndarray, yval: np.ndarray, s
     return best, {str(c): round(100 * s, 2) for c, s in scores.items()}
 
 
+def _one_blas_thread():
+    """Context limiting BLAS to one thread: lbfgs on these small problems is latency-bound, and
+    multi-threaded BLAS on a busy 2-core machine ran 50x slower (TREC: 9.5 s vs 0.17 s per fit)."""
+    return require("threadpoolctl", "eval").threadpool_limits(limits=1)
+
+
 def kfold_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0, folds: int = 10) -> dict:
     """Mean 10-fold CV test accuracy x100 (protocol in the module docstring)."""
+    with _one_blas_thread():
+        return _kfold_accuracy(x, y, seed, folds)
+
+
+def _kfold_accuracy(x: np.ndarray, y: np.ndarray, seed: int, folds: int) -> dict:
     ms = require("sklearn.model_selection", "eval")
     t0 = time.perf_counter()
     x = np.asarray(x, dtype=np.float32)
@@ -80,6 +88,12 @@ def kfold_accuracy(x: np.ndarray, y: np.ndarray, seed: int = 0, folds: int = 10)
 def split_accuracy(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
                    xdev: np.ndarray | None = None, ydev: np.ndarray | None = None, seed: int = 0) -> dict:
     """Test accuracy x100 of a probe trained on train, C picked on dev (or a 10% hold-out of train)."""
+    with _one_blas_thread():
+        return _split_accuracy(xtr, ytr, xte, yte, xdev, ydev, seed)
+
+
+def _split_accuracy(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
+                    xdev: np.ndarray | None, ydev: np.ndarray | None, seed: int) -> dict:
     t0 = time.perf_counter()
     xtr = np.asarray(xtr, dtype=np.float32)
     if xdev is None or ydev is None:
