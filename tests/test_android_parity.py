@@ -39,7 +39,8 @@ def java_classes(tmp_path_factory) -> Path:
     """android_demo/core compiled for Java 8 (the API level Android's D8 handles everywhere)."""
     out = tmp_path_factory.mktemp("java-classes")
     sources = sorted(str(p) for p in (CORE / "src").rglob("*.java"))
-    res = _run([JAVAC, *FAST_JVM_START, "--release", "8", "-Xlint:all", "-Werror", "-encoding", "UTF-8", "-d", str(out), *sources])
+    flags = ["--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror", "-encoding", "UTF-8"]
+    res = _run([JAVAC, *FAST_JVM_START, *flags, "-d", str(out), *sources])
     assert res.returncode == 0, f"javac failed:\n{res.stdout}\n{res.stderr}"
     return out
 
