@@ -251,3 +251,31 @@ def test_encoding_cache_resumes_long_lists_by_chunk(tmp_path: Path) -> None:
     out = cache.get({"kind": "fake"}, "float", texts, fresh.encode)  # the first two pieces come from disk
     np.testing.assert_array_equal(out, HashEncoder().encode(texts))
     assert fresh.calls == 1 and not list(tmp_path.rglob("parts/*.npy"))
+
+
+def test_student_binarizer_and_bundle_views_agree(data_dir: Path, tmp_path: Path) -> None:
+    """A student + saved binarizer and the bundle exported from them give the same numbers."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from ondevice.binarize import Binarizer
+    from ondevice.export.bundle import export
+    from ondevice.student import Student, StudentConfig
+    from ondevice.tokenizer import PAD, UNK, Tokenizer
+
+    vocab = [PAD, UNK, *sorted(set(POS + NEG + FILL))]
+    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=8, hidden_size=6, pooling="mean", output_dim=16, max_tokens=24)
+    emb = np.random.default_rng(0).normal(0, 0.7, (len(vocab), 8)).astype(np.float32)
+    student = Student.from_embeddings(cfg, Tokenizer(vocab, max_tokens=24), emb, seed=0)
+    student.save(tmp_path / "student")
+    binarizer = Binarizer.fit(student.encode(POS + NEG + FILL), "random", 24, seed=0)
+    binarizer.save(tmp_path / "bin")
+    export(student, binarizer, tmp_path / "bundle")
+    report = evaluate({"s": f"student:{tmp_path / 'student'}+binarizer:{tmp_path / 'bin'}", "b": f"bundle:{tmp_path / 'bundle'}"},
+                      tasks=["stsb-test", "retrieval"], data_dir=data_dir, queries=20, measure_speed=False,
+                      cache_root=tmp_path / "cache", log=lambda m: None)
+    res = report["results"]
+    assert set(res) == {"s", "s/random-24", "b", "b/codes-24"}
+    assert res["b"]["stsb-test"]["spearman"] == pytest.approx(res["s"]["stsb-test"]["spearman"], abs=0.5)
+    assert res["b/codes-24"]["stsb-test"]["spearman"] == pytest.approx(res["s/random-24"]["stsb-test"]["spearman"], abs=2)
+    assert report["views"]["b/codes-24"]["bytes_per_sentence"] == 3
+    assert report["views"]["s/random-24"]["identity"]["binarizer"]["files"]["binarizer.json"]

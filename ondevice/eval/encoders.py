@@ -148,49 +148,33 @@ def glove_average_encoder(word_vectors: str = "glove-6b-50d") -> GloveAverageEnc
 
 
 class BundleEncoder:
-    """An exported bundle through the torch-free runtime (`ondevice.runtime.Bundle`): floats and, if it has one, codes."""
+    """An exported bundle through the torch-free runtime (`ondevice.runtime.Bundle`): float vectors and codes."""
 
     kind = "bundle"
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if not self.path.exists():
-            raise OndeviceError(f"bundle not found: {self.path}; export one with `ondevice export`")
-        try:
-            from ondevice.runtime import Bundle
-        except ImportError:
-            raise OndeviceError("this ondevice has no runtime (ondevice.runtime) to load bundles; update ondevice") from None
-        self._bundle = Bundle.load(self.path)
-        folder = self.path if self.path.is_dir() else self.path.parent
-        self._files = files_identity(folder) if self.path.is_dir() else {self.path.name: sha256_file(self.path)}
-        self.model_bytes = files_bytes(folder) if self.path.is_dir() else self.path.stat().st_size
-        self.bits = _bundle_bits(self._bundle)
+    def __init__(self, path: str | Path, precision: str | None = None):
+        from ondevice.runtime import Bundle, resolve_bundle
+
+        self.path = resolve_bundle(path, precision)
+        self._bundle = Bundle.load(self.path, precision)
+        self._files = files_identity(self.path)
+        self.model_bytes = files_bytes(self.path)
+        self.bits = int(self._bundle.bits)
+        self._last: tuple[list[str], np.ndarray] | None = None
 
     def identity(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": str(self.path), "files": self._files}
+        return {"kind": self.kind, "path": str(self.path), "precision": self._bundle.precision, "files": self._files}
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """The bundle's float vectors."""
-        return np.asarray(self._bundle.encode(list(texts)), dtype=np.float32)
+        """The bundle's float vectors (its codes from the same pass are kept for `codes`)."""
+        texts = list(texts)
+        emb, codes = self._bundle.embed(texts)
+        self._last = (texts, codes)
+        return emb
 
     def codes(self, texts: Sequence[str]) -> np.ndarray:
-        """The bundle's packed codes (uint8)."""
-        return np.asarray(self._bundle.codes(list(texts)), dtype=np.uint8)
-
-
-def _bundle_bits(bundle: Any) -> int | None:
-    """Code width of a bundle, or None when it has no binarizer."""
-    for attr in ("bits",):
-        value = getattr(bundle, attr, None)
-        if isinstance(value, (int, np.integer)) and value > 0:
-            return int(value)
-    binarizer = getattr(bundle, "binarizer", None)
-    if binarizer is not None and getattr(binarizer, "bits", None):
-        return int(binarizer.bits)
-    if not hasattr(bundle, "codes"):
-        return None
-    try:  # probe: a bundle without a binarizer refuses to give codes
-        codes = np.asarray(bundle.codes(["probe"]))
-    except OndeviceError:
-        return None
-    return int(codes.shape[1]) * 8 if codes.dtype == np.uint8 else None
+        """The bundle's packed codes (uint8), computed by its own graph."""
+        texts = list(texts)
+        if self._last is not None and self._last[0] == texts:
+            return self._last[1]
+        return self._bundle.codes(texts)

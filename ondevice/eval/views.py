@@ -114,14 +114,16 @@ class EncoderSpec:
     name: str
     kind: str  # teacher | student | glove | bundle
     arg: str = ""  # path / model spec
-    pooling: str = "mean"
+    pooling: str = "mean"  # teacher pooling
+    precision: str | None = None  # bundle precision (fp32 / int8) in a two-precision export
     binarizer_dirs: tuple[str, ...] = ()
     fit: tuple[tuple[str, int], ...] = ()  # (method, bits) fitted on the fly
 
 
 SPEC_HELP = (
     "NAME=SPEC, repeatable. SPEC is one of: teacher (the packaged all-MiniLM-L6-v2), teacher:HF_DIR[:mean|cls|max], "
-    "glove (GloVe 6B 50d average), glove:VECTORS_FILE, student:DIR, bundle:PATH; then optionally "
+    "glove (GloVe 6B 50d average), glove:VECTORS_FILE, student:DIR, bundle:DIR[:fp32|int8] (its floats and codes); "
+    "then optionally "
     "+binarizer:DIR (a saved binarizer) and/or +METHOD:BITS (fit one now, e.g. +random:2048), repeatable. "
     "NAME= may be left out (the kind is used)."
 )
@@ -137,17 +139,19 @@ def parse_encoder_spec(text: str) -> EncoderSpec:
     parts = spec.split("+")
     head, extras = parts[0].strip(), [p.strip() for p in parts[1:]]
     kind, _, arg = head.partition(":")
-    pooling = "mean"
+    pooling, precision = "mean", None
     if kind == "teacher":
         if arg and arg.rsplit(":", 1)[-1] in ("mean", "cls", "max"):
             arg, _, pooling = arg.rpartition(":")
         arg = arg or "all-MiniLM-L6-v2"
     elif kind == "glove":
         arg = arg or "glove-6b-50d"
-    elif kind in ("student", "bundle"):
+    elif kind == "bundle" and arg.rsplit(":", 1)[-1] in ("fp32", "int8"):
+        arg, _, precision = arg.rpartition(":")
+    if kind in ("student", "bundle"):
         if not arg:
             raise OndeviceError(f"--encoder {text!r}: {kind} needs a path, e.g. {kind}:DIR")
-    else:
+    if kind not in ("teacher", "glove", "student", "bundle"):
         raise OndeviceError(f"--encoder {text!r}: unknown encoder kind {kind!r}; use teacher, glove, student or bundle")
     dirs, fit = [], []
     for extra in extras:
@@ -161,7 +165,7 @@ def parse_encoder_spec(text: str) -> EncoderSpec:
                 f"--encoder {text!r}: cannot read {'+' + extra!r}; use +binarizer:DIR or +METHOD:BITS "
                 f"with METHOD one of {', '.join(METHODS)}"
             )
-    return EncoderSpec(name=name.strip() or kind, kind=kind, arg=arg, pooling=pooling,
+    return EncoderSpec(name=name.strip() or kind, kind=kind, arg=arg, pooling=pooling, precision=precision,
                        binarizer_dirs=tuple(dirs), fit=tuple(fit))
 
 
@@ -175,7 +179,7 @@ def build_encoder(spec: EncoderSpec) -> Any:
         return GloveAverageEncoder(spec.arg)
     if spec.kind == "student":
         return StudentEncoder(spec.arg)
-    return BundleEncoder(spec.arg)
+    return BundleEncoder(spec.arg, precision=spec.precision)
 
 
 def load_binarizer(directory: str | Path) -> tuple[Any, dict, int]:
@@ -210,7 +214,7 @@ def build_views(specs: Sequence[EncoderSpec], cache: EncodingCache, seed: int = 
     for spec in specs:
         base = FloatView(spec.name, build_encoder(spec), cache)
         views.append(base)
-        if spec.kind == "bundle" and getattr(base.encoder, "bits", None):
+        if spec.kind == "bundle":
             views.append(BundleCodeView(f"{spec.name}/codes-{base.encoder.bits}", base))
         for d in spec.binarizer_dirs:
             b, bid, nbytes = load_binarizer(d)
