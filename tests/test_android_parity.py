@@ -82,6 +82,16 @@ def test_tokenizer_agrees_on_every_code_point_the_jvm_knows(java_classes, tmp_pa
     assert int(values["differ_unassigned_in_jvm"]) <= 1000  # a newer Python knows more; only those may differ
 
 
+def test_core_uses_only_apis_android_24_has():
+    """javac --release 8 checks Java 8; these Java 8+ APIs exist on Android only from API 26 (or not at all)."""
+    newer = ["java.nio.file", "java.time", "String.join(", "List.of(", "Map.of(", "Set.of(", ".readAllBytes(",
+             "java.util.Base64", "java.lang.invoke"]
+    for src in (CORE / "src" / "main").rglob("*.java"):
+        code = "\n".join(line for line in src.read_text(encoding="utf-8").splitlines()
+                         if not line.strip().startswith(("*", "/**", "//")))
+        assert not [api for api in newer if api in code], f"{src.name} uses an API Android 7 (API 24) lacks"
+
+
 def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
     return _run([JAVA, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", str(classes), f"ai.ondevice.core.{main}", *args])
 

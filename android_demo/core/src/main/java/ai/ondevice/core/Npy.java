@@ -48,7 +48,7 @@ public final class Npy {
                 return;
             }
         }
-        throw new BundleException("npy array has dtype " + dtype + ", expected " + String.join(" or ", allowed));
+        throw new BundleException("npy array has dtype " + dtype + ", expected " + java.util.Arrays.toString(allowed));
     }
 
     public float[] floats() {
