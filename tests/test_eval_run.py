@@ -18,9 +18,9 @@ from ondevice.eval import DEFAULT_TASKS, evaluate, sts_spearman, write_report
 from ondevice.eval.cache import EncodingCache
 from ondevice.eval.views import parse_encoder_spec
 
-POS = "good great fine happy love".split()
-NEG = "bad awful poor sad hate".split()
-FILL = "the a movie phone story it was is very quite".split()
+POS = ["good", "great", "fine", "happy", "love"]
+NEG = ["bad", "awful", "poor", "sad", "hate"]
+FILL = ["the", "a", "movie", "phone", "story", "it", "was", "is", "very", "quite"]
 
 
 class HashEncoder:
@@ -58,7 +58,7 @@ def _sentence(rng: random.Random, words: list[str]) -> str:
 def make_data(root: Path, n: int = 40) -> Path:
     """A miniature copy of every data set, in each set's real format (quirks included)."""
     rng = random.Random(0)
-    w = lambda rel, text, enc="utf-8": (root / rel).parent.mkdir(parents=True, exist_ok=True) or (root / rel).write_bytes(text.encode(enc))  # noqa: E731
+    w = lambda rel, text, enc="utf-8": (root / rel).parent.mkdir(parents=True, exist_ok=True) or (root / rel).write_bytes(text.encode(enc))
 
     def pairs(k: int) -> list[tuple[str, str, float]]:
         out = []
@@ -257,8 +257,9 @@ def test_student_binarizer_and_bundle_views_agree(data_dir: Path, tmp_path: Path
     """A student + saved binarizer and the bundle exported from them give the same numbers."""
     pytest.importorskip("torch")
     pytest.importorskip("onnx")
-    from ondevice.binarize import Binarizer
     from ondevice.export.bundle import export
+
+    from ondevice.binarize import Binarizer
     from ondevice.student import Student, StudentConfig
     from ondevice.tokenizer import PAD, UNK, Tokenizer
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +93,5 @@ def _load(path: Path, rows: int) -> np.ndarray | None:
 
 
 def _save(path: Path, arr: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, arr, allow_pickle=False)

@@ -63,8 +63,7 @@ def _file(data_dir: str | Path, rel: str, task: str) -> Path:
 def _lines(path: Path, encoding: str = "utf-8") -> list[str]:
     """Lines without their line ends (a file's final newline does not make an extra empty line)."""
     text = path.read_bytes().decode(encoding)
-    if text.startswith(BOM):
-        text = text[len(BOM):]
+    text = text.removeprefix(BOM)
     return text.splitlines()
 
 

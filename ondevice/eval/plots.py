@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ondevice._deps import require
 from ondevice.eval.report import transfer_average
@@ -92,7 +94,7 @@ def _scatter(report: dict[str, Any], path: Path, panels: list[tuple[str, Callabl
     for ax, (xlabel, xget) in zip(axes[0], panels):
         for name, meta in report["views"].items():
             x, y = xget(meta), get(report["results"][name])
-            if x is None or y is None or x != x:  # x != x: NaN speed
+            if x is None or y is None or math.isnan(x):
                 continue
             any_point = True
             ax.scatter([x], [y], marker="s" if meta["binary"] else "o")

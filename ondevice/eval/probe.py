@@ -82,7 +82,7 @@ def _kfold_accuracy(x: np.ndarray, y: np.ndarray, seed: int, folds: int) -> dict
     c, grid = select_c(x[tr0][fit], y[tr0][fit], x[tr0][val], y[tr0][val], seed)
     accs = [_fit_score(x[tr], y[tr], x[te], y[te], c, seed) for tr, te in splits]
     return {"acc": round(100 * float(np.mean(accs)), 2), "acc_std": round(100 * float(np.std(accs)), 2),
-            "C": c, "val_acc_by_C": grid, "n": int(len(y)), "seconds": round(time.perf_counter() - t0, 2)}
+            "C": c, "val_acc_by_C": grid, "n": len(y), "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def split_accuracy(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
@@ -102,5 +102,5 @@ def _split_accuracy(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.n
     else:
         c, grid = select_c(xtr, ytr, np.asarray(xdev, dtype=np.float32), ydev, seed)
     acc = _fit_score(xtr, ytr, np.asarray(xte, dtype=np.float32), yte, c, seed)
-    return {"acc": round(100 * acc, 2), "C": c, "val_acc_by_C": grid, "n_train": int(len(ytr)),
-            "n_test": int(len(yte)), "seconds": round(time.perf_counter() - t0, 2)}
+    return {"acc": round(100 * acc, 2), "C": c, "val_acc_by_C": grid, "n_train": len(ytr),
+            "n_test": len(yte), "seconds": round(time.perf_counter() - t0, 2)}

@@ -7,8 +7,9 @@ import importlib.metadata
 import platform
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ondevice.eval import data as D
-from ondevice.eval.metrics import above_mean, accuracy, f1_binary, is_codes, pair_scores, pearson, recall_at_k, spearman
+from ondevice.eval.metrics import (
+    above_mean,
+    accuracy,
+    f1_binary,
+    is_codes,
+    pair_scores,
+    pearson,
+    recall_at_k,
+    spearman,
+)
 from ondevice.eval.probe import kfold_accuracy, probe_features, split_accuracy
 from ondevice.eval.retrieval import sample_queries, topk
 

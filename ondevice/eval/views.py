@@ -8,9 +8,10 @@ the cached floats (a matrix product), codes from a bundle are cached too.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -148,9 +149,8 @@ def parse_encoder_spec(text: str) -> EncoderSpec:
         arg = arg or "glove-6b-50d"
     elif kind == "bundle" and arg.rsplit(":", 1)[-1] in ("fp32", "int8"):
         arg, _, precision = arg.rpartition(":")
-    if kind in ("student", "bundle"):
-        if not arg:
-            raise OndeviceError(f"--encoder {text!r}: {kind} needs a path, e.g. {kind}:DIR")
+    if kind in ("student", "bundle") and not arg:
+        raise OndeviceError(f"--encoder {text!r}: {kind} needs a path, e.g. {kind}:DIR")
     if kind not in ("teacher", "glove", "student", "bundle"):
         raise OndeviceError(f"--encoder {text!r}: unknown encoder kind {kind!r}; use teacher, glove, student or bundle")
     dirs, fit = [], []
