@@ -24,7 +24,14 @@ from typing import Iterator
 import numpy as np
 from numba import njit, prange
 
-from ondevice.kernels.intrinsics import LANES, block_distances, load_word, row_distance
+from ondevice.kernels.intrinsics import (
+    LANES,
+    ROWS8_WORDS,
+    block_distances,
+    load_word,
+    row_distance,
+    rows8_distances,
+)
 
 PATHS = ("native", "portable")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
@@ -156,7 +163,7 @@ class _Kernels:
         self.nbytes = nbytes
         self.tile_rows = max(LANES, TILE_BYTES // nbytes // LANES * LANES)
         self.words = (nbytes + 7) // 8  # 64-bit words per row in the interleaved buffer, tail zero-padded
-        self.rows, self.blocks, self.range_rows = _build(nbytes, pop, self.tile_rows)
+        self.rows, self.blocks, self.range_rows, self.rows8 = _build(nbytes, pop, self.tile_rows)
 
 
 def _build(NB: int, POP: int, TILE: int):  # noqa: N803 - compile-time constants read as globals by Numba
@@ -249,7 +256,43 @@ def _build(NB: int, POP: int, TILE: int):  # noqa: N803 - compile-time constants
                             else:
                                 counts[slot] += 1
 
-    return rows, blocks, range_rows
+    @njit(parallel=True, cache=True)
+    def rows8(codes, qpattern, k, ids, strict, bounds, hd, hi, hn):
+        nq = qpattern.shape[0] // LANES
+        has_ids = ids.shape[0] > 0
+        for c in prange(bounds.shape[0] - 1):
+            cand_d = np.empty(TILE, np.int64)
+            cand_b = np.empty(TILE // LANES, np.int64)
+            cand_m = np.empty(TILE // LANES, np.int64)
+            for start in range(bounds[c], bounds[c + 1], TILE):
+                nrows = min(TILE, bounds[c + 1] - start)
+                nblk = nrows // LANES
+                for q in range(nq):
+                    slot = c * nq + q
+                    thr = _threshold(hd, hn, slot, k, strict)
+                    nc = 0
+                    for b in range(nblk):
+                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * LANES, FULL, POP, thr,
+                                            cand_d, nc * LANES)
+                        cand_b[nc] = b
+                        cand_m[nc] = m
+                        nc += m != 0
+                    for j in range(nc):
+                        m = cand_m[j]
+                        for lane in range(LANES):
+                            d = cand_d[j * LANES + lane]
+                            if (m >> lane) & 1 and d <= thr:
+                                r = start + cand_b[j] * LANES + lane
+                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                                thr = _threshold(hd, hn, slot, k, strict)
+                    # qpattern starts with the query's own words, so it doubles as the query row here.
+                    for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
+                        d = row_distance(codes, r * NB, qpattern, q * LANES * 8, NB, POP)
+                        if d <= thr:
+                            _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                            thr = _threshold(hd, hn, slot, k, strict)
+
+    return rows, blocks, range_rows, (rows8 if TAIL == 0 and FULL in ROWS8_WORDS else None)
 
 
 _KERNELS: dict[tuple[int, int], _Kernels] = {}
@@ -344,6 +387,9 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
                 qwords = np.zeros((nq, kern.words * 8), np.uint8)
                 qwords[:, :nb] = queries
                 kern.blocks(codes, qwords.view(np.uint64).reshape(-1), kk, ids, strict, bounds, hd, hi, hn)
+            elif kern.rows8 is not None:
+                qpattern = np.tile(queries.view(np.uint64), (1, LANES // (nb // 8))).reshape(-1)
+                kern.rows8(codes, qpattern, kk, ids, strict, bounds, hd, hi, hn)
             else:
                 kern.rows(codes, queries, kk, ids, strict, bounds, hd, hi, hn)
             _merge(hd, hi, hn, nchunks, kk, out_d, out_i)

@@ -148,6 +148,43 @@ def block_distances(typingctx, block, word_off, qwords, qword_off, nwords, pop, 
     return sig, codegen
 
 
+ROWS8_WORDS = (1, 2, 4)  # code widths (64-bit words) that rows8_distances handles: 64, 128 and 256 bits
+
+
+@intrinsic
+def rows8_distances(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off):
+    """Distances of 8 consecutive rows of a narrow code (1, 2 or 4 words) to one query; as block_distances.
+
+    The 8 rows are `nwords` contiguous vectors; `qpattern` holds the query's words repeated to fill 8 lanes. After
+    XOR and popcount, each level adds even and odd lanes of two vectors, halving the lanes per row, until one
+    vector holds the 8 row distances, so narrow codes need no per-row horizontal sum.
+    """
+    nw, pp = _literal(nwords), _literal(pop)
+    if nw not in ROWS8_WORDS or pp is None:
+        return None
+    sig = types.int64(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off)
+
+    def codegen(context, builder, signature, args):
+        eight = ir.Constant(I64, 8)
+        base = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], eight))
+        obase = _byte_ptr(context, builder, signature.args[7], args[7], builder.mul(args[8], eight))
+        vt = ir.VectorType(I64, LANES)
+        q = _load(builder, qbase, 0, vt, 8)
+        parts = [_popcount(builder, builder.xor(_load(builder, base, 64 * j, vt, 1), q), pp) for j in range(nw)]
+        even = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+        odd = ir.Constant(ir.VectorType(I32, LANES), list(range(1, 2 * LANES, 2)))
+        while len(parts) > 1:
+            parts = [builder.add(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
+                     for a, b in zip(parts[::2], parts[1::2])]
+        acc = parts[0]
+        builder.store(acc, builder.bitcast(obase, vt.as_pointer()), align=8)
+        within = builder.icmp_signed("<=", acc, _splat(builder, args[6], LANES))
+        return builder.zext(builder.bitcast(within, ir.IntType(LANES)), I64)
+
+    return sig, codegen
+
+
 @intrinsic
 def load_word(typingctx, codes, byte_off, nbytes):
     """The little-endian uint64 made of `nbytes` (0..8) bytes at a byte offset of a uint8 array, zero-extended."""

@@ -131,6 +131,20 @@ def test_tiles_blocks_and_chunks_with_many_ties():
             np.testing.assert_array_equal(i, ri)
 
 
+@pytest.mark.parametrize("nb", [8, 16, 32])
+def test_narrow_codes_single_query(nb):
+    """64/128/256-bit single queries use the 8-rows-at-once kernel; ragged ends and chunk edges included."""
+    rng = np.random.default_rng(nb)
+    codes = np.packbits(rng.random((1003, nb * 8)) < 0.05, axis=1, bitorder="little")
+    queries = codes[[0, 500]]
+    for threads in (1, 3):
+        for k in (1, 17, 1100):
+            d, i = H.knn(codes, queries[:1], k, threads=threads)
+            rd, ri = reference_knn(codes, queries[:1], k)
+            np.testing.assert_array_equal(d, rd)
+            np.testing.assert_array_equal(i, ri)
+
+
 def test_empty_database_and_k_beyond_n():
     codes = np.zeros((0, 32), np.uint8)
     d, i = H.knn(codes, np.zeros((2, 32), np.uint8), 3)
