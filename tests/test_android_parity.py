@@ -92,6 +92,31 @@ def test_core_uses_only_apis_android_24_has():
         assert not [api for api in newer if api in code], f"{src.name} uses an API Android 7 (API 24) lacks"
 
 
+def _generated_r(res: Path) -> str:
+    """An R class with every id, layout and string the app's resources define (what aapt would generate)."""
+    ids = sorted({m for f in (res / "layout").glob("*.xml") for m in re.findall(r'@\+id/(\w+)', f.read_text())})
+    layouts = sorted(f.stem for f in (res / "layout").glob("*.xml"))
+    strings = sorted(re.findall(r'<string name="(\w+)"', (res / "values" / "strings.xml").read_text()))
+
+    def block(kind: str, names: list[str]) -> str:
+        body = " ".join(f"public static final int {n} = {i + 1};" for i, n in enumerate(names))
+        return f"public static final class {kind} {{ {body} }}"
+
+    return ("package ai.ondevice.demo; public final class R { " + block("id", ids) + " " + block("layout", layouts)
+            + " " + block("string", strings) + " }\n")
+
+
+def test_app_sources_type_check_against_stubs(java_classes, tmp_path):
+    """The app's Java compiles against signature stubs of Android/AndroidX/ONNX Runtime and its own resources."""
+    app = ROOT / "android_demo" / "app" / "src" / "main"
+    (tmp_path / "R.java").write_text(_generated_r(app / "res"))
+    sources = [*(ROOT / "android_demo" / "tools" / "stubs").rglob("*.java"), *(app / "java").rglob("*.java"),
+               tmp_path / "R.java"]
+    res = _run([JAVAC, *FAST_JVM_START, "--release", "8", "-Xlint:-options", "-encoding", "UTF-8",
+                "-cp", str(java_classes), "-d", str(tmp_path / "classes"), *map(str, sources)])
+    assert res.returncode == 0, f"the app does not compile:\n{res.stdout}\n{res.stderr}"
+
+
 def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
     return _run([JAVA, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", str(classes), f"ai.ondevice.core.{main}", *args])
 

@@ -1,0 +1,1 @@
+package ai.onnxruntime; public abstract class OnnxTensorLike implements OnnxValue { public void close(){} }

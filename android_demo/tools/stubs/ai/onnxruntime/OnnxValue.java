@@ -1,0 +1,1 @@
+package ai.onnxruntime; public interface OnnxValue extends AutoCloseable { @Override void close(); }

@@ -1,0 +1,1 @@
+package android.os; public interface IBinder {}

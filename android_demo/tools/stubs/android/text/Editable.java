@@ -1,0 +1,1 @@
+package android.text; public interface Editable extends CharSequence {}

@@ -1,0 +1,1 @@
+package android.view; public abstract class LayoutInflater { public static LayoutInflater from(android.content.Context c){return null;} public View inflate(int r, ViewGroup p, boolean a){return null;} }

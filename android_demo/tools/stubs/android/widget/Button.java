@@ -1,0 +1,1 @@
+package android.widget; public class Button extends TextView {}

@@ -1,0 +1,1 @@
+package android.widget; public class RadioButton extends CompoundButton {}

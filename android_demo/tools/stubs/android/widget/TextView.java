@@ -1,0 +1,1 @@
+package android.widget; public class TextView extends android.view.View { public interface OnEditorActionListener { boolean onEditorAction(TextView v, int actionId, android.view.KeyEvent event); } public void setOnEditorActionListener(OnEditorActionListener l){} public void setText(CharSequence s){} public final void setText(int id){} public CharSequence getText(){return "";} }

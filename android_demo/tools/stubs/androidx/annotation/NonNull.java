@@ -1,0 +1,1 @@
+package androidx.annotation; public @interface NonNull {}

@@ -1,0 +1,1 @@
+package androidx.appcompat.app; public class AppCompatActivity extends android.content.Context { protected void onCreate(android.os.Bundle b){} protected void onDestroy(){} public void setContentView(int id){} public boolean isFinishing(){return false;} public boolean isDestroyed(){return false;} public <T extends android.view.View> T findViewById(int id){return null;} }

@@ -1,0 +1,1 @@
+package androidx.recyclerview.widget; public class DividerItemDecoration extends RecyclerView.ItemDecoration { public static final int VERTICAL=1; public DividerItemDecoration(android.content.Context c, int o){} }

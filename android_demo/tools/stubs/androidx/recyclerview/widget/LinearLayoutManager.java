@@ -1,0 +1,1 @@
+package androidx.recyclerview.widget; public class LinearLayoutManager extends RecyclerView.LayoutManager { public LinearLayoutManager(android.content.Context c){} }
