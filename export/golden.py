@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.bits import hamming_reference
 from ondevice.io import atomic_path, write_text
-from ondevice.runtime import hamming_topk
 from ondevice.tokenizer import Tokenizer
 
 FOLDER = "golden"
@@ -38,6 +38,16 @@ SPECIAL = [
     "zero\u200bwidth\u200cjoiners\u200d", "soft\u00adhyphen", "control\x00\x07chars\x1f", "\ufeffbyte order mark",
     "private \ue000 use",
 ]
+
+
+def hamming_topk(queries: np.ndarray, catalog: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reference top-k by Hamming distance, ties by smaller row: (distances int32 (q, k), rows int64 (q, k)).
+
+    Plain numpy, independent of the search kernels, because the golden files are what those kernels are tested by.
+    """
+    dist = hamming_reference(queries, catalog)
+    rows = np.argsort(dist, axis=1, kind="stable")[:, : min(k, dist.shape[1])]  # stable: smaller row first on ties
+    return np.take_along_axis(dist, rows, axis=1).astype(np.int32), rows.astype(np.int64)
 
 
 def _sentence(rng: np.random.Generator, words: Sequence[str], length: int) -> str:

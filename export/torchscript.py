@@ -2,7 +2,8 @@
 
 The student's own forward is not scriptable (it picks the pooling through a dict), so `ScriptableEncoder`
 repeats it op for op around the same submodules: the scripted module gives bit-identical embeddings.
-The int8 variant uses torch's dynamic quantization (int8 LSTM, per-row 8-bit embedding), like the int8 ONNX graph.
+The int8 variant uses torch's dynamic quantization: int8 LSTM and projection, per-row 8-bit embedding. Unlike the
+int8 ONNX graph it also quantizes the projection (-0.6 MB), which keeps a 50k-vocabulary int8 bundle under 10 MB.
 """
 
 # No `from __future__ import annotations`: TorchScript reads the annotations of forward() as real types.
@@ -67,13 +68,14 @@ def scriptable_encoder(student_model, pooling: str, projection: np.ndarray, offs
 
 
 def quantize_encoder(module):
-    """Dynamic int8 quantization of the LSTM and per-row 8-bit embedding; projection and binarizer stay float."""
+    """Dynamic int8 quantization of the LSTM and projection, per-row 8-bit embedding; the binarizer stays float."""
     torch = require("torch", "train")
     q = torch.ao.quantization
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao, still shipped in 2.x
         warnings.simplefilter("ignore")
         return q.quantize_dynamic(
-            module, {torch.nn.LSTM: q.default_dynamic_qconfig, torch.nn.Embedding: q.float_qparams_weight_only_qconfig},
+            module, {torch.nn.LSTM: q.default_dynamic_qconfig, torch.nn.Linear: q.default_dynamic_qconfig,
+                     torch.nn.Embedding: q.float_qparams_weight_only_qconfig},
             dtype=torch.qint8,
         )
 

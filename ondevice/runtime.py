@@ -3,7 +3,7 @@
     bundle = Bundle.load("my-bundle")             # verifies every checksum and the format version
     vectors = bundle.encode(["a sentence"])       # float32 (n, dim)
     codes = bundle.codes(["a sentence"])          # uint8 (n, code_bytes), bit order "little"
-    bundle.index_texts(catalog)                   # or bundle.attach_index(index) with a prebuilt index
+    bundle.index_texts(catalog)                   # or bundle.attach_index(HammingIndex.load("catalog.odx"))
     distances, ids = bundle.search("a query", k=10)
 
 A bundle is a folder whose manifest.json lists the sha256 and size of every other file; loading checks them all
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ondevice.bits import BIT_ORDER, code_bytes, hamming_reference
+from ondevice.bits import BIT_ORDER, code_bytes
 from ondevice.errors import OndeviceError
 from ondevice.tokenizer import Tokenizer
 
@@ -41,32 +41,6 @@ class CodeIndex(Protocol):
     """What `Bundle.search` needs from an index: FAISS-style search over packed codes."""
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-def hamming_topk(queries: np.ndarray, catalog: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k by Hamming distance, ties broken by smaller row id: (distances int32 (q, k), ids int64 (q, k))."""
-    dist = hamming_reference(queries, catalog)
-    k = min(k, dist.shape[1])
-    ids = np.argsort(dist, axis=1, kind="stable")[:, :k].astype(np.int64)  # stable sort keeps smaller ids first
-    return np.take_along_axis(dist, ids, axis=1).astype(np.int32), ids
-
-
-class BruteForceIndex:
-    """Exact numpy Hamming search over packed codes; the fallback when no faster index is attached."""
-
-    def __init__(self, codes: np.ndarray):
-        self.codes = np.ascontiguousarray(codes, dtype=np.uint8)
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(distances int32 (q, k), ids int64 (q, k)), padded with -1 when the index has fewer than k codes."""
-        dist, ids = hamming_topk(queries, self.codes, k)
-        if ids.shape[1] < k:
-            pad = ((0, 0), (0, k - ids.shape[1]))
-            dist, ids = np.pad(dist, pad, constant_values=-1), np.pad(ids, pad, constant_values=-1)
-        return dist, ids
 
 
 def _bundle_error(path: Path, what: str) -> OndeviceError:
@@ -245,12 +219,19 @@ class Bundle:
         """Use `index` (any object with FAISS-style `search(codes, k)`) for `search`."""
         if not callable(getattr(index, "search", None)):
             raise OndeviceError(f"{type(index).__name__} has no search(queries, k) method; pass a code index")
+        if getattr(index, "bits", self.bits) != self.bits:
+            raise OndeviceError(f"the index holds {index.bits}-bit codes but this bundle makes {self.bits}-bit codes; "
+                                "build the index from this bundle's codes")
         self.index = index
         return self
 
     def index_texts(self, texts: Sequence[str], batch_size: int = 64) -> Bundle:
-        """Encode a catalog and attach an exact Hamming index over its codes (row i = texts[i])."""
-        self.index = BruteForceIndex(self.codes(texts, batch_size))
+        """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i])."""
+        from ondevice.index import HammingIndex
+
+        index = HammingIndex(bits=self.bits)
+        index.add(self.codes(texts, batch_size))
+        self.index = index
         return self
 
     def search(self, texts: str | Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:

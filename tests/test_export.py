@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from conftest import WORDS as CORPUS_WORDS
 from conftest import make_sentences
+from ondevice.export.golden import hamming_topk
 
 from ondevice.bits import hamming_reference, unpack
 from ondevice.cli import main
 from ondevice.errors import OndeviceError
-from ondevice.runtime import Bundle, hamming_topk
+from ondevice.runtime import Bundle
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

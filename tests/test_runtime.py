@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ondevice.export.golden import hamming_topk
 
 from ondevice.errors import OndeviceError
-from ondevice.runtime import BruteForceIndex, Bundle, hamming_topk
+from ondevice.index import HammingIndex
+from ondevice.runtime import Bundle
 
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -123,18 +125,22 @@ def test_search_with_brute_force_and_attached_index(exported):
     with pytest.raises(OndeviceError, match="k must be"):
         b.search("cat", 0)
 
-    class Recorder(BruteForceIndex):
+    class Recorder(HammingIndex):
         calls = 0
 
-        def search(self, queries, k):
+        def search(self, queries, k, threads=None):
             Recorder.calls += 1
-            return super().search(queries, k)
+            return super().search(queries, k, threads)
 
-    b.attach_index(Recorder(b.codes(catalog)))
-    np.testing.assert_array_equal(b.search(TEXTS[:2], 4)[1], BruteForceIndex(b.codes(catalog)).search(b.codes(TEXTS[:2]), 4)[1])
-    assert Recorder.calls == 1
+    index = Recorder(bits=29)
+    index.add(b.codes(catalog), ids=np.arange(100, 100 + len(catalog)))
+    _, ids = b.attach_index(index).search(TEXTS[:2], 4)
+    assert Recorder.calls == 1 and ids[0, 0] == 100
+    np.testing.assert_array_equal(ids - 100, hamming_topk(b.codes(TEXTS[:2]), b.codes(catalog), 4)[1])
     with pytest.raises(OndeviceError, match="no search"):
         b.attach_index(object())
+    with pytest.raises(OndeviceError, match="holds 8-bit codes"):
+        b.attach_index(HammingIndex(bits=8))
 
 
 def test_hamming_topk_breaks_ties_by_row_id():
