@@ -6,7 +6,9 @@
 Every library runs in its own subprocess (Numba and FAISS each bring an OpenMP runtime, and fresh processes keep
 one library's caches and threads from disturbing another). Each timing is the median of --repeats runs after one
 warm-up run. Random codes, k=10. Read bandwidth is a multi-threaded Numba sum over a buffer larger than any cache,
-measured in the same run, so "% of bandwidth" compares like with like.
+measured in the same run, so "% of bandwidth" compares like with like. Rates (codes/s, GB/s, G words/s) come from
+wall-clock time; "CPU ms" is the process CPU time per call summed over threads, which stays meaningful when other
+jobs share the machine (it includes OpenMP threads spinning while they wait for work).
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ import time
 BANDWIDTH_BYTES = 512 << 20
 
 
-def _median_ms(fn, repeats: int) -> float:
+def _median_ms(fn, repeats: int) -> tuple[float, float]:
+    """Median wall-clock and median process CPU milliseconds (all threads) of `repeats` calls after a warm-up."""
     fn()  # warm-up: JIT compilation, page faults, thread start
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
 def _codes(n: int, nbytes: int, seed: int):
@@ -58,8 +62,9 @@ def worker_bandwidth(cfg: dict) -> list[dict]:
     out = []
     for threads in cfg["threads"]:
         numba.set_num_threads(threads)
-        ms = _median_ms(lambda: total(buf), cfg["repeats"])
-        out.append({"threads": threads, "ms": ms, "gbps": buf.nbytes / ms / 1e6})
+        ms, cpu = _median_ms(lambda: total(buf), cfg["repeats"])
+        out.append({"threads": threads, "ms": ms, "cpu_ms": cpu, "gbps": buf.nbytes / ms / 1e6,
+                    "gbps_per_cpu": buf.nbytes / cpu / 1e6})
     return out
 
 
@@ -76,8 +81,8 @@ def worker_knn(cfg: dict) -> list[dict]:
         path = resolve_path()
         for nq, threads in cfg["runs"]:
             q = queries_all[:nq]
-            ms = _median_ms(lambda: knn(codes, q, k, threads=threads), cfg["repeats"])
-            out.append({"nq": nq, "threads": threads, "ms": ms, "path": path})
+            ms, cpu = _median_ms(lambda: knn(codes, q, k, threads=threads), cfg["repeats"])
+            out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu, "path": path})
     elif lib == "faiss":
         import faiss
 
@@ -86,8 +91,8 @@ def worker_knn(cfg: dict) -> list[dict]:
         for nq, threads in cfg["runs"]:
             faiss.omp_set_num_threads(threads)
             q = queries_all[:nq]
-            ms = _median_ms(lambda: index.search(q, k), cfg["repeats"])
-            out.append({"nq": nq, "threads": threads, "ms": ms})
+            ms, cpu = _median_ms(lambda: index.search(q, k), cfg["repeats"])
+            out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu})
     elif lib == "numpy":
         def search(q):  # numpy's fastest exact route: bitwise_count over the XOR, then argpartition
             dist = np.bitwise_count(codes ^ q).sum(axis=1, dtype=np.int32)
@@ -96,8 +101,8 @@ def worker_knn(cfg: dict) -> list[dict]:
 
         for nq, threads in cfg["runs"]:
             q = queries_all[:nq]
-            ms = _median_ms(lambda: [search(q[i]) for i in range(nq)], cfg["repeats"])
-            out.append({"nq": nq, "threads": 1, "ms": ms})
+            ms, cpu = _median_ms(lambda: [search(q[i]) for i in range(nq)], cfg["repeats"])
+            out.append({"nq": nq, "threads": 1, "ms": ms, "cpu_ms": cpu})
     return out
 
 
@@ -114,10 +119,11 @@ def run_worker(cfg: dict) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _row(lib: str, n: int, bits: int, nq: int, threads: int, ms: float) -> dict:
+def _row(lib: str, n: int, bits: int, nq: int, threads: int, ms: float, cpu_ms: float) -> dict:
     nbytes = bits // 8
     sec = ms / 1e3
-    return {"lib": lib, "n": n, "bits": bits, "nq": nq, "threads": threads, "ms": ms,
+    return {"lib": lib, "n": n, "bits": bits, "nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu_ms,
+            "gwords_per_cpu": n * nq * nbytes / 8 / (cpu_ms / 1e3) / 1e9,
             "codes_per_s": n * nq / sec, "gbps": n * nbytes / sec / 1e9, "gwords": n * nq * nbytes / 8 / sec / 1e9}
 
 
@@ -150,10 +156,11 @@ def main(argv: list[str] | None = None) -> int:
           f"python {platform.python_version()}, k={a.k}, median of {a.repeats} after warm-up", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# load average at start: {load:.2f}", flush=True)
-    bw = {r["threads"]: r["gbps"] for r in run_worker({"lib": "bandwidth", "threads": a.threads,
-                                                        "repeats": a.repeats})}
+    bw_rows = run_worker({"lib": "bandwidth", "threads": a.threads, "repeats": a.repeats})
+    bw = {r["threads"]: r["gbps"] for r in bw_rows}
     print("\nRead bandwidth (Numba parallel sum over 512 MB): "
-          + ", ".join(f"{t} thread{'s' * (t > 1)}: {g:.1f} GB/s" for t, g in bw.items()), flush=True)
+          + ", ".join(f"{r['threads']} thread{'s' * (r['threads'] > 1)}: {r['gbps']:.1f} GB/s "
+                      f"({r['gbps_per_cpu']:.1f} GB per CPU-second)" for r in bw_rows), flush=True)
 
     rows: list[dict] = []
     runs = [[nq, t] for nq in (1, a.batch) for t in a.threads]
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             lib_runs = [[1, 1]] if lib == "numpy" else runs  # numpy is single-threaded and far too slow for batches
             res = run_worker({"lib": lib, "n": a.n, "bits": bits, "k": a.k, "runs": lib_runs, "repeats": a.repeats})
             for r in res:
-                rows.append(_row(lib, a.n, bits, r["nq"], r["threads"], r["ms"]))
+                rows.append(_row(lib, a.n, bits, r["nq"], r["threads"], r["ms"], r["cpu_ms"]))
                 path = r.get("path", path)
             print(f"  measured {lib} at {bits} bits", file=sys.stderr, flush=True)
 
@@ -171,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return next((r for r in rows if (r["lib"], r["bits"], r["nq"], r["threads"], r["n"]) == (lib, bits, nq, t, n)), None)
 
     print(f"\n{a.n:,} codes, ondevice popcount path: {path}\n")
-    print("| bits | queries | threads | library | ms | codes/s | GB/s | G words/s | % of read BW | vs FAISS |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("| bits | queries | threads | library | ms | CPU ms | codes/s | GB/s | G words/s | % of read BW | vs FAISS |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for bits in a.bits:
         for nq in (1, a.batch):
             for t in a.threads:
@@ -183,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                     f = find("faiss", bits, nq, t)
                     pct = f"{100 * r['gbps'] / bw[r['threads']]:.0f}%" if nq == 1 else ""
                     ratio = f"{f['ms'] / r['ms']:.2f}x" if f else ""
-                    print(f"| {bits} | {nq} | {r['threads']} | {lib} | {r['ms']:.1f} | {_fmt_rate(r['codes_per_s'])} | "
+                    print(f"| {bits} | {nq} | {r['threads']} | {lib} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
+                          f"{_fmt_rate(r['codes_per_s'])} | "
                           f"{r['gbps']:.2f} | {r['gwords']:.2f} | {pct} | {ratio} |")
 
     if a.scaling:
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue  # already measured for the main table
                 res = run_worker({"lib": lib, "n": n, "bits": 256, "k": a.k, "runs": [[1, t], [a.batch, t]],
                                   "repeats": a.repeats})
-                rows.extend(_row(lib, n, 256, r["nq"], r["threads"], r["ms"]) for r in res)
+                rows.extend(_row(lib, n, 256, r["nq"], r["threads"], r["ms"], r["cpu_ms"]) for r in res)
             cells = []
             for nq in (1, a.batch):
                 o, f = find("ondevice", 256, nq, t, n), find("faiss", 256, nq, t, n)
