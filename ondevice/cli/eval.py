@@ -32,12 +32,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write ~/.cache/ondevice/eval")
     p.add_argument("--no-speed", action="store_true", help="skip the encode-speed measurement")
     p.add_argument("--no-plots", action="store_true", help="write report.json and report.md only")
+    p.add_argument("--merge", nargs="+", metavar="REPORT_JSON", default=None,
+                   help="evaluate nothing: merge these report.json files into one report in --out")
 
 
 def run(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
     from ondevice.eval import evaluate, markdown_table, write_report
 
+    if a.merge:
+        from ondevice.eval.report import merge_reports
+        from ondevice.io import read_json
+
+        report = merge_reports([read_json(p, "report") for p in a.merge])
+        paths = write_report(report, Path(a.out), command=_command(), plots=not a.no_plots)
+        print(markdown_table(report))
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+        return 0
     tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
     if not tasks:
         raise OndeviceError("--tasks is empty; name at least one task")
@@ -52,8 +63,14 @@ def run(a: argparse.Namespace) -> int:
     report = evaluate(a.encoder or list(DEFAULT_ENCODERS), tasks=tasks, data_dir=a.data, seed=a.seed,
                       cache_root=not a.no_cache, queries=a.queries, measure_speed=not a.no_speed,
                       fit_sentences=a.fit_sentences, reference=a.reference, log=log)
-    command = "ondevice eval " + " ".join(shlex.quote(x) for x in sys.argv[2:]) if sys.argv[1:2] == ["eval"] else None
-    paths = write_report(report, Path(a.out), command=command, plots=not a.no_plots)
+    paths = write_report(report, Path(a.out), command=_command(), plots=not a.no_plots)
     print(markdown_table(report))
     print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _command() -> str | None:
+    """The command line that made the report (when run as `ondevice eval ...`)."""
+    if sys.argv[1:2] != ["eval"]:
+        return None
+    return "ondevice eval " + " ".join(shlex.quote(x) for x in sys.argv[2:])

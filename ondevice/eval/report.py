@@ -84,6 +84,32 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
     return "\n".join(parts)
 
 
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several (e.g. a slow teacher on some tasks, fast students on all): union of views and tasks.
+
+    A view that appears in more than one report keeps the later report's numbers; a task counts as skipped only
+    if every report skipped or lacked it.
+    """
+    from ondevice.errors import OndeviceError
+
+    if not reports:
+        raise OndeviceError("nothing to merge; give at least one report.json")
+    out = {**reports[0], "views": {}, "results": {}, "merged_from": [r.get("created") for r in reports]}
+    tasks: list[str] = []
+    for r in reports:
+        if r.get("report_version") != reports[0].get("report_version"):
+            raise OndeviceError("cannot merge reports of different report_version; rerun the older one")
+        tasks += [t for t in r["tasks"] if t not in tasks]
+        out["views"].update(r["views"])
+        out["results"].update(r["results"])
+        out["data_files_sha256"] = {**out.get("data_files_sha256", {}), **r.get("data_files_sha256", {})}
+    ran = {t for r in reports for t in r["tasks"] if t not in r["skipped"]}
+    out["tasks"] = tasks
+    out["skipped"] = {t: why for r in reports for t, why in r["skipped"].items() if t not in ran}
+    out["total_seconds"] = sum(r.get("total_seconds", 0) for r in reports)
+    return out
+
+
 def write_report(report: dict[str, Any], out_dir: str | Path, command: str | None = None, plots: bool = True) -> list[Path]:
     """Write report.json, report.md and (with matplotlib) the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
