@@ -143,6 +143,31 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=80)
 
 
+def combine(args: argparse.Namespace) -> int:
+    """Merge per-encoder rows of several result JSONs (e.g. methods run in parallel) into one table and plot."""
+    merged: dict[str, dict] = {}
+    metas = []
+    for path in args.combine:
+        blob = json.loads(path.read_text())
+        metas.append(blob["meta"])
+        for res in blob["results"]:
+            into = merged.setdefault(res["encoder"], {**res, "rows": []})
+            into["rows"].extend(res["rows"])
+    order = {m: i for i, m in enumerate(METHODS)}
+    results = list(merged.values())
+    for res in results:
+        res["rows"].sort(key=lambda r: (order.get(r["method"], 99), r["bits"]))
+    stem = f"binarize_quality_{metas[0]['split']}{'_' + args.tag if args.tag else ''}"
+    write_json(args.out_dir / f"{stem}.json", {"meta": {"combined": [str(p) for p in args.combine], "runs": metas},
+                                                "results": results})
+    md = "".join(table(r, []) + "\n" for r in results)
+    write_text(args.out_dir / f"{stem}.md", md)
+    plot(results, args.out_dir / f"{stem}.png")
+    print(md)
+    print(f"wrote {args.out_dir / stem}.json/.md/.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--student", type=Path, help="student dir; adds the student half")
@@ -157,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", type=Path, default=cache_dir() / "bench" / "binarize_quality")
     p.add_argument("--tag", default="", help="suffix for the output file names")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--combine", nargs="+", type=Path, help="merge the JSONs of earlier (parallel) runs and re-plot")
     args = p.parse_args(argv)
+    if args.combine:
+        return combine(args)
     hyper = json.loads(args.hyper)
     args.out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -87,7 +87,7 @@ def test_save_load_roundtrip_and_config(x, tmp_path):
     b.save(tmp_path / "bin")
     cfg = json.loads((tmp_path / "bin" / "binarizer.json").read_text())
     assert cfg["method"] == "ae-sp" and cfg["bits"] == 100 and cfg["dim"] == DIM and cfg["bit_order"] == "little"
-    assert cfg["seed"] == 2 and len(cfg["train_sha256"]) == 64 and cfg["hyper"]["sp_lambda"] == 0.8 and cfg["version"]
+    assert cfg["seed"] == 2 and len(cfg["train_sha256"]) == 64 and cfg["hyper"]["sp_lambda"] == 20.0 and cfg["version"]
     back = Binarizer.load(tmp_path / "bin")
     np.testing.assert_array_equal(back.transform(x), b.transform(x))
     from safetensors.numpy import load_file
@@ -237,3 +237,12 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
     assert rc == 2 and "not found" in capsys.readouterr().err
     rc = main(["binarize", "--bits", "8", "--out", str(tmp_path / "b4")])
     assert rc == 2 and "exactly one input" in capsys.readouterr().err
+
+
+def test_codes_load_into_the_hamming_kernels(x):
+    hamming = pytest.importorskip("ondevice.kernels.hamming")
+    codes = _fit(x, "random", 100).transform(x)  # 13-byte codes: not a multiple of 64 bits
+    dist, ids = hamming.knn(codes, codes[:3], k=5, threads=1)
+    ref = hamming_reference(codes[:3], codes)
+    np.testing.assert_array_equal(np.take_along_axis(ref, ids, axis=1), dist)
+    assert (dist[:, 0] == 0).all()
