@@ -58,12 +58,12 @@ def test_add_search_and_default_ids(index):
 
 
 def test_custom_unordered_ids_break_ties_by_id():
-    idx = HammingIndex(64)
-    codes = np.zeros((6, 8), np.uint8)
+    idx = HammingIndex(256)
+    codes = np.zeros((6, 32), np.uint8)
     idx.add(codes, ids=np.array([50, 3, 40, 7, 9, 1]))
-    d, i = idx.search(np.zeros((5, 8), np.uint8), 4)  # 5 queries: the blocks kernel
+    d, i = idx.search(np.zeros((5, 32), np.uint8), 4)  # 5 queries: the blocks kernel
     assert i[0].tolist() == [1, 3, 7, 9] and (d == 0).all()
-    d, i = idx.search(np.zeros((1, 8), np.uint8), 10)
+    d, i = idx.search(np.zeros((1, 32), np.uint8), 10)
     assert i[0].tolist() == [1, 3, 7, 9, 40, 50, -1, -1, -1, -1] and d[0, 6:].tolist() == [-1] * 4
 
 
@@ -280,14 +280,14 @@ def test_cli_text_path_with_student_and_binarizer(tmp_path, capsys):
     student = Student.from_embeddings(cfg, Tokenizer(vocab, max_tokens=24), emb, seed=0)
     rng = np.random.default_rng(0)
     corpus = [" ".join(rng.choice(words, size=rng.integers(2, 9))) for _ in range(60)]
-    binarizer = Binarizer.fit(student.encode(corpus), "random", 29, seed=0)
+    binarizer = Binarizer.fit(student.encode(corpus), "random", 64, seed=0)  # a width other tests compile
     student.save(tmp_path / "student")
     binarizer.save(tmp_path / "binarizer")
     (tmp_path / "corpus.txt").write_text("\n".join(corpus) + "\n")
     enc = ["--student", str(tmp_path / "student"), "--binarizer", str(tmp_path / "binarizer")]
     out = str(tmp_path / "t.odx")
     assert main(["index", "build", "--corpus", str(tmp_path / "corpus.txt"), "--out", out, *enc]) == 0
-    assert read_header(out)["bits"] == 29
+    assert read_header(out)["bits"] == 64
     capsys.readouterr()
     assert main(["index", "search", out, "--query", corpus[17], "-k", "3", "--json",
                  "--corpus", str(tmp_path / "corpus.txt"), *enc]) == 0
