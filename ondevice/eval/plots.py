@@ -61,23 +61,25 @@ def plot_bits(report: dict[str, Any], path: Path) -> Path | None:
         groups.setdefault((m["encoder"], m["method"]), []).append(n)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     encoders = sorted({e for e, _ in groups})
+    methods = sorted({m for _, m in groups})
+    styles, markers = ["-", "--", "-.", ":"], "osD^v<>"
     for ax, (label, get) in zip(axes[0], metrics):
         for (enc, method), names in sorted(groups.items()):
             pts = sorted((views[n]["dim"], get(results[n])) for n in names if get(results[n]) is not None)
-            if pts:
-                color = colors[encoders.index(enc) % len(colors)]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color,
-                        linestyle=["-", "--", ":", "-."][sorted({m for _, m in groups}).index(method) % 4],
-                        label=f"{enc} {method}")
-            flo = get(results.get(enc, {})) if enc in results else None
+            if pts:  # color and marker: method; line style: encoder
+                mi, ei = methods.index(method), encoders.index(enc)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[mi % len(colors)],
+                        marker=markers[mi % len(markers)], linestyle=styles[ei % len(styles)], label=f"{enc} {method}")
+        for ei, enc in enumerate(encoders):
+            flo = get(results[enc]) if enc in results else None
             if flo is not None:
-                ax.axhline(flo, color=colors[encoders.index(enc) % len(colors)], linewidth=0.8, linestyle=(0, (1, 3)))
+                ax.axhline(flo, color="gray", linewidth=0.9, linestyle=styles[ei % len(styles)], label=f"{enc} float")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bits per code")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("quality vs bits (dotted: the encoder's float vectors)", fontsize=10)
+    fig.suptitle("quality vs bits per binarization method (gray: the encoder's float vectors)", fontsize=10)
     _save(fig, path)
     plt.close(fig)
     return path
@@ -92,14 +94,18 @@ def _scatter(report: dict[str, Any], path: Path, panels: list[tuple[str, Callabl
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
     any_point = False
     for ax, (xlabel, xget) in zip(axes[0], panels):
+        xs = []
         for name, meta in report["views"].items():
             x, y = xget(meta), get(report["results"][name])
             if x is None or y is None or math.isnan(x):
                 continue
             any_point = True
+            xs.append(x)
             ax.scatter([x], [y], marker="s" if meta["binary"] else "o")
             ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log")
+        if xs and max(xs) > 10 * min(xs):  # a log axis only when the values span more than 10x
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -117,11 +123,11 @@ def write_plots(report: dict[str, Any], out_dir: str | Path) -> list[Path]:
     made = [
         plot_bits(report, out / "quality_vs_bits.png"),
         _scatter(report, out / "quality_vs_speed.png",
-                 [("encode speed, sentences/s (log)", lambda m: m.get("sentences_per_second"))],
+                 [("encode speed, sentences/s", lambda m: m.get("sentences_per_second"))],
                  "quality vs encode speed (circles: floats, squares: codes)"),
         _scatter(report, out / "quality_vs_size.png",
-                 [("bytes per sentence (log)", lambda m: m["bytes_per_sentence"] or None),
-                  ("model size, bytes (log)", lambda m: m["model_bytes"] or None)],
+                 [("bytes per sentence", lambda m: m["bytes_per_sentence"] or None),
+                  ("model size on disk, MB", lambda m: m["model_bytes"] / 2**20 or None)],
                  "quality vs size (circles: floats, squares: codes)"),
     ]
     return [p for p in made if p is not None]
