@@ -1,0 +1,284 @@
+"""Issue 5 benchmark: bundle size (fp32 / int8, and what dominates it), 1-thread single-sentence latency and batch
+throughput of the int8 and fp32 bundles, the student in torch, and the teacher exported to ONNX as a reference.
+
+    nice .venv/bin/python benchmarks/bundle.py            # trained student if present, else a random one
+
+Student: --student DIR, else ~/.cache/ondevice/bench/student-100k when it exists, else a randomly initialized
+student of the default architecture (vocab 50k, embedding 50, hidden 256, output 384): sizes and latency do not
+depend on training, only quality does (the int8-vs-fp32 numbers below are then for random weights).
+Throughput sentences: STS-B test sentences from ../shared/data when present (read, never copied), else generated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED = Path.home() / ".cache" / "ondevice" / "bench" / "student-100k"
+STSB = ROOT.parent / "shared" / "data" / "stsb" / "sts-test.csv"
+
+
+def _student(path: str | None):
+    """(Student, description): the given/trained student, or a random one of the default architecture."""
+    import torch
+
+    from ondevice.student import Student, StudentConfig
+    from ondevice.tokenizer import PAD, UNK, Tokenizer
+
+    chosen = Path(path) if path else (TRAINED if (TRAINED / "model.safetensors").is_file() else None)
+    if chosen:
+        return Student.load(chosen), f"trained student {chosen}"
+    vocab = [PAD, UNK] + [f"w{i}" for i in range(50_000 - 2)]
+    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=50, hidden_size=256, output_dim=384, max_tokens=128)
+    torch.manual_seed(0)
+    emb = np.random.default_rng(0).normal(0, 0.4, (len(vocab), 50)).astype(np.float32)
+    return Student.from_embeddings(cfg, Tokenizer(vocab, 128), emb, seed=0), "random student (default architecture)"
+
+
+def _sentences(student, n: int) -> tuple[list[str], str]:
+    if STSB.is_file():
+        rows = [line.split("\t") for line in STSB.read_text(encoding="utf-8").splitlines()]
+        texts = [t for r in rows if len(r) >= 7 for t in (r[5], r[6])][:n]
+        if student.config.vocab_size == 50_000 and student.tokenizer.vocab[2] == "w0":  # random student: its own words
+            return _word_soup(student, [len(student.tokenizer.ids(t)) for t in texts]), "STS-B test lengths"
+        return texts, "STS-B test sentences"
+    rng = np.random.default_rng(0)
+    return _word_soup(student, list(rng.integers(5, 30, size=n))), "generated"
+
+
+def _word_soup(student, lengths: list[int]) -> list[str]:
+    rng = np.random.default_rng(1)
+    words = student.tokenizer.vocab[2:5000]
+    return [" ".join(rng.choice(words, size=int(k))) for k in lengths]
+
+
+def _twenty_tokens(student) -> str:
+    from ondevice.tokenizer import tokenize
+
+    words = [w for w in student.tokenizer.vocab[2:500] if tokenize(w) == [w] and w.isalnum()][:20]
+    text = " ".join(words)
+    if len(student.tokenizer.ids(text)) != 20:
+        raise SystemExit("could not build a 20-token sentence from the student's vocabulary")
+    return text
+
+
+# Every encoder runs on the calling thread (1 intra-op thread), so the thread's CPU time is its cost even when
+# other jobs share the cores; wall-clock time is reported beside it.
+def _latency(fn, runs: int, warmup: int = 20) -> dict[str, float]:
+    """p50 / p99 in milliseconds, of thread CPU time and of wall time."""
+    for _ in range(warmup):
+        fn()
+    cpu, wall = [], []
+    for _ in range(runs):
+        c, w = time.thread_time(), time.perf_counter()
+        fn()
+        cpu.append((time.thread_time() - c) * 1e3)
+        wall.append((time.perf_counter() - w) * 1e3)
+    pick = lambda xs, q: sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
+    return {"p50_ms": statistics.median(cpu), "p99_ms": pick(cpu, 0.99),
+            "wall_p50_ms": statistics.median(wall), "wall_p99_ms": pick(wall, 0.99)}
+
+
+def _throughput(fn, texts: list[str], batch: int, min_seconds: float = 3.0) -> dict[str, float]:
+    """Sentences per CPU second and per wall second over passes of `texts` in batches of `batch`."""
+    fn(texts[:batch])
+    done, c, w = 0, time.thread_time(), time.perf_counter()
+    while time.thread_time() - c < min_seconds:
+        for s in range(0, len(texts), batch):
+            fn(texts[s : s + batch])
+        done += len(texts)
+    return {"sentences_per_s": done / (time.thread_time() - c), "wall_sentences_per_s": done / (time.perf_counter() - w)}
+
+
+def _onnx_breakdown(path: Path) -> dict[str, int]:
+    """Bytes of the graph's weights grouped by layer."""
+    import onnx
+
+    groups: dict[str, int] = {}
+    for init in onnx.load(str(path)).graph.initializer:
+        layer = next((g for g in ("embedding", "lstm", "proj", "binarizer") if init.name.startswith(g)), "other")
+        groups[layer] = groups.get(layer, 0) + len(onnx.numpy_helper.to_array(init).tobytes())
+    return groups
+
+
+def _int8_quality(fp32, int8, texts: list[str]) -> dict[str, float]:
+    """int8 vs fp32 bundle on `texts` as a catalog: mean cosine, bit agreement, top-10 overlap (every 4th row a query).
+
+    `top10_overlap` compares id lists (ties by smaller row); `top10_overlap_ties` counts an int8 hit as correct
+    when its fp32 distance is within the fp32 10th distance, which is what a tie-free comparison measures.
+    """
+    from ondevice.export.golden import hamming_topk
+
+    from ondevice.bits import hamming_reference, unpack
+
+    e32, c32 = fp32.embed(texts)
+    e8, c8 = int8.embed(texts)
+    cos = (e32 * e8).sum(1) / (np.linalg.norm(e32, axis=1) * np.linalg.norm(e8, axis=1))
+    q = np.arange(0, len(texts), 4)
+    _, top32 = hamming_topk(c32[q], c32, 10)
+    _, top8 = hamming_topk(c8[q], c8, 10)
+    d32 = hamming_reference(c32[q], c32)
+    kth = np.sort(d32, axis=1)[:, 9:10]
+    return {"mean_cosine": float(cos.mean()), "bit_agreement": float((unpack(c32, fp32.bits) == unpack(c8, fp32.bits)).mean()),
+            "top10_overlap": float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top32, top8)])),
+            "top10_overlap_ties": float(np.mean(np.take_along_axis(d32, top8, axis=1) <= kth))}
+
+
+class TeacherOnnx:
+    """The teacher (HF encoder + mean pooling + L2 normalization) exported to ONNX, run like the bundle."""
+
+    def __init__(self, workdir: Path, threads: int, quantize: bool):
+        import onnxruntime as ort
+        import torch
+        import transformers
+
+        from ondevice.teacher import default_teacher_path
+
+        path = default_teacher_path()
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+        fp32 = workdir / "teacher.onnx"
+        if not fp32.is_file():
+            model = transformers.AutoModel.from_pretrained(str(path), attn_implementation="eager").eval()
+
+            class Pooled(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.m = model
+
+                def forward(self, input_ids, attention_mask):
+                    # explicit zero token types: this transformers version leaves its default buffer uninitialized
+                    h = self.m(input_ids=input_ids, attention_mask=attention_mask,
+                               token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+                    mask = attention_mask.unsqueeze(-1).to(h.dtype)
+                    v = (h * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+                    return torch.nn.functional.normalize(v, dim=-1)
+
+            enc = self.tokenizer(["a sample sentence", "two"], padding=True, return_tensors="pt")
+            b, t = torch.export.Dim("batch"), torch.export.Dim("tokens", max=512)
+            # the dynamo exporter: the legacy tracer bakes this transformers version's mask code into wrong constants
+            prog = torch.onnx.export(Pooled(), (enc["input_ids"], enc["attention_mask"]),
+                                     input_names=["input_ids", "attention_mask"], output_names=["sentence_vector"],
+                                     dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}), opset_version=18, dynamo=True)
+            prog.save(str(fp32))
+        self.path = fp32
+        if quantize:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            self.path = workdir / "teacher-int8.onnx"
+            if not self.path.is_file():
+                quantize_dynamic(fp32, self.path, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=256, return_tensors="np")
+        return self.session.run(None, {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--student", default=None, help="student dir (default: the trained bench student, else random)")
+    p.add_argument("--binarizer", default=None, help="binarizer dir (default: 256-bit random projection fitted here)")
+    p.add_argument("--bits", type=int, default=256)
+    p.add_argument("--workdir", default=None, help="where bundles and the teacher ONNX go (default: a temp dir)")
+    p.add_argument("--runs", type=int, default=2000, help="single-sentence latency runs (teacher: runs / 10)")
+    p.add_argument("--sentences", type=int, default=1024, help="sentences per throughput pass")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--no-teacher", action="store_true")
+    p.add_argument("--json", default=None, help="also write the results here")
+    a = p.parse_args(argv)
+
+    import torch
+    from ondevice.export.bundle import ExportConfig, export
+
+    from ondevice.binarize import Binarizer
+    from ondevice.runtime import Bundle
+
+    torch.set_num_threads(1)
+    student, which = _student(a.student)
+    texts, text_source = _sentences(student, a.sentences)
+    binarizer = Binarizer.load(a.binarizer) if a.binarizer else \
+        Binarizer.fit(student.encode(texts), "random", a.bits, seed=0)
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="ondevice-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    export(student, binarizer, work / "bundle", ExportConfig(precision="both"))
+    export_s = time.perf_counter() - t0
+    sentence = _twenty_tokens(student)
+    results: dict = {"student": which, "vocab": student.config.vocab_size, "bits": binarizer.bits,
+                     "throughput_sentences": text_source, "export_seconds": round(export_s, 1),
+                     "cpu": os.cpu_count(), "load_average": os.getloadavg()[0], "sizes": {}, "rows": []}
+
+    for prec in ("fp32", "int8"):
+        folder = work / "bundle" / prec
+        files = {q.relative_to(folder).as_posix(): q.stat().st_size for q in folder.rglob("*") if q.is_file()}
+        results["sizes"][prec] = {"total": sum(files.values()), "files": files,
+                                  "encoder.onnx weights": _onnx_breakdown(folder / "encoder.onnx")}
+
+    def row(name: str, single, batch, runs: int) -> None:
+        x = {"name": name, **_latency(lambda: single([sentence]), runs), **_throughput(batch, texts, a.batch)}
+        results["rows"].append(x)
+        print(f"  {name}: p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms, {x['sentences_per_s']:,.0f} sentences/s "
+              f"(wall: {x['wall_p50_ms']:.3f} / {x['wall_p99_ms']:.3f} ms, {x['wall_sentences_per_s']:,.0f}/s)", flush=True)
+
+    results["int8_quality"] = _int8_quality(Bundle.load(work / "bundle", precision="fp32"),
+                                            Bundle.load(work / "bundle", precision="int8"), texts)
+    print(f"measuring ({which}; throughput on {len(texts)} {text_source}, batch {a.batch}, 1 thread)", flush=True)
+    for prec in ("int8", "fp32"):
+        bundle = Bundle.load(work / "bundle", precision=prec, threads=1)
+        row(f"bundle {prec} (onnxruntime)", bundle.embed, bundle.embed, a.runs)
+    row("student fp32 (torch eager)", student.encode, student.encode, a.runs)
+    if not a.no_teacher:
+        for quantize in (False, True):
+            teacher = TeacherOnnx(work, threads=1, quantize=quantize)
+            name = f"teacher {'int8' if quantize else 'fp32'} (onnxruntime)"
+            row(name, teacher.encode, teacher.encode, max(50, a.runs // 10))
+            results["sizes"][name] = teacher.path.stat().st_size
+    print(report(results))
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def report(r: dict) -> str:
+    """The markdown tables for BENCHMARKS.md."""
+    mb = lambda n: f"{n / 1e6:.2f} MB"
+    lines = [(f"Student: {r['student']} (vocab {r['vocab']:,}), binarizer {r['bits']} bits; {r['cpu']} CPU cores, "
+              f"load average {r['load_average']:.1f} at start; export of both bundles took {r['export_seconds']} s."), "",
+             "| bundle | total | encoder.onnx | encoder.pt | vocab.txt | onnx weights: embedding / LSTM / proj / binarizer |",
+             "|---|---|---|---|---|---|"]
+    for prec in ("fp32", "int8"):
+        s = r["sizes"][prec]
+        w = s["encoder.onnx weights"]
+        lines.append(f"| {prec} | {mb(s['total'])} | {mb(s['files']['encoder.onnx'])} | {mb(s['files']['encoder.pt'])} | "
+                     f"{mb(s['files']['vocab.txt'])} | " + " / ".join(mb(w.get(k, 0)) for k in
+                                                                     ("embedding", "lstm", "proj", "binarizer")) + " |")
+    qual = r["int8_quality"]
+    lines += ["", (f"int8 vs fp32 bundle, the throughput sentences as a catalog: mean cosine "
+                   f"{qual['mean_cosine']:.5f}, bit agreement {qual['bit_agreement']:.4f}, top-10 overlap "
+                   f"{qual['top10_overlap']:.3f} ({qual['top10_overlap_ties']:.3f} counting ties at the 10th distance).")]
+    teacher = next((x for x in r["rows"] if x["name"].startswith("teacher fp32")), None)
+    lines += ["", "CPU time of the calling thread (1 intra-op thread); wall-clock time on this shared machine in brackets.",
+              "", "| encoder (1 thread) | p50, 20-token sentence | p99 | throughput, batches of 64 | vs teacher fp32 |",
+              "|---|---|---|---|---|"]
+    for x in r["rows"]:
+        ratio = f"{x['sentences_per_s'] / teacher['sentences_per_s']:.1f}x" if teacher else "-"
+        lines.append(f"| {x['name']} | {x['p50_ms']:.3f} ms ({x['wall_p50_ms']:.3f}) | {x['p99_ms']:.3f} ms "
+                     f"({x['wall_p99_ms']:.3f}) | {x['sentences_per_s']:,.0f} sent/s ({x['wall_sentences_per_s']:,.0f}) "
+                     f"| {ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
