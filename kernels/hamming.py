@@ -37,6 +37,7 @@ PATHS = ("native", "portable")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 BLOCKS_MIN_QUERIES = 4  # below this the interleaving pass costs more than it saves
+QUERY_SLICE_HEAP_BYTES = 64 << 20  # top-k heap memory per kernel call; larger batches are cut into slices
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 
 
@@ -375,24 +376,30 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
     kk = min(k, codes.shape[0])  # heaps never need more than n entries
     out_d = np.full((nq, k), -1, np.int32)
     out_i = np.full((nq, k), -1, np.int64)
-    if kk > 0 and nq > 0:
-        kern = _kernels(nb, resolve_path(path))
-        nchunks = len(bounds) - 1
-        hd = np.empty(nchunks * nq * kk, np.int64)
-        hi = np.empty(nchunks * nq * kk, np.int64)
-        hn = np.zeros(nchunks * nq, np.int64)
-        strict = 1 if ids_ascending else 0
-        with _numba_threads(threads):
-            if nq >= BLOCKS_MIN_QUERIES:
-                qwords = np.zeros((nq, kern.words * 8), np.uint8)
-                qwords[:, :nb] = queries
+    if kk == 0 or nq == 0:
+        return out_d, out_i
+    kern = _kernels(nb, resolve_path(path))
+    nchunks = len(bounds) - 1
+    strict = 1 if ids_ascending else 0
+    # Queries go in slices so the per-thread heaps stay small (threads x slice x k x 16 bytes) for any batch.
+    step = max(BLOCKS_MIN_QUERIES, min(nq, QUERY_SLICE_HEAP_BYTES // (16 * kk * nchunks)))
+    with _numba_threads(threads):
+        for q0 in range(0, nq, step):
+            q = queries[q0 : q0 + step]
+            m = len(q)
+            hd = np.empty(nchunks * m * kk, np.int64)
+            hi = np.empty(nchunks * m * kk, np.int64)
+            hn = np.zeros(nchunks * m, np.int64)
+            if m >= BLOCKS_MIN_QUERIES:
+                qwords = np.zeros((m, kern.words * 8), np.uint8)
+                qwords[:, :nb] = q
                 kern.blocks(codes, qwords.view(np.uint64).reshape(-1), kk, ids, strict, bounds, hd, hi, hn)
             elif kern.rows8 is not None:
-                qpattern = np.tile(queries.view(np.uint64), (1, LANES // (nb // 8))).reshape(-1)
+                qpattern = np.tile(q.view(np.uint64), (1, LANES // (nb // 8))).reshape(-1)
                 kern.rows8(codes, qpattern, kk, ids, strict, bounds, hd, hi, hn)
             else:
-                kern.rows(codes, queries, kk, ids, strict, bounds, hd, hi, hn)
-            _merge(hd, hi, hn, nchunks, kk, out_d, out_i)
+                kern.rows(codes, q, kk, ids, strict, bounds, hd, hi, hn)
+            _merge(hd, hi, hn, nchunks, kk, out_d[q0 : q0 + m], out_i[q0 : q0 + m])
     return out_d, out_i
 
 

@@ -145,6 +145,18 @@ def test_narrow_codes_single_query(nb):
             np.testing.assert_array_equal(i, ri)
 
 
+def test_large_batches_are_sliced(monkeypatch):
+    """A batch whose heaps would exceed the scratch budget is searched in slices (the last one short)."""
+    monkeypatch.setattr(H, "QUERY_SLICE_HEAP_BYTES", 1)  # slices of BLOCKS_MIN_QUERIES queries
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, 256, (300, 9), dtype=np.uint8)
+    queries = rng.integers(0, 256, (H.BLOCKS_MIN_QUERIES * 2 + 2, 9), dtype=np.uint8)
+    d, i = H.knn(codes, queries, 15, threads=2)
+    rd, ri = reference_knn(codes, queries, 15)
+    np.testing.assert_array_equal(d, rd)
+    np.testing.assert_array_equal(i, ri)
+
+
 def test_empty_database_and_k_beyond_n():
     codes = np.zeros((0, 32), np.uint8)
     d, i = H.knn(codes, np.zeros((2, 32), np.uint8), 3)
