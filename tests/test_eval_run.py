@@ -284,12 +284,14 @@ def test_student_binarizer_and_bundle_views_agree(data_dir: Path, tmp_path: Path
 
 def test_merge_reports(data_dir: Path, tmp_path: Path) -> None:
     a = evaluate({"hash": HashEncoder()}, tasks=["stsb-test"], data_dir=data_dir, measure_speed=False, log=lambda m: None)
-    b = evaluate({"bits": CodeEncoder()}, tasks=["stsb-test", "mrpc"], data_dir=data_dir, measure_speed=False, log=lambda m: None)
+    b = evaluate({"bits": CodeEncoder(), "hash": HashEncoder()}, tasks=["sick-r", "mrpc"], data_dir=data_dir,
+                 measure_speed=False, log=lambda m: None)
     for name, rep in (("a", a), ("b", b)):
         write_report(rep, tmp_path / name, plots=False)
     out = tmp_path / "merged"
     assert main(["eval", "--merge", str(tmp_path / "a" / "report.json"), str(tmp_path / "b" / "report.json"),
                  "--out", str(out), "--no-plots"]) == 0
     merged = json.loads((out / "report.json").read_text())
-    assert set(merged["views"]) == {"hash", "bits"} and merged["tasks"] == ["stsb-test", "mrpc"]
-    assert "mrpc" not in merged["results"]["hash"] and "| hash |" in (out / "report.md").read_text()
+    assert set(merged["views"]) == {"hash", "bits"} and merged["tasks"] == ["stsb-test", "sick-r", "mrpc"]
+    assert set(merged["results"]["hash"]) == {"stsb-test", "sick-r", "mrpc"}  # per-task union for one view
+    assert "stsb-test" not in merged["results"]["bits"] and "| hash |" in (out / "report.md").read_text()

@@ -87,8 +87,8 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report from several (e.g. a slow teacher on some tasks, fast students on all): union of views and tasks.
 
-    A view that appears in more than one report keeps the later report's numbers; a task counts as skipped only
-    if every report skipped or lacked it.
+    Results merge per (view, task): a later report's number for the same view and task replaces the earlier one,
+    other tasks of that view are kept. A task counts as skipped only if no report ran it.
     """
     from ondevice.errors import OndeviceError
 
@@ -100,8 +100,11 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         if r.get("report_version") != reports[0].get("report_version"):
             raise OndeviceError("cannot merge reports of different report_version; rerun the older one")
         tasks += [t for t in r["tasks"] if t not in tasks]
-        out["views"].update(r["views"])
-        out["results"].update(r["results"])
+        for name, meta in r["views"].items():  # keep a measured speed when a later report skipped measuring it
+            old = out["views"].get(name, {})
+            out["views"][name] = {**meta, "sentences_per_second": meta.get("sentences_per_second") or old.get("sentences_per_second")}
+        for name, res in r["results"].items():
+            out["results"].setdefault(name, {}).update(res)
         out["data_files_sha256"] = {**out.get("data_files_sha256", {}), **r.get("data_files_sha256", {})}
     ran = {t for r in reports for t in r["tasks"] if t not in r["skipped"]}
     out["tasks"] = tasks
