@@ -104,6 +104,8 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
             if method in ("ae", "ae-sp"):
                 row["final_rec_loss"] = round(binarizer.config.metrics["final_rec_loss"], 4)
             res["rows"].append(row)
+            # rows so far, so a long run that is stopped still leaves its finished measurements
+            write_json(args.out_dir / f"partial_{name}_{args.split}{'_' + args.tag if args.tag else ''}.json", res)
             print(f"[{name}] {method:9s} {bits:5d} bits: {score:6.2f} ({row['ratio']:.4f} x cont.) fit {fit_s:.0f} s", flush=True)
     return res
 
