@@ -81,7 +81,7 @@ def worker_knn(cfg: dict) -> list[dict]:
         path = resolve_path()
         for nq, threads in cfg["runs"]:
             q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda: knn(codes, q, k, threads=threads), cfg["repeats"])
+            ms, cpu = _median_ms(lambda q=q, t=threads: knn(codes, q, k, threads=t), cfg["repeats"])
             out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu, "path": path})
     elif lib == "faiss":
         import faiss
@@ -91,7 +91,7 @@ def worker_knn(cfg: dict) -> list[dict]:
         for nq, threads in cfg["runs"]:
             faiss.omp_set_num_threads(threads)
             q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda: index.search(q, k), cfg["repeats"])
+            ms, cpu = _median_ms(lambda q=q: index.search(q, k), cfg["repeats"])
             out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu})
     elif lib == "numpy":
         def search(q):  # numpy's fastest exact route: bitwise_count over the XOR, then argpartition
@@ -101,7 +101,7 @@ def worker_knn(cfg: dict) -> list[dict]:
 
         for nq, threads in cfg["runs"]:
             q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda: [search(q[i]) for i in range(nq)], cfg["repeats"])
+            ms, cpu = _median_ms(lambda q=q: [search(row) for row in q], cfg["repeats"])
             out.append({"nq": nq, "threads": 1, "ms": ms, "cpu_ms": cpu})
     return out
 
@@ -113,7 +113,7 @@ def run_worker(cfg: dict) -> list[dict]:
     """Run one worker in a fresh Python process and return its results."""
     env = dict(os.environ)
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], capture_output=True, text=True,
-                          env=env)
+                          env=env, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"worker {cfg} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 from numba import njit, prange
-
 from ondevice.kernels.intrinsics import (
     LANES,
     ROWS8_WORDS,
@@ -167,7 +166,7 @@ class _Kernels:
         self.rows, self.blocks, self.range_rows, self.rows8 = _build(nbytes, pop, self.tile_rows)
 
 
-def _build(NB: int, POP: int, TILE: int):  # noqa: N803 - compile-time constants read as globals by Numba
+def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants frozen into the kernels
     W = (NB + 7) // 8
     FULL, TAIL = divmod(NB, 8)
 

@@ -89,8 +89,8 @@ def test_add_rejects_bad_input(index):
 def test_remove(index):
     assert index.remove([3, 5, 999_999]) == 2
     assert len(index) == 298 and 3 not in index.ids and 5 not in index.ids
-    d, i = index.search(index.codes[:4], 5)
-    rd, ri = brute(index.codes, index.ids, index.codes[:4], 5)
+    _, i = index.search(index.codes[:4], 5)
+    _, ri = brute(index.codes, index.ids, index.codes[:4], 5)
     np.testing.assert_array_equal(i, ri)
     assert index.add(random_codes(1, seed=9)).tolist() == [300]  # ids keep counting after the largest
     assert index.add(random_codes(1, seed=10), ids=[3]).tolist() == [3]  # a removed id can be reused
@@ -169,7 +169,7 @@ def test_bad_files_give_one_line_errors(index, tmp_path):
     _one_line_error(lambda: HammingIndex.load(write("tiny.odx", good[:50])), "truncated")
     _one_line_error(lambda: HammingIndex.load(write("trunc.odx", good[:-10])), "truncated")
     for mmap in (True, False):  # the size check needs no data read
-        _one_line_error(lambda: HammingIndex.load(write("trunc2.odx", good[: HEADER_BYTES + 100]), mmap=mmap),
+        _one_line_error(lambda mmap=mmap: HammingIndex.load(write("trunc2.odx", good[: HEADER_BYTES + 100]), mmap=mmap),
                         "truncated")
     v2 = bytearray(good)
     struct.pack_into("<I", v2, 8, 2)
@@ -206,8 +206,8 @@ def test_faiss_reads_the_same_codes():
     for q in range(4):  # FAISS may order equal distances differently; the sets below the k-th distance agree
         below = d[q] < d[q, -1]
         assert set(i[q][below]) == set(fi[q][fd[q] < fd[q, -1]])
-    flims, fdist, fids = ref.range_search(queries, 120)
-    lims, dist, ids = idx.range_search(queries, 120)
+    flims, _, fids = ref.range_search(queries, 120)
+    lims, _, ids = idx.range_search(queries, 120)
     np.testing.assert_array_equal(lims, flims)
     for q in range(4):
         assert sorted(ids[lims[q] : lims[q + 1]]) == sorted(fids[flims[q] : flims[q + 1]])
@@ -272,7 +272,7 @@ def test_cli_text_path_with_student_and_binarizer(tmp_path, capsys):
     from ondevice.student import Student, StudentConfig
     from ondevice.tokenizer import PAD, UNK, Tokenizer
 
-    words = "the a cat dog sat on mat ran fast big small red house tree car city river sees likes old new".split()
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "big", "small", "red", "house", "tree", "car", "city", "river", "sees", "likes", "old", "new"]
     vocab = [PAD, UNK, *words]
     cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=8, hidden_size=6, pooling="meanmax", output_dim=16,
                         max_tokens=24)

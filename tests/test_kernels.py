@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ondevice.kernels import hamming as H
 
 from ondevice.bits import hamming_reference
-from ondevice.kernels import hamming as H
 
 # Few distinct widths keep the number of compiled specializations (and cold-cache test time) small:
 # 8, 72, 200, 256 and 1024 bits; 72 and 200 have a tail that is not a whole 64-bit word.
@@ -173,8 +173,8 @@ def test_memmap_and_strided_inputs(tmp_path):
     codes.tofile(path)
     mm = np.memmap(path, np.uint8, "r", shape=(500, 32))
     queries = rng.integers(0, 256, (3, 64), dtype=np.uint8)[:, ::2]  # non-contiguous
-    d, i = H.knn(mm, queries, 10)
-    rd, ri = reference_knn(codes, np.ascontiguousarray(queries), 10)
+    _, i = H.knn(mm, queries, 10)
+    _, ri = reference_knn(codes, np.ascontiguousarray(queries), 10)
     np.testing.assert_array_equal(i, ri)
 
 
