@@ -4,7 +4,8 @@
 
 Distills (or resumes) a student on the first N Wikipedia sentences, then reports held-out mean cosine
 student-to-teacher, STS-B test Spearman x100 (cosine) for teacher, student and the GloVe-50 average baseline,
-student parameters with and without embeddings, and sentences/s of student and teacher on the same sentences
+student parameters with and without embeddings, and sentences/s of the teacher, the student in torch and the
+student as an app runs it (int8 bundle, torch-free runtime) on the same sentences
 and threads (interleaved repeats, median). Targets: student >= 0.90 x teacher Spearman, >= 20x teacher speed.
 """
 
@@ -34,6 +35,21 @@ def throughput(encode, texts: list[str], repeats: int) -> list[float]:
         encode(texts)
         out.append(len(texts) / (time.perf_counter() - start))
     return out
+
+
+def exported_int8(student, student_dir: Path, threads: int):
+    """The student exported as an int8 bundle (threshold codes: no fitting needed), loaded by the runtime."""
+    import numpy as np
+
+    from ondevice.binarize import Binarizer
+    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.runtime import Bundle
+
+    folder = student_dir.parent / f"{student_dir.name}-bundle-int8"
+    if not (folder / "manifest.json").is_file():
+        binarizer = Binarizer.fit(np.zeros((2, student.dim), dtype=np.float32), method="threshold", bits=student.dim)
+        export(student, binarizer, folder, ExportConfig(precision="int8"), student_dir=student_dir)
+    return Bundle.load(folder, threads=threads)
 
 
 def main(argv=None) -> int:
@@ -70,12 +86,15 @@ def main(argv=None) -> int:
 
     pairs = read_stsb(a.data, "test")
     texts = list(dict.fromkeys(pairs.a + pairs.b))[: a.speed_sentences]
-    student.encode(texts[:64]), teacher.encode(texts[:64])  # warm-up
-    t_speed, s_speed = [], []
-    for _ in range(a.repeats):  # interleaved, so machine noise hits both alike
+    # The student as an app runs it: the exported int8 bundle through the torch-free runtime.
+    bundle = exported_int8(student, out, a.threads)
+    student.encode(texts[:64]), teacher.encode(texts[:64]), bundle.encode(texts[:64])  # warm-up
+    t_speed, s_speed, b_speed = [], [], []
+    for _ in range(a.repeats):  # interleaved, so machine noise hits all alike
         t_speed += throughput(lambda x: teacher.encode(x, batch_size=64), texts, 1)
         s_speed += throughput(lambda x: student.encode(x, batch_size=256), texts, 1)
-    t_med, s_med = statistics.median(t_speed), statistics.median(s_speed)
+        b_speed += throughput(lambda x: bundle.encode(x, batch_size=64), texts, 1)
+    t_med, s_med, b_med = (statistics.median(x) for x in (t_speed, s_speed, b_speed))
 
     result = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
@@ -86,8 +105,10 @@ def main(argv=None) -> int:
         "student_over_teacher_spearman": round(scores["student"] / scores["teacher"], 4),
         "student_parameters": student.num_parameters(),
         "student_parameters_without_embeddings": student.num_parameters(embeddings=False),
-        "sentences_per_second": {"teacher": round(t_med, 1), "student": round(s_med, 1)},
+        "sentences_per_second": {"teacher": round(t_med, 1), "student": round(s_med, 1),
+                                 "student int8 bundle": round(b_med, 1)},
         "student_over_teacher_speed": round(s_med / t_med, 2),
+        "student_int8_bundle_over_teacher_speed": round(b_med / t_med, 2),
         "speed_sentences": len(texts),
     }
     if a.json:
@@ -99,8 +120,10 @@ def main(argv=None) -> int:
     print(f"| STS-B test Spearman x100: teacher / student / GloVe-50 avg | {sp['teacher']:.2f} / {sp['student']:.2f} / {sp['glove-50 average']:.2f} |")
     print(f"| student / teacher Spearman (target >= 0.90) | {result['student_over_teacher_spearman']:.3f} |")
     print(f"| student parameters (without embeddings) | {result['student_parameters']:,} ({result['student_parameters_without_embeddings']:,}) |")
-    print(f"| sentences/s on {a.threads} threads: teacher / student | {t_med:,.0f} / {s_med:,.0f} |")
-    print(f"| student / teacher throughput (target >= 20x) | {result['student_over_teacher_speed']:.1f}x |")
+    print(f"| sentences/s on {a.threads} threads: teacher (torch) / student (torch) / student (int8 bundle) "
+          f"| {t_med:,.0f} / {s_med:,.0f} / {b_med:,.0f} |")
+    print(f"| student / teacher throughput, torch / int8 bundle (target >= 20x) "
+          f"| {result['student_over_teacher_speed']:.1f}x / {result['student_int8_bundle_over_teacher_speed']:.1f}x |")
     return 0
 
 
