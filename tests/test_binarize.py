@@ -241,7 +241,7 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
 
 def test_codes_load_into_the_hamming_kernels(x):
     hamming = pytest.importorskip("ondevice.kernels.hamming")
-    codes = _fit(x, "random", 100).transform(x)  # 13-byte codes: not a multiple of 64 bits
+    codes = _fit(x, "random", 72).transform(x)  # 9 bytes, not whole 64-bit words
     dist, ids = hamming.knn(codes, codes[:3], k=5, threads=1)
     ref = hamming_reference(codes[:3], codes)
     np.testing.assert_array_equal(np.take_along_axis(ref, ids, axis=1), dist)
