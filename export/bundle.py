@@ -172,7 +172,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     graph = build_int8_graph(student.config, state, A, c).SerializeToString() if precision == "int8" else reference
     with atomic_path(directory / ONNX_FILE) as tmp:
         tmp.write_bytes(graph)
-    module = scriptable_encoder(student.model, student.config.pooling, A, c)
+    module = scriptable_encoder(student.model, A, c)
     save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
     student.tokenizer.save(directory)
     binarizer_cfg = _write_binarizer(directory, binarizer)

@@ -1,7 +1,7 @@
 """TorchScript of the student + binarizer for PyTorch Mobile: forward(ids, lengths) -> (embedding, code).
 
-The student's own forward is not scriptable (it picks the pooling through a dict), so `ScriptableEncoder`
-repeats it op for op around the same submodules: the scripted module gives bit-identical embeddings.
+`ScriptableEncoder` runs the student's own (scriptable) forward and adds the binarizer and bit packing, so the
+scripted module gives bit-identical embeddings.
 The int8 variant uses torch's dynamic quantization: int8 LSTM and projection, per-row 8-bit embedding. Unlike the
 int8 ONNX graph it also quantizes the projection (-0.6 MB), which keeps a 50k-vocabulary int8 bundle under 10 MB.
 """
@@ -17,8 +17,8 @@ from ondevice.bits import code_bytes
 from ondevice.io import atomic_path
 
 
-def scriptable_encoder(student_model, pooling: str, projection: np.ndarray, offset: np.ndarray):
-    """A torch module wrapping `student_model`'s layers that also binarizes and packs (bit order "little")."""
+def scriptable_encoder(student_model, projection: np.ndarray, offset: np.ndarray):
+    """A torch module running `student_model` that also binarizes and packs (bit order "little")."""
     torch = require("torch", "train")
     nn = torch.nn
     bits = int(projection.shape[1])
@@ -28,10 +28,7 @@ def scriptable_encoder(student_model, pooling: str, projection: np.ndarray, offs
     class ScriptableEncoder(nn.Module):
         def __init__(self):
             super().__init__()
-            self.embedding = student_model.embedding
-            self.lstm = student_model.lstm
-            self.proj = student_model.proj
-            self.pooling = pooling
+            self.student = student_model
             self.nbytes = nbytes
             # zero columns with offset -1: padding bits are never set
             A = np.pad(np.asarray(projection, np.float32), ((0, 0), (0, pad)))
@@ -41,24 +38,7 @@ def scriptable_encoder(student_model, pooling: str, projection: np.ndarray, offs
             self.register_buffer("bit_values", torch.tensor([1 << j for j in range(8)], dtype=torch.int32))
 
         def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            emb = self.embedding(ids)
-            packed = nn.utils.rnn.pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, hc = self.lstm(packed)
-            h = hc[0]
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
-            mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).unsqueeze(-1)
-            if self.pooling == "last":
-                pooled = torch.cat([h[0], h[1]], dim=-1)
-            else:
-                mean = (out * mask).sum(1) / lengths[:, None].to(out.dtype)
-                mx = out.masked_fill(~mask, float("-inf")).max(1).values
-                if self.pooling == "mean":
-                    pooled = mean
-                elif self.pooling == "max":
-                    pooled = mx
-                else:
-                    pooled = torch.cat([mean, mx], dim=-1)
-            embedding = torch.tanh(self.proj(pooled))
+            embedding = self.student(ids, lengths)
             bits = (embedding @ self.binarizer_projection + self.binarizer_offset) > 0
             grouped = bits.to(torch.int32).reshape(bits.shape[0], self.nbytes, 8)
             code = (grouped * self.bit_values).sum(-1).to(torch.uint8)

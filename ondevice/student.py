@@ -56,19 +56,23 @@ def build_model(cfg: StudentConfig):
             self.lstm = nn.LSTM(cfg.embedding_dim, cfg.hidden_size, batch_first=True, bidirectional=True)
             self.proj = nn.Linear(cfg.pooled_dim, cfg.output_dim, bias=False)
 
-        def forward(self, ids, lengths):
+        def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            # Written for TorchScript too: export/torchscript.py scripts this module as it is.
             emb = self.embedding(ids)
             packed = nn.utils.rnn.pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, (h, _) = self.lstm(packed)
+            out, hc = self.lstm(packed)
             out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
             mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).unsqueeze(-1)
             if self.pooling == "last":
-                pooled = torch.cat([h[0], h[1]], dim=-1)
+                pooled = torch.cat([hc[0][0], hc[0][1]], dim=-1)
             else:
                 mean = (out * mask).sum(1) / lengths[:, None].to(out.dtype)
                 mx = out.masked_fill(~mask, float("-inf")).max(1).values
-                pooled = {"mean": mean, "max": mx}.get(self.pooling)
-                if pooled is None:
+                if self.pooling == "mean":
+                    pooled = mean
+                elif self.pooling == "max":
+                    pooled = mx
+                else:
                     pooled = torch.cat([mean, mx], dim=-1)
             return torch.tanh(self.proj(pooled))
 

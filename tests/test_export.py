@@ -80,7 +80,7 @@ def test_torchscript_is_identical_to_eager(pooling, tmp_path):
 
     student = _student(pooling)
     binarizer = _binarizer(student, bits=16)
-    save_torchscript(scriptable_encoder(student.model, pooling, *binarizer.affine()), tmp_path / "encoder.pt")
+    save_torchscript(scriptable_encoder(student.model, *binarizer.affine()), tmp_path / "encoder.pt")
     scripted = torch.jit.load(str(tmp_path / "encoder.pt"))
     for texts in (TEXTS, TEXTS[2:5]):
         ids, lengths = (torch.from_numpy(x) for x in student.tokenizer.batch(texts))
