@@ -14,7 +14,7 @@ import numpy as np
 from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.io import dataclass_from_dict, read_json, sha256_text, write_json, write_text
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss
 from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens
 
@@ -45,6 +45,7 @@ class DistillConfig:
     seed: int = 0
     threads: int = 0
     checkpoint_minutes: float = 5.0
+    corpus_sha256: str = ""  # filled in by `distill`: what was read, wherever the file lives
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
@@ -66,7 +67,7 @@ class DistillConfig:
 
 
 # Architecture fields that must match for --resume to continue a run.
-_RESUME_KEYS = ("corpus", "max_sentences", "teacher", "teacher_pooling", "teacher_normalize", "word_vectors",
+_RESUME_KEYS = ("max_sentences", "teacher", "teacher_pooling", "teacher_normalize", "word_vectors",
                 "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size", "seed", "val_fraction")
 
 
@@ -162,16 +163,18 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not ckpt.exists():
         raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINT}/); run without --resume")
-    if resume:
-        saved = dataclass_from_dict(DistillConfig, read_json(out / "distill_config.json", "distill config"), "distill config")
-        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
-        if diff:
-            detail = ", ".join(f"{k}: {getattr(saved, k)!r} -> {getattr(config, k)!r}" for k in diff)
-            raise OndeviceError(f"--resume with different settings ({detail}); use the original flags or a new --out")
     if config.threads:
         torch.set_num_threads(config.threads)
 
     sentences = read_corpus(config.corpus, config.max_sentences)
+    config.corpus_sha256 = sha256_text(sentences)
+    if resume:
+        saved = dataclass_from_dict(DistillConfig, read_json(out / "distill_config.json", "distill config"), "distill config")
+        # The corpus is compared by content, so a moved or renamed file still resumes.
+        diff = [k for k in (*_RESUME_KEYS, "corpus_sha256") if getattr(saved, k) != getattr(config, k)]
+        if diff:
+            detail = ", ".join(f"{k}: {getattr(saved, k)!r} -> {getattr(config, k)!r}" for k in diff)
+            raise OndeviceError(f"--resume with different settings ({detail}); use the original flags or a new --out")
     if len(sentences) < 2:
         raise OndeviceError("corpus needs at least 2 sentences (one to train on, one held out)")
     train_idx, val_idx = _split(len(sentences), config.val_fraction, config.seed)

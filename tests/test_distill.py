@@ -49,7 +49,9 @@ def test_same_seed_same_weights(tiny_corpus, tiny_teacher, tiny_word_vectors, tm
 def test_resume_after_epoch_equals_uninterrupted(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
     distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "full", progress=False)
     distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1), tmp_path / "part", progress=False)
-    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "part", resume=True, progress=False)
+    moved = tmp_path / "moved.txt"  # the corpus is recognized by content, not path
+    moved.write_bytes(tiny_corpus.read_bytes())
+    distill(_config(moved, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "part", resume=True, progress=False)
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
@@ -84,6 +86,10 @@ def test_existing_checkpoint_is_never_overwritten(tiny_corpus, tiny_teacher, tin
         distill(cfg, tmp_path / "s", progress=False)
     with pytest.raises(OndeviceError, match="different settings"):
         distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, hidden_size=12), tmp_path / "s", resume=True, progress=False)
+    other = tmp_path / "other.txt"
+    other.write_text(tiny_corpus.read_text().replace("cat", "dog"))
+    with pytest.raises(OndeviceError, match="corpus_sha256"):
+        distill(_config(other, tiny_teacher, tiny_word_vectors), tmp_path / "s", resume=True, progress=False)
 
 
 def _cli(args, capsys):
