@@ -118,7 +118,9 @@ def cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: int =
     """
     from tqdm.auto import tqdm
 
-    key_src = json.dumps({"teacher": asdict(teacher.info), "corpus": sha256_text(sentences), "n": len(sentences)}, sort_keys=True)
+    # Identity by content: the same weights installed elsewhere (another venv, a moved dir) share the cache.
+    identity = {k: v for k, v in asdict(teacher.info).items() if k != "path"}
+    key_src = json.dumps({"teacher": identity, "corpus": sha256_text(sentences), "n": len(sentences)}, sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     folder = (root or cache_dir() / "teacher") / key
     folder.mkdir(parents=True, exist_ok=True)

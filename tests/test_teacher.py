@@ -51,3 +51,13 @@ def test_cache_resumes_after_crash(tiny_teacher, tmp_path, monkeypatch):
     np.testing.assert_allclose(out, real(texts), atol=1e-5)
     again = cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
     assert len(calls) == 4 and np.array_equal(again, out)
+
+
+def test_cache_is_keyed_by_content_not_install_path(tiny_teacher, tmp_path):
+    import shutil
+
+    texts = ["the cat sat", "a dog ran"]
+    first = cached_vectors(Teacher(tiny_teacher), texts, root=tmp_path / "c", progress=False)
+    moved = Teacher(shutil.copytree(tiny_teacher, tmp_path / "elsewhere"))
+    moved.encode = None  # a cache hit never calls the teacher
+    assert np.array_equal(cached_vectors(moved, texts, root=tmp_path / "c", progress=False), first)
