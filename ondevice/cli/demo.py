@@ -45,7 +45,8 @@ def run(a: argparse.Namespace) -> int:
     log = (out / "train_log.jsonl").read_text().strip().splitlines()
     held = __import__("json").loads(log[-1])["held_out_cosine"] if log else float("nan")
     print()
-    print(f"distilled {config.teacher} into a BiLSTM student on {a.sentences:,} sentences in {minutes:.1f} min -> {out}")
+    print(f"distilled {config.teacher} into a BiLSTM student on {a.sentences:,} sentences -> {out} "
+          f"({minutes:.1f} min this run; reruns reuse cached teacher vectors and finished epochs)")
     print(f"  student parameters: {student.num_parameters():,} ({student.num_parameters(embeddings=False):,} without embeddings)")
     print(f"  held-out mean cosine student-to-teacher: {held:.4f}")
     print(f"  STS-B test Spearman x100: teacher {t_score:.2f} | student {s_score:.2f} "
