@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     if a.json:
         write_json(a.json, rows)
-    print(f"\n| pooling | hidden | epochs | held-out cosine | STS-B test x100 | encode sent/s | params w/o emb |")
+    print("\n| pooling | hidden | epochs | held-out cosine | STS-B test x100 | encode sent/s | params w/o emb |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['pooling']} | {r['hidden']} | {r['epochs']} | {r['held_out_cosine']:.4f} | {r['stsb_test']:.2f} "

@@ -40,9 +40,9 @@ def throughput(encode, texts: list[str], repeats: int) -> list[float]:
 def exported_int8(student, student_dir: Path, threads: int):
     """The student exported as an int8 bundle (threshold codes: no fitting needed), loaded by the runtime."""
     import numpy as np
+    from ondevice.export.bundle import ExportConfig, export
 
     from ondevice.binarize import Binarizer
-    from ondevice.export.bundle import ExportConfig, export
     from ondevice.runtime import Bundle
 
     folder = student_dir.parent / f"{student_dir.name}-bundle-int8"
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     if a.json:
         write_json(a.json, result)
     sp = result["stsb_test_spearman_x100"]
-    print(f"\n| measure | value |\n|---|---|")
+    print("\n| measure | value |\n|---|---|")
     print(f"| corpus | first {a.sentences:,} wiki sentences, {a.epochs} epochs, hidden {a.hidden}, pooling {a.pooling} |")
     print(f"| held-out mean cosine student-to-teacher | {result['held_out_cosine']:.4f} |")
     print(f"| STS-B test Spearman x100: teacher / student / GloVe-50 avg | {sp['teacher']:.2f} / {sp['student']:.2f} / {sp['glove-50 average']:.2f} |")

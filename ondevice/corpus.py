@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ondevice.errors import OndeviceError
-
-import os
 
 WIKI_RELPATH = Path("wiki") / "wiki_en_sentences_1m.txt.gz"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class Student:
         self.model.eval()
 
     @classmethod
-    def from_embeddings(cls, config: StudentConfig, tokenizer: Tokenizer, embeddings: np.ndarray, seed: int) -> "Student":
+    def from_embeddings(cls, config: StudentConfig, tokenizer: Tokenizer, embeddings: np.ndarray, seed: int) -> Student:
         """A fresh student whose embedding layer starts from `embeddings`; other weights from `seed`."""
         torch = _torch()
         if embeddings.shape != (config.vocab_size, config.embedding_dim):
@@ -143,7 +143,7 @@ class Student:
         write_json(directory / CONFIG, self.config)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Student":
+    def load(cls, directory: str | Path) -> Student:
         """Load a student directory written by `save` (or by `ondevice distill`)."""
         st = require("safetensors.torch", "train")
         directory = Path(directory)
@@ -156,6 +156,6 @@ class Student:
         model = build_model(config)
         try:
             model.load_state_dict(st.load_file(str(directory / WEIGHTS)))
-        except Exception as exc:  # safetensors header errors or shape mismatches
+        except (require("safetensors", "train").SafetensorError, RuntimeError, OSError, ValueError) as exc:  # bad header, shapes
             raise OndeviceError(f"cannot load {directory / WEIGHTS}: {str(exc).splitlines()[0]}; the file is corrupt or from another config") from None
         return cls(config, tokenizer, model)

@@ -16,9 +16,9 @@ Spec, version 1 (see `SPEC` and README "Tokenizer"):
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -113,7 +113,7 @@ class Tokenizer:
         write_json(directory / "tokenizer.json", self.spec)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Tokenizer":
+    def load(cls, directory: str | Path) -> Tokenizer:
         """Read vocab.txt and tokenizer.json written by `save`."""
         from ondevice.io import read_json
 
@@ -142,7 +142,7 @@ def count_tokens(texts: Iterable[str], max_tokens: int | None = None) -> dict[st
     return counts
 
 
-def build_vocab(counts: dict[str, int], known: "callable", max_size: int) -> list[str]:
+def build_vocab(counts: dict[str, int], known: callable, max_size: int) -> list[str]:
     """[PAD], [UNK], then up to `max_size` corpus tokens that `known(token)` accepts, most frequent first.
 
     Ties in frequency are broken by the token's code points, so the vocabulary is deterministic.

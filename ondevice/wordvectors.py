@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +46,7 @@ def load_word_vectors(spec: str | Path = DEFAULT):
             first = fh.readline().split()
         header = len(first) == 2 and all(x.isdigit() for x in first)
         return KeyedVectors.load_word2vec_format(str(path), binary=False, no_header=not header)
-    except OndeviceError:
-        raise
-    except Exception as exc:  # gensim raises ValueError/UnicodeDecodeError/EOFError on bad files
+    except (ValueError, EOFError, OSError, KeyError, IndexError, pickle.UnpicklingError) as exc:  # gensim on bad files
         raise OndeviceError(f"cannot read word vectors {path}: {exc}; give word2vec/GloVe text or binary, .vec, or saved KeyedVectors") from None
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-WORDS = ("the a cat dog sat on mat ran fast slow big small red blue house tree car road city river "
-         "walks eats sleeps runs jumps sees likes old new happy sad bird fish sun moon").split()
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "slow", "big", "small", "red", "blue", "house", "tree", "car", "road", "city", "river", "walks", "eats", "sleeps", "runs", "jumps", "sees", "likes", "old", "new", "happy", "sad", "bird", "fish", "sun", "moon"]
 
 
 @pytest.fixture(autouse=True)

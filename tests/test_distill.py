@@ -13,8 +13,8 @@ st = pytest.importorskip("safetensors.numpy")
 
 
 def _config(corpus, teacher, wv, **kw):
-    base = dict(corpus=str(corpus), teacher=str(teacher), word_vectors=str(wv), hidden_size=8, epochs=3,
-                batch_size=16, lr=5e-3, val_fraction=0.1, seed=3, checkpoint_minutes=0, threads=1)
+    base = {"corpus": str(corpus), "teacher": str(teacher), "word_vectors": str(wv), "hidden_size": 8, "epochs": 3,
+                "batch_size": 16, "lr": 5e-3, "val_fraction": 0.1, "seed": 3, "checkpoint_minutes": 0, "threads": 1}
     base.update(kw)
     return DistillConfig(**base)
 

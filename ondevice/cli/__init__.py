@@ -9,7 +9,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ondevice import __version__
 from ondevice.errors import OndeviceError
