@@ -79,19 +79,26 @@ def read_stsb(data_dir: str | Path, split: str = "test") -> Pairs:
     if split not in STSB_SPLITS:
         raise OndeviceError(f"unknown STS-B split {split!r}; choose one of {', '.join(STSB_SPLITS)}")
     path = _file(data_dir, f"stsb/sts-{split}.csv", f"stsb-{split}")
+    return _scored_pairs(path, _lines(path), score=4, first=5, second=6, what="score")
+
+
+def _scored_pairs(path: Path, lines: list[str], score: int, first: int, second: int, what: str,
+                  header: str | None = None) -> Pairs:
+    """Tab-separated rows with a float score and two sentences at the given columns; extra columns ignored."""
+    need = max(score, first, second) + 1
     a, b, gold = [], [], []
-    for i, line in enumerate(_lines(path), 1):
-        if not line.strip():
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or (i == 1 and header is not None and line.startswith(header)):
             continue
         f = line.split("\t")
-        if len(f) < 7:
-            raise _bad(path, i, f"expected at least 7 tab-separated fields, got {len(f)}")
+        if len(f) < need:
+            raise _bad(path, i, f"expected at least {need} tab-separated fields, got {len(f)}")
         try:
-            gold.append(float(f[4]))
+            gold.append(float(f[score]))
         except ValueError:
-            raise _bad(path, i, f"score {f[4]!r} is not a number") from None
-        a.append(f[5])
-        b.append(f[6])
+            raise _bad(path, i, f"{what} {f[score]!r} is not a number") from None
+        a.append(f[first])
+        b.append(f[second])
     return Pairs(a, b, np.asarray(gold, dtype=np.float64))
 
 
@@ -103,21 +110,7 @@ def read_sick(data_dir: str | Path, split: str = "trial") -> Pairs:
     if split not in SICK_SPLITS:
         raise OndeviceError(f"unknown SICK split {split!r}; choose one of {', '.join(SICK_SPLITS)}")
     path = _file(data_dir, f"sick/{SICK_SPLITS[split]}", f"sick-{split}")
-    lines = _lines(path)
-    a, b, gold = [], [], []
-    for i, line in enumerate(lines, 1):
-        if not line.strip() or (i == 1 and line.startswith("pair_ID")):
-            continue
-        f = line.split("\t")
-        if len(f) < 4:
-            raise _bad(path, i, f"expected at least 4 tab-separated fields, got {len(f)}")
-        try:
-            gold.append(float(f[3]))
-        except ValueError:
-            raise _bad(path, i, f"relatedness score {f[3]!r} is not a number") from None
-        a.append(f[1])
-        b.append(f[2])
-    return Pairs(a, b, np.asarray(gold, dtype=np.float64))
+    return _scored_pairs(path, _lines(path), score=3, first=1, second=2, what="relatedness score", header="pair_ID")
 
 
 def read_mrpc(data_dir: str | Path, split: str = "test", tokenized: bool = False) -> Pairs:
