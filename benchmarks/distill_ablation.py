@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(a.threads)
-    texts = list(dict.fromkeys(read_stsb(a.data, "test").a + read_stsb(a.data, "test").b))
+    pairs = read_stsb(a.data, "test")
+    texts = list(dict.fromkeys(pairs.a + pairs.b))
     rows = []
     for variant in a.variants:
         pooling, hidden = variant.split(":")

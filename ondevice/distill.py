@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_text, write_json, write_text
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss
-from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens
+from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens, pad_ids
 
 CHECKPOINT = "checkpoint"
 
@@ -93,14 +92,6 @@ def _batches(lengths: np.ndarray, batch_size: int, epoch_seed: int) -> list[np.n
     return [batches[i] for i in order]
 
 
-def _pad(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-    out = np.zeros((len(rows), int(lengths.max())), dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out, lengths
-
-
 def _save_checkpoint(out: Path, student: Student, opt, state: dict) -> None:
     """Model, optimizer and position, written to a temp dir and swapped in whole."""
     torch = require("torch", "train")
@@ -141,7 +132,7 @@ def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarra
     total = 0.0
     with torch.inference_mode():
         for s in range(0, len(ids), batch_size):
-            x, lengths = _pad(ids[s : s + batch_size])
+            x, lengths = pad_ids(ids[s : s + batch_size])
             pred = student.model(torch.from_numpy(x), torch.from_numpy(lengths))
             t = torch.from_numpy(np.ascontiguousarray(targets[s : s + batch_size]))
             total += float(torch.nn.functional.cosine_similarity(pred, t, dim=-1).sum())
@@ -231,7 +222,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             losses: list[float] = []
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
             for b in bar:
-                x, lens = _pad([train_ids[i] for i in b])
+                x, lens = pad_ids([train_ids[i] for i in b])
                 pred = model(torch.from_numpy(x), torch.from_numpy(lens))
                 loss = cosine_loss(pred, torch.from_numpy(train_t[b]))
                 opt.zero_grad(set_to_none=True)

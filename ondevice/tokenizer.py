@@ -56,6 +56,15 @@ def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
     return tokens if max_tokens is None else tokens[:max_tokens]
 
 
+def pad_ids(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad id rows with PAD_ID: int64 ids (n, longest) and int64 lengths (n,)."""
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    out = np.full((len(rows), int(lengths.max(initial=1))), PAD_ID, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out, lengths
+
+
 @dataclass
 class TokenizerSpec:
     """What a runtime needs to reproduce the ids: saved as tokenizer.json beside vocab.txt."""
@@ -97,12 +106,7 @@ class Tokenizer:
 
     def batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded int64 ids (n, longest) and int64 lengths (n,)."""
-        rows = [self.ids(t) for t in texts]
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        out = np.full((len(rows), int(lengths.max(initial=1))), PAD_ID, dtype=np.int64)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = r
-        return out, lengths
+        return pad_ids([self.ids(t) for t in texts])
 
     def save(self, directory: str | Path) -> None:
         """Write vocab.txt (one token per line, line number = id) and tokenizer.json."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def run(a: argparse.Namespace) -> int:
     t_score = sts_spearman(teacher, data, "stsb", "test")
     s_score = sts_spearman(student, data, "stsb", "test")
     log = (out / "train_log.jsonl").read_text().strip().splitlines()
-    held = __import__("json").loads(log[-1])["held_out_cosine"] if log else float("nan")
+    held = json.loads(log[-1])["held_out_cosine"] if log else float("nan")
     print()
     print(f"distilled {config.teacher} into a BiLSTM student on {a.sentences:,} sentences -> {out} "
           f"({minutes:.1f} min this run; reruns reuse cached teacher vectors and finished epochs)")
