@@ -6,7 +6,9 @@
 Every library runs in its own subprocess (Numba and FAISS each bring an OpenMP runtime, and fresh processes keep
 one library's caches and threads from disturbing another). Each timing is the median of --repeats runs after one
 warm-up run. Random codes, k=10. Read bandwidth is a multi-threaded Numba sum over a buffer larger than any cache,
-measured in the same run, so "% of bandwidth" compares like with like. Rates (codes/s, GB/s, G words/s) come from
+measured in the same run, so "% of bandwidth" compares like with like; the ondevice worker also runs that sum over
+the very codes buffer it searches ("% of buffer sum"), because where a fresh buffer's pages land moves its read
+speed by 10-20% against the probe's. Rates (codes/s, GB/s, G words/s) come from
 wall-clock time; "CPU ms" is the process CPU time per call summed over threads, which stays meaningful when other
 jobs share the machine (it includes OpenMP threads spinning while they wait for work).
 """
@@ -46,8 +48,7 @@ def _codes(n: int, nbytes: int, seed: int):
 # ------------------------------------------------------------------------------------------------ workers
 
 
-def worker_bandwidth(cfg: dict) -> list[dict]:
-    import numba
+def _sum_kernel():
     import numpy as np
     from numba import njit, prange
 
@@ -58,6 +59,14 @@ def worker_bandwidth(cfg: dict) -> list[dict]:
             s += a[i]
         return s
 
+    return total
+
+
+def worker_bandwidth(cfg: dict) -> list[dict]:
+    import numba
+    import numpy as np
+
+    total = _sum_kernel()
     buf = np.ones(BANDWIDTH_BYTES // 8, np.uint64)
     out = []
     for threads in cfg["threads"]:
@@ -76,13 +85,23 @@ def worker_knn(cfg: dict) -> list[dict]:
     queries_all = _codes(max(nq for nq, _ in cfg["runs"]), nbytes, 1)
     out = []
     if lib == "ondevice":
+        import numba
         from ondevice.kernels.hamming import knn, resolve_path
 
         path = resolve_path()
+        total = _sum_kernel()
+        words = codes.reshape(-1).view(np.uint64) if codes.nbytes % 8 == 0 else None
         for nq, threads in cfg["runs"]:
             q = queries_all[:nq]
             ms, cpu = _median_ms(lambda q=q, t=threads: knn(codes, q, k, threads=t), cfg["repeats"])
-            out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu, "path": path})
+            row = {"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu, "path": path}
+            if nq == 1 and words is not None:
+                # The same sum as the bandwidth probe, over the very buffer the scan reads: the speed of light for
+                # this scan. Page placement makes a fresh 128 MB buffer read 10-20% slower or faster than the probe's.
+                numba.set_num_threads(threads)
+                sum_ms, _ = _median_ms(lambda: total(words), cfg["repeats"])
+                row["buffer_gbps"] = codes.nbytes / sum_ms / 1e6
+            out.append(row)
     elif lib == "faiss":
         import faiss
 
@@ -119,10 +138,12 @@ def run_worker(cfg: dict) -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _row(lib: str, n: int, bits: int, nq: int, threads: int, ms: float, cpu_ms: float) -> dict:
+def _row(lib: str, n: int, bits: int, nq: int, threads: int, ms: float, cpu_ms: float,
+         buffer_gbps: float | None = None) -> dict:
     nbytes = bits // 8
     sec = ms / 1e3
     return {"lib": lib, "n": n, "bits": bits, "nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu_ms,
+            "buffer_gbps": buffer_gbps,
             "gwords_per_cpu": n * nq * nbytes / 8 / (cpu_ms / 1e3) / 1e9,
             "codes_per_s": n * nq / sec, "gbps": n * nbytes / sec / 1e9, "gwords": n * nq * nbytes / 8 / sec / 1e9}
 
@@ -170,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             lib_runs = [[1, 1]] if lib == "numpy" else runs  # numpy is single-threaded and far too slow for batches
             res = run_worker({"lib": lib, "n": a.n, "bits": bits, "k": a.k, "runs": lib_runs, "repeats": a.repeats})
             for r in res:
-                rows.append(_row(lib, a.n, bits, r["nq"], r["threads"], r["ms"], r["cpu_ms"]))
+                rows.append(_row(lib, a.n, bits, r["nq"], r["threads"], r["ms"], r["cpu_ms"], r.get("buffer_gbps")))
                 path = r.get("path", path)
             print(f"  measured {lib} at {bits} bits", file=sys.stderr, flush=True)
 
@@ -178,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         return next((r for r in rows if (r["lib"], r["bits"], r["nq"], r["threads"], r["n"]) == (lib, bits, nq, t, n)), None)
 
     print(f"\n{a.n:,} codes, ondevice popcount path: {path}\n")
-    print("| bits | queries | threads | library | ms | CPU ms | codes/s | GB/s | G words/s | % of read BW | vs FAISS |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| bits | queries | threads | library | ms | CPU ms | codes/s | GB/s | G words/s | % of read BW "
+          "| % of buffer sum | vs FAISS |")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for bits in a.bits:
         for nq in (1, a.batch):
             for t in a.threads:
@@ -189,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     f = find("faiss", bits, nq, t)
                     pct = f"{100 * r['gbps'] / bw[r['threads']]:.0f}%" if nq == 1 else ""
+                    buf_pct = f"{100 * r['gbps'] / r['buffer_gbps']:.0f}%" if r["buffer_gbps"] else ""
                     ratio = f"{f['ms'] / r['ms']:.2f}x" if f else ""
                     print(f"| {bits} | {nq} | {r['threads']} | {lib} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
                           f"{_fmt_rate(r['codes_per_s'])} | "
-                          f"{r['gbps']:.2f} | {r['gwords']:.2f} | {pct} | {ratio} |")
+                          f"{r['gbps']:.2f} | {r['gwords']:.2f} | {pct} | {buf_pct} | {ratio} |")
 
     if a.scaling:
         t = max(a.threads)
@@ -219,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         o1, f1 = find("ondevice", 1024, 1, 2), find("faiss", 1024, 1, 2)
         ob, fb = find("ondevice", 1024, a.batch, 2), find("faiss", 1024, a.batch, 2)
         checks = [
-            ("single query >= 90% of read bandwidth", 100 * o1["gbps"] / bw[2], 90, "%"),
+            ("single query >= 90% of read bandwidth (512 MB probe)", 100 * o1["gbps"] / bw[2], 90, "%"),
+            ("single query >= 90% of a sum over the same codes buffer", 100 * o1["gbps"] / o1["buffer_gbps"], 90, "%"),
             ("single query >= 2x FAISS", f1["ms"] / o1["ms"], 2, "x"),
             (f"{a.batch}-query batch >= 4x FAISS", fb["ms"] / ob["ms"], 4, "x"),
             (f"{a.batch}-query batch >= 15 G words/s", ob["gwords"], 15, " G words/s"),

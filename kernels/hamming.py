@@ -18,6 +18,7 @@ How the scan is organised (the reasons are in BENCHMARKS.md):
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
 
@@ -25,17 +26,19 @@ import numpy as np
 from numba import njit, prange
 from ondevice.kernels.intrinsics import (
     LANES,
-    ROWS8_WORDS,
     block_distances,
     load_word,
     row_distance,
     rows8_distances,
+    rows8_query_words,
+    rows8_supports,
 )
 
 PATHS = ("native", "portable")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 BLOCKS_MIN_QUERIES = 4  # below this the interleaving pass costs more than it saves
+MIN_CHUNK_BYTES = 256 << 10  # a thread's share below this costs more to hand out than to scan (~30 us)
 QUERY_SLICE_HEAP_BYTES = 64 << 20  # top-k heap memory per kernel call; larger batches are cut into slices
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 
@@ -49,6 +52,7 @@ def _host_features() -> tuple[str, str]:
     return ll.get_process_triple(), features
 
 
+@functools.cache  # asking LLVM for the host's features costs ~0.4 ms, more than a small search
 def host_path() -> str:
     """The popcount path `auto` picks on this CPU: 'native' where LLVM has a fast vector popcount, else 'portable'."""
     triple, features = _host_features()
@@ -169,6 +173,7 @@ class _Kernels:
 def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants frozen into the kernels
     W = (NB + 7) // 8
     FULL, TAIL = divmod(NB, 8)
+    QW = rows8_query_words(FULL)  # words per query in the rows8 pattern
 
     @njit(parallel=True, cache=True)
     def rows(codes, queries, k, ids, strict, bounds, hd, hi, hn):
@@ -258,7 +263,7 @@ def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants 
 
     @njit(parallel=True, cache=True)
     def rows8(codes, qpattern, k, ids, strict, bounds, hd, hi, hn):
-        nq = qpattern.shape[0] // LANES
+        nq = qpattern.shape[0] // QW
         has_ids = ids.shape[0] > 0
         for c in prange(bounds.shape[0] - 1):
             cand_d = np.empty(TILE, np.int64)
@@ -272,7 +277,7 @@ def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants 
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
                     for b in range(nblk):
-                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * LANES, FULL, POP, thr,
+                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
                                             cand_d, nc * LANES)
                         cand_b[nc] = b
                         cand_m[nc] = m
@@ -287,12 +292,12 @@ def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants 
                                 thr = _threshold(hd, hn, slot, k, strict)
                     # qpattern starts with the query's own words, so it doubles as the query row here.
                     for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
-                        d = row_distance(codes, r * NB, qpattern, q * LANES * 8, NB, POP)
+                        d = row_distance(codes, r * NB, qpattern, q * QW * 8, NB, POP)
                         if d <= thr:
                             _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
                             thr = _threshold(hd, hn, slot, k, strict)
 
-    return rows, blocks, range_rows, (rows8 if TAIL == 0 and FULL in ROWS8_WORDS else None)
+    return rows, blocks, range_rows, (rows8 if TAIL == 0 and rows8_supports(FULL) else None)
 
 
 _KERNELS: dict[tuple[int, int], _Kernels] = {}
@@ -354,7 +359,7 @@ def _prepare(codes, queries, ids, threads):
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     n = codes.shape[0]
-    nchunks = max(1, min(threads, n // LANES))
+    nchunks = max(1, min(threads, n // LANES, n * codes.shape[1] // MIN_CHUNK_BYTES))
     # Chunk edges on multiples of 8 rows keep every chunk's blocks whole except the last one's.
     bounds = (np.linspace(0, n // LANES, nchunks + 1).astype(np.int64) * LANES)
     bounds[-1] = n
@@ -394,7 +399,7 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
                 qwords[:, :nb] = q
                 kern.blocks(codes, qwords.view(np.uint64).reshape(-1), kk, ids, strict, bounds, hd, hi, hn)
             elif kern.rows8 is not None:
-                qpattern = np.tile(q.view(np.uint64), (1, LANES // (nb // 8))).reshape(-1)
+                qpattern = np.tile(q.view(np.uint64), (1, rows8_query_words(nb // 8) // (nb // 8))).reshape(-1)
                 kern.rows8(codes, qpattern, kk, ids, strict, bounds, hd, hi, hn)
             else:
                 kern.rows(codes, q, kk, ids, strict, bounds, hd, hi, hn)

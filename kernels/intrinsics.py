@@ -148,19 +148,27 @@ def block_distances(typingctx, block, word_off, qwords, qword_off, nwords, pop, 
     return sig, codegen
 
 
-ROWS8_WORDS = (1, 2, 4)  # code widths (64-bit words) that rows8_distances handles: 64, 128 and 256 bits
+def rows8_supports(nwords: int) -> bool:
+    """Whether rows8_distances handles codes of `nwords` 64-bit words: 1, 2, 4 or any multiple of 8."""
+    return nwords in (1, 2, 4) or (nwords > 0 and nwords % LANES == 0)
+
+
+def rows8_query_words(nwords: int) -> int:
+    """Words per query in the pattern rows8_distances reads: the query repeated to fill 8 lanes, or itself."""
+    return max(LANES, nwords)
 
 
 @intrinsic
 def rows8_distances(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off):
-    """Distances of 8 consecutive rows of a narrow code (1, 2 or 4 words) to one query; as block_distances.
+    """Distances of 8 consecutive rows to one query, stored at out[out_off:out_off+8]; as block_distances.
 
-    The 8 rows are `nwords` contiguous vectors; `qpattern` holds the query's words repeated to fill 8 lanes. After
-    XOR and popcount, each level adds even and odd lanes of two vectors, halving the lanes per row, until one
-    vector holds the 8 row distances, so narrow codes need no per-row horizontal sum.
+    Narrow codes (1, 2 or 4 words): the 8 rows are `nwords` contiguous vectors and `qpattern` holds the query's
+    words repeated to fill 8 lanes. Wide codes (a multiple of 8 words): each row's XOR/popcount vectors are added
+    into one vector per row. Then each level adds even and odd lanes of two vectors, halving the lanes per row,
+    until one vector holds the 8 row distances: 7 shuffle-adds per 8 rows instead of a horizontal sum per row.
     """
     nw, pp = _literal(nwords), _literal(pop)
-    if nw not in ROWS8_WORDS or pp is None:
+    if nw is None or not rows8_supports(nw) or pp is None:
         return None
     sig = types.int64(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off)
 
@@ -170,8 +178,20 @@ def rows8_distances(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, 
         qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], eight))
         obase = _byte_ptr(context, builder, signature.args[7], args[7], builder.mul(args[8], eight))
         vt = ir.VectorType(I64, LANES)
-        q = _load(builder, qbase, 0, vt, 8)
-        parts = [_popcount(builder, builder.xor(_load(builder, base, 64 * j, vt, 1), q), pp) for j in range(nw)]
+        if nw < LANES:
+            q = _load(builder, qbase, 0, vt, 8)
+            parts = [_popcount(builder, builder.xor(_load(builder, base, 64 * j, vt, 1), q), pp) for j in range(nw)]
+        else:
+            per_row = nw // LANES
+            qs = [_load(builder, qbase, 64 * j, vt, 8) for j in range(per_row)]
+            parts = []
+            for r in range(LANES):
+                acc = None
+                for j in range(per_row):
+                    x = builder.xor(_load(builder, base, 8 * nw * r + 64 * j, vt, 1), qs[j])
+                    p = _popcount(builder, x, pp)
+                    acc = p if acc is None else builder.add(acc, p)
+                parts.append(acc)
         even = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
         odd = ir.Constant(ir.VectorType(I32, LANES), list(range(1, 2 * LANES, 2)))
         while len(parts) > 1:
@@ -200,3 +220,4 @@ def load_word(typingctx, codes, byte_off, nbytes):
         return _load(builder, base, 0, I64, 1) if nb == 8 else _load_tail(builder, base, 0, nb)
 
     return sig, codegen
+
