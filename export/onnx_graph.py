@@ -1,8 +1,8 @@
 """The whole student + binarizer as one ONNX graph: ids, lengths -> float embedding, packed binary code.
 
 Built by hand with `onnx.helper` (no tracing) so every op is a plain, widely supported one: Gather, Transpose,
-LSTM (its `sequence_lens` input handles right padding in both directions), masked ReduceSum/ReduceMax pooling,
-MatMul, Tanh, Add, Greater, and bit packing as Mul by [1, 2, ..., 128] + ReduceSum (bit order "little").
+LSTM (its `sequence_lens` input handles right padding in both directions), ReduceSum/masked ReduceMax pooling,
+MatMul, Tanh, Add, Greater, and bit packing as a MatMul by [1, 2, ..., 128] (bit order "little").
 Opset 17 (ONNX Runtime >= 1.11, including ONNX Runtime Mobile's full build) and IR version 8.
 """
 
@@ -70,35 +70,44 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
         nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         return outs
 
-    # embedding lookup (int8 variant: per-row scales keep rare-word rows as precise as frequent ones)
+    # embedding lookup on time-major ids: transposing the (batch, tokens) ids is cheaper than the embeddings
+    (ids_t,) = node("Transpose", ["ids"], "ids_time_major", perm=[1, 0])
     table = np.asarray(state["embedding.weight"], dtype=np.float32)
-    if int8_embedding:
+    if int8_embedding:  # per-row scales keep rare-word rows as precise as frequent ones
         q, scale = rowwise_int8(table)
-        (qe,) = node("Gather", [const("embedding_int8", q), "ids"], "embedding_lookup_q")
-        (s,) = node("Gather", [const("embedding_scale", scale), "ids"], "embedding_scale_lookup")
+        (qe,) = node("Gather", [const("embedding_int8", q), ids_t], "embedding_lookup_q")
+        (s,) = node("Gather", [const("embedding_scale", scale), ids_t], "embedding_scale_lookup")
         (qf,) = node("Cast", [qe], "embedding_dequant_cast", to=TP.FLOAT)
-        (emb,) = node("Mul", [qf, s], "embedding_lookup")
+        (x,) = node("Mul", [qf, s], "embedding_lookup")
     else:
-        (emb,) = node("Gather", [const("embedding_weight", table), "ids"], "embedding_lookup")
-    (x,) = node("Transpose", [emb], "time_major", perm=[1, 0, 2])
+        (x,) = node("Gather", [const("embedding_weight", table), ids_t], "embedding_lookup")
     (seq,) = node("Cast", ["lengths"], "lengths_int32", to=TP.INT32)
     W, R, B = lstm_weights(state, H)
     Y, Y_h = node("LSTM", [x, const("lstm_W", W), const("lstm_R", R), const("lstm_B", B), seq], "bilstm", n_out=2,
                   direction="bidirectional", hidden_size=H)
 
-    # pooling over the first `length` steps: Y (T, 2, B, H) -> (B, T, 2H) as [forward, backward] like torch
-    (yt,) = node("Transpose", [Y], "batch_major", perm=[2, 0, 1, 3])
-    (out,) = node("Reshape", [yt, const("shape_bt_any", np.array([0, 0, -1], np.int64))], "lstm_out")
-    (shape,) = node("Shape", ["ids"], "ids_shape")
-    (t,) = node("Gather", [shape, const("axis_1", np.array(1, np.int64))], "num_tokens", axis=0)
-    (pos,) = node("Range", [const("zero_i64", np.array(0, np.int64)), t, const("one_i64", np.array(1, np.int64))],
-                  "positions")
-    (pos2,) = node("Unsqueeze", [pos, const("axes_0", np.array([0], np.int64))], "positions_row")
     (len2,) = node("Unsqueeze", ["lengths", const("axes_1", np.array([1], np.int64))], "lengths_col")
-    (mask,) = node("Less", [pos2, len2], "mask")
-    (mask3,) = node("Unsqueeze", [mask, const("axes_2", np.array([2], np.int64))], "mask3")
     pooled_parts = []
-    if cfg.pooling in ("mean", "meanmax"):
+    if cfg.pooling == "mean":
+        # ONNX Runtime's LSTM writes zeros past each row's length (tests check padded batches against torch), so
+        # mean pooling is a plain sum over time: no mask, and no transpose of the whole output.
+        (total,) = node("ReduceSum", [Y, const("axes_0_sum", np.array([0], np.int64))], "sum_pool", keepdims=0)
+        (tb,) = node("Transpose", [total], "sum_batch_major", perm=[1, 0, 2])  # (2, B, H) -> (B, 2, H)
+        (flat,) = node("Reshape", [tb, const("shape_b_any", np.array([0, -1], np.int64))], "sum_flat")
+        (lf,) = node("Cast", [len2], "lengths_float", to=TP.FLOAT)
+        pooled_parts.append(node("Div", [flat, lf], "mean_pool")[0])
+    elif cfg.pooling in ("max", "meanmax"):
+        # masked pooling over the first `length` steps: Y (T, 2, B, H) -> (B, T, 2H) as [forward, backward] like torch
+        (yt,) = node("Transpose", [Y], "batch_major", perm=[2, 0, 1, 3])
+        (out,) = node("Reshape", [yt, const("shape_bt_any", np.array([0, 0, -1], np.int64))], "lstm_out")
+        (shape,) = node("Shape", ["ids"], "ids_shape")
+        (t,) = node("Gather", [shape, const("axis_1", np.array(1, np.int64))], "num_tokens", axis=0)
+        (pos,) = node("Range", [const("zero_i64", np.array(0, np.int64)), t, const("one_i64", np.array(1, np.int64))],
+                      "positions")
+        (pos2,) = node("Unsqueeze", [pos, const("axes_0", np.array([0], np.int64))], "positions_row")
+        (mask,) = node("Less", [pos2, len2], "mask")
+        (mask3,) = node("Unsqueeze", [mask, const("axes_2", np.array([2], np.int64))], "mask3")
+    if cfg.pooling == "meanmax":
         (mf,) = node("Cast", [mask3], "mask_float", to=TP.FLOAT)
         (masked,) = node("Mul", [out, mf], "masked_out")
         (total,) = node("ReduceSum", [masked, const("axes_1_sum", np.array([1], np.int64))], "sum_pool", keepdims=0)
@@ -123,11 +132,11 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
     (logit,) = node("MatMul", ["embedding", const("binarizer_projection", A)], BINARIZER_NODE)
     (shifted,) = node("Add", [logit, const("binarizer_offset", c)], "binarizer_add")
     (bit,) = node("Greater", [shifted, const("zero_f32", np.array(0.0, np.float32))], "bits")
-    (biti,) = node("Cast", [bit], "bits_int32", to=TP.INT32)
-    (grouped,) = node("Reshape", [biti, const("shape_bytes", np.array([0, nbytes, 8], np.int64))], "bits_by_byte")
-    weights = (1 << np.arange(8)).astype(np.int32)  # little bit order: bit j of a byte has value 2**j
-    (weighted,) = node("Mul", [grouped, const("bit_values", weights)], "bit_values_mul")
-    (packed,) = node("ReduceSum", [weighted, const("axes_2_sum", np.array([2], np.int64))], "pack", keepdims=0)
+    # packing as one small MatMul: bits (B, bytes, 8) times [1, 2, ..., 128] (bit order "little"), exact in float
+    (bitf,) = node("Cast", [bit], "bits_float", to=TP.FLOAT)
+    (grouped,) = node("Reshape", [bitf, const("shape_bytes", np.array([0, nbytes, 8], np.int64))], "bits_by_byte")
+    weights = (1 << np.arange(8)).astype(np.float32)
+    (packed,) = node("MatMul", [grouped, const("bit_values", weights)], "pack")
     nodes.append(helper.make_node("Cast", [packed], ["code"], name="code_uint8", to=TP.UINT8))
 
     graph = helper.make_graph(

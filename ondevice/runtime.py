@@ -199,6 +199,8 @@ class Bundle:
     def embed(self, texts: str | Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings and codes of `texts` in one pass, in input order (a str is one text)."""
         texts = _as_texts(texts)
+        if len(texts) == 1:  # the on-device hot path: one sentence, no sorting or scatter
+            return self.run_ids(*self.tokenizer.batch(texts))
         emb = np.zeros((len(texts), self.dim), dtype=np.float32)
         codes = np.zeros((len(texts), self.code_bytes), dtype=np.uint8)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding

@@ -15,6 +15,7 @@ Spec, version 1 (see `SPEC` and README "Tokenizer"):
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,8 +37,19 @@ def _simple_lower(ch: str) -> str:
     return low if len(low) == 1 else ("i" if ch == "\u0130" else ch)
 
 
+# ASCII is NFKC-stable and str.lower is its simple lowercase; its letters and digits are word characters, space
+# and controls (Zs, Cc) separate, and every other printable character (P*, S*) is a token by itself.
+_ASCII_TOKENS = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
+
+
 def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
     """Split `text` into lowercase tokens by the version-1 spec above."""
+    # The same rules as _tokenize_unicode, in C for the common all-ASCII text (~10x faster; tested equal).
+    tokens = _ASCII_TOKENS.findall(text.lower()) if text.isascii() else _tokenize_unicode(text)
+    return tokens if max_tokens is None else tokens[:max_tokens]
+
+
+def _tokenize_unicode(text: str) -> list[str]:
     tokens: list[str] = []
     word: list[str] = []
     for ch in unicodedata.normalize("NFKC", text):
@@ -53,11 +65,13 @@ def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
             tokens.append(ch)
     if word:
         tokens.append("".join(word))
-    return tokens if max_tokens is None else tokens[:max_tokens]
+    return tokens
 
 
 def pad_ids(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad id rows with PAD_ID: int64 ids (n, longest) and int64 lengths (n,)."""
+    if len(rows) == 1 and len(rows[0]) > 0:  # a single sentence, the latency-critical case
+        return np.array(rows, dtype=np.int64).reshape(1, -1), np.array([len(rows[0])], dtype=np.int64)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     out = np.full((len(rows), int(lengths.max(initial=1))), PAD_ID, dtype=np.int64)
     for i, r in enumerate(rows):

@@ -1,8 +1,10 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ondevice.errors import OndeviceError
-from ondevice.tokenizer import PAD, UNK, Tokenizer, build_vocab, count_tokens, tokenize
+from ondevice.tokenizer import PAD, UNK, Tokenizer, _tokenize_unicode, build_vocab, count_tokens, tokenize
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -62,3 +64,16 @@ def test_bad_vocab_and_spec(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"version": 99, "max_tokens": 5}')
     with pytest.raises(OndeviceError, match="version 99"):
         Tokenizer.load(tmp_path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_ascii_fast_path_equals_the_unicode_rules(text):
+    """The regex path taken for ASCII text gives exactly the tokens of the code-point-by-code-point rules."""
+    assert tokenize(text) == _tokenize_unicode(text)
+
+
+def test_ascii_fast_path_every_character():
+    for code in range(128):
+        text = f"ab{chr(code)}Cd{chr(code)}{chr(code)}9"
+        assert tokenize(text) == _tokenize_unicode(text), repr(text)
