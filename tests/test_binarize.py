@@ -87,7 +87,7 @@ def test_save_load_roundtrip_and_config(x, tmp_path):
     b.save(tmp_path / "bin")
     cfg = json.loads((tmp_path / "bin" / "binarizer.json").read_text())
     assert cfg["method"] == "ae-sp" and cfg["bits"] == 100 and cfg["dim"] == DIM and cfg["bit_order"] == "little"
-    assert cfg["seed"] == 2 and len(cfg["train_sha256"]) == 64 and cfg["hyper"]["sp_lambda"] == 20.0 and cfg["version"]
+    assert cfg["seed"] == 2 and len(cfg["train_sha256"]) == 64 and cfg["hyper"]["sp_lambda"] == 2.0 and cfg["version"]
     back = Binarizer.load(tmp_path / "bin")
     np.testing.assert_array_equal(back.transform(x), b.transform(x))
     from safetensors.numpy import load_file
@@ -147,6 +147,32 @@ def test_sp_loss_zero_when_ordered_positive_when_violated(relax):
     soft = torch.full((3, 4), 0.5, requires_grad=True)
     sp_loss(h, soft + torch.tensor([[0.3], [0.0], [-0.3]]), trip, relax).backward()
     assert soft.grad is not None  # differentiable in the codes
+
+
+def test_sp_gap_weighting_ignores_tied_triplets():
+    torch = pytest.importorskip("torch")
+    from ondevice.binarize_ae import sp_loss
+
+    h = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.9, 0.1], [-1.0, 0.2]])
+    codes = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0],
+                          [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    tied = torch.tensor([[0, 1, 2]])  # cos(0,1) == cos(1,2): the label is arbitrary
+    clear = torch.tensor([[3, 4, 5]])  # the same codes, cos(3,4) >> cos(4,5), Hamming order violated
+    both = torch.cat([tied, clear])
+    assert float(sp_loss(h, codes, tied, weighting="uniform")) > 0  # uniform: the tie counts as a violation
+    assert float(sp_loss(h, codes, tied, weighting="gap")) == 0.0
+    assert float(sp_loss(h, codes, both, weighting="gap")) == pytest.approx(float(sp_loss(h, codes, clear)))
+
+
+def test_neighbor_sampling_picks_the_nearest_as_anchor():
+    torch = pytest.importorskip("torch")
+    from ondevice.binarize_ae import sample_triplets
+
+    h = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.95, 0.05], [0.05, 0.95]])
+    trip = sample_triplets(h, 64, "neighbor", torch.Generator().manual_seed(0))
+    nearest = {0: 2, 1: 3, 2: 0, 3: 1}
+    assert all(int(a) == nearest[int(b)] for a, b in trip[:, :2])
+    assert trip.shape == (64, 3) and int(trip.min()) >= 0 and int(trip.max()) < 4
 
 
 def test_ae_learns_and_checkpoint_resume(x, tmp_path):

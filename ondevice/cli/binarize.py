@@ -10,7 +10,7 @@ HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embedding
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.binarize import METHODS
-    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, AEConfig
+    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, SAMPLINGS, AEConfig
 
     d = AEConfig()
     src = p.add_argument_group("input (one of)")
@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ae.add_argument("--sp-lambda", type=float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
     ae.add_argument("--sp-relax", choices=RELAXATIONS, default=d.sp_relax, help="differentiable Hamming distance")
     ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
+    ae.add_argument("--sp-sampling", choices=SAMPLINGS, default=d.sp_sampling,
+                    help="triplets: uniform, gap (weighted by the cosine gap), neighbor (a = the pivot's nearest)")
     ae.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
     ae.add_argument("--resume", action="store_true", help="continue the autoencoder checkpoint in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -87,7 +89,8 @@ def run(a: argparse.Namespace) -> int:
         hyper["threshold"] = a.threshold
     if a.method in ("ae", "ae-sp"):
         hyper.update(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
-                     sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, threads=a.threads,
+                     sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
+                     threads=a.threads,
                      checkpoint_dir=a.out, resume=a.resume)
     binarizer = Binarizer.fit(x, a.method, a.bits, seed=a.seed, **hyper)
     binarizer.save(a.out)
