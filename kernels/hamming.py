@@ -318,7 +318,11 @@ def _numba_threads(threads: int) -> Iterator[None]:
     import numba
 
     before = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    want = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+    if want == before:  # setting costs a few microseconds, which matters for small databases
+        yield
+        return
+    numba.set_num_threads(want)
     try:
         yield
     finally:
@@ -361,7 +365,7 @@ def _prepare(codes, queries, ids, threads):
     n = codes.shape[0]
     nchunks = max(1, min(threads, n // LANES, n * codes.shape[1] // MIN_CHUNK_BYTES))
     # Chunk edges on multiples of 8 rows keep every chunk's blocks whole except the last one's.
-    bounds = (np.linspace(0, n // LANES, nchunks + 1).astype(np.int64) * LANES)
+    bounds = np.arange(nchunks + 1, dtype=np.int64) * (n // LANES) // nchunks * LANES
     bounds[-1] = n
     return codes, queries, ids, threads, bounds
 
@@ -399,7 +403,9 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
                 qwords[:, :nb] = q
                 kern.blocks(codes, qwords.view(np.uint64).reshape(-1), kk, ids, strict, bounds, hd, hi, hn)
             elif kern.rows8 is not None:
-                qpattern = np.tile(q.view(np.uint64), (1, rows8_query_words(nb // 8) // (nb // 8))).reshape(-1)
+                words = q.view(np.uint64)
+                reps = rows8_query_words(nb // 8) // (nb // 8)
+                qpattern = (np.tile(words, (1, reps)) if reps > 1 else words).reshape(-1)
                 kern.rows8(codes, qpattern, kk, ids, strict, bounds, hd, hi, hn)
             else:
                 kern.rows(codes, q, kk, ids, strict, bounds, hd, hi, hn)
