@@ -130,9 +130,8 @@ def worker_knn(cfg: dict) -> list[dict]:
 
 def run_worker(cfg: dict) -> list[dict]:
     """Run one worker in a fresh Python process and return its results."""
-    env = dict(os.environ)
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], capture_output=True, text=True,
-                          env=env, check=False)
+                          check=False)
     if proc.returncode != 0:
         raise SystemExit(f"worker {cfg} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -88,16 +88,16 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
 
     (len2,) = node("Unsqueeze", ["lengths", const("axes_1", np.array([1], np.int64))], "lengths_col")
     pooled_parts = []
-    if cfg.pooling == "mean":
+    if cfg.pooling in ("mean", "meanmax"):
         # ONNX Runtime's LSTM writes zeros past each row's length (tests check padded batches against torch), so
-        # mean pooling is a plain sum over time: no mask, and no transpose of the whole output.
+        # the mean is a plain sum over time: no mask, and no transpose of the whole output.
         (total,) = node("ReduceSum", [Y, const("axes_0_sum", np.array([0], np.int64))], "sum_pool", keepdims=0)
         (tb,) = node("Transpose", [total], "sum_batch_major", perm=[1, 0, 2])  # (2, B, H) -> (B, 2, H)
         (flat,) = node("Reshape", [tb, const("shape_b_any", np.array([0, -1], np.int64))], "sum_flat")
         (lf,) = node("Cast", [len2], "lengths_float", to=TP.FLOAT)
         pooled_parts.append(node("Div", [flat, lf], "mean_pool")[0])
-    elif cfg.pooling in ("max", "meanmax"):
-        # masked pooling over the first `length` steps: Y (T, 2, B, H) -> (B, T, 2H) as [forward, backward] like torch
+    if cfg.pooling in ("max", "meanmax"):
+        # max over the first `length` steps: Y (T, 2, B, H) -> (B, T, 2H) as [forward, backward] like torch
         (yt,) = node("Transpose", [Y], "batch_major", perm=[2, 0, 1, 3])
         (out,) = node("Reshape", [yt, const("shape_bt_any", np.array([0, 0, -1], np.int64))], "lstm_out")
         (shape,) = node("Shape", ["ids"], "ids_shape")
@@ -107,13 +107,6 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
         (pos2,) = node("Unsqueeze", [pos, const("axes_0", np.array([0], np.int64))], "positions_row")
         (mask,) = node("Less", [pos2, len2], "mask")
         (mask3,) = node("Unsqueeze", [mask, const("axes_2", np.array([2], np.int64))], "mask3")
-    if cfg.pooling == "meanmax":
-        (mf,) = node("Cast", [mask3], "mask_float", to=TP.FLOAT)
-        (masked,) = node("Mul", [out, mf], "masked_out")
-        (total,) = node("ReduceSum", [masked, const("axes_1_sum", np.array([1], np.int64))], "sum_pool", keepdims=0)
-        (lf,) = node("Cast", [len2], "lengths_float", to=TP.FLOAT)
-        pooled_parts.append(node("Div", [total, lf], "mean_pool")[0])
-    if cfg.pooling in ("max", "meanmax"):
         (filled,) = node("Where", [mask3, out, const("neg_inf", np.array(-np.inf, np.float32))], "masked_fill")
         pooled_parts.append(node("ReduceMax", [filled], "max_pool", axes=[1], keepdims=0)[0])
     if cfg.pooling == "last":

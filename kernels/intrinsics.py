@@ -222,7 +222,6 @@ def load_word(typingctx, codes, byte_off, nbytes):
     return sig, codegen
 
 
-
 @intrinsic
 def prefetch(typingctx, codes, byte_off):
     """Hint the CPU to start loading the cache line at a byte offset of a uint8 array (no fault if out of range)."""

@@ -70,8 +70,6 @@ def _tokenize_unicode(text: str) -> list[str]:
 
 def pad_ids(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad id rows with PAD_ID: int64 ids (n, longest) and int64 lengths (n,)."""
-    if len(rows) == 1 and len(rows[0]) > 0:  # a single sentence, the latency-critical case
-        return np.array(rows, dtype=np.int64).reshape(1, -1), np.array([len(rows[0])], dtype=np.int64)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     out = np.full((len(rows), int(lengths.max(initial=1))), PAD_ID, dtype=np.int64)
     for i, r in enumerate(rows):
