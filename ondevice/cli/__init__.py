@@ -21,6 +21,16 @@ def _commands() -> dict[str, object]:
     return {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" once: not when the help already names its default, nor for None or False defaults."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other user mistake
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -33,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, module in _commands().items():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
