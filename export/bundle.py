@@ -176,7 +176,9 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
     student.tokenizer.save(directory)
     binarizer_cfg = _write_binarizer(directory, binarizer)
-    if config.with_weights:
+    # Weights ship once: with --precision both only the fp32 folder gets them (the Java forward pass is fp32 anyway).
+    weights_here = config.with_weights and not (config.precision == "both" and precision == "int8")
+    if weights_here:
         from safetensors.numpy import save_file
 
         with atomic_path(directory / "student.safetensors") as tmp:
@@ -198,6 +200,11 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
         golden = golden_mod.write_golden(directory, texts, student.tokenizer, run_ids, seed=config.seed)
 
     manifest = _manifest(student, binarizer_cfg, precision, training, evaluation, checks, golden)
+    if config.with_weights:
+        manifest["weights"] = ("student.safetensors: fp32 student weights for runtimes with their own forward pass"
+                               if weights_here else "not in this folder: the fp32 weights are in ../fp32/student.safetensors")
+    if precision == "int8":
+        manifest["int8_rows_per_run"] = 1  # the int8 LSTM quantizes activations per run: run one sentence at a time
     manifest["files"] = _file_table(directory)
     write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
     manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),

@@ -67,9 +67,9 @@ def _align(n: int, to: int = 64) -> int:
 class EncoderId:
     """Which encoder made an index's codes: its sha256, its binarizer's sha256 and precision ('' when unknown).
 
-    A bundle's is `Bundle.encoder_id` (sha256 of its manifest, which covers every file; the sha256 of
-    binarizer.safetensors; fp32/int8); a torch student + binarizer gives the sha256 of model.safetensors and of
-    binarizer.safetensors with precision "float". Codes of another binarizer are meaningless to compare; another
+    A bundle's is `Bundle.encoder_id` (sha256 of its manifest, which covers every file; `affine_sha256` of its
+    binarizer; fp32/int8); a torch student + binarizer gives the sha256 of model.safetensors, `affine_sha256` of the
+    binarizer and precision "float", so a bundle exported from them shares the binarizer identity. Codes of another binarizer are meaningless to compare; another
     precision or export of the same binarizer gives nearly the same bits (int8 vs fp32: ~99% bit agreement).
     """
 
@@ -90,6 +90,17 @@ class EncoderId:
                 (self.precision and other.precision and self.precision != other.precision):
             return "encoder"
         return None
+
+
+def affine_sha256(projection: np.ndarray, offset: np.ndarray) -> str:
+    """A binarizer's identity: sha256 of its affine map (code = pack(h @ A + c > 0)) as little-endian float32."""
+    a = np.ascontiguousarray(projection, "<f4")
+    c = np.ascontiguousarray(offset, "<f4")
+    h = hashlib.sha256(b"ondevice-affine-v1")
+    h.update(np.array(a.shape + c.shape, "<i8").tobytes())
+    h.update(a.tobytes())
+    h.update(c.tobytes())
+    return h.hexdigest()
 
 
 def check_encoder(index_id: EncoderId | None, query_id: EncoderId | None, where: str) -> str | None:

@@ -20,13 +20,34 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ONDEVICE_CACHE", Path.home() / ".cache" / "ondevice"))
 
 
+def new_file_mode() -> int:
+    """The mode a plain open() gives a new file: 0o666 without the process umask."""
+    try:  # Linux says it without changing anything; os.umask can only be read by setting it (racy with threads)
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    The file ends with the mode a plain open() would give it (0o666 minus the umask), not mkstemp's private 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        if hasattr(os, "fchmod"):  # POSIX
+            os.fchmod(fd, new_file_mode())
+    finally:
+        os.close(fd)
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them

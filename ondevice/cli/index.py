@@ -105,14 +105,14 @@ class _Encoder:
             self.label = f"bundle {self._bundle.path} ({self._bundle.precision})"
         elif a.student and a.binarizer:
             from ondevice.binarize import Binarizer
-            from ondevice.index import EncoderId
+            from ondevice.index import EncoderId, affine_sha256
             from ondevice.io import sha256_file
             from ondevice.student import Student
 
             self._student, self._binarizer = Student.load(a.student), Binarizer.load(a.binarizer)
             self.bits = self._binarizer.bits
             self.identity = EncoderId(sha256_file(Path(a.student) / "model.safetensors"),
-                                      sha256_file(Path(a.binarizer) / "binarizer.safetensors"), "float")
+                                      affine_sha256(*self._binarizer.affine()), "float")
             self.label = f"student {a.student} (float) + binarizer {a.binarizer}"
         else:
             raise OndeviceError("text needs an encoder: pass --bundle DIR, or --student DIR and --binarizer DIR")
