@@ -38,8 +38,7 @@ PATHS = ("native", "portable", "numpy")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
 LANES = 8  # rows per block in the kernels; chunk edges fall on multiples of it
 BLOCKS_MIN_QUERIES = 4  # below this the interleaving pass costs more than it saves
-MIN_CHUNK_BYTES = 256 << 10  # with an explicit thread count: a thread's share below this is not worth handing out
-DEFAULT_PARALLEL_MIN_BYTES = 2 << 20  # auto threads: work (bytes x queries) per thread below which one thread is faster
+DEFAULT_PARALLEL_MIN_BYTES = 2 << 20  # work (code bytes x queries) per thread below which fewer threads are faster
 QUERY_SLICE_HEAP_BYTES = 64 << 20  # top-k heap memory per kernel call; larger batches are cut into slices
 SCRATCH_KEEP_WORDS = 1 << 18  # kernel scratch up to this size (2 MB) is kept per thread and reused across calls
 ONESHOT_NUMPY_BYTES = 256 << 20  # oneshot_path: work below this is cheaper in numpy than loading Numba (~0.7 s)
@@ -159,19 +158,17 @@ def parallel_min_bytes() -> int:
 def plan_threads(n: int, nbytes: int, nq: int = 1, threads: int | None = None) -> int:
     """Threads (= database chunks) a search of nq queries over n codes uses; 1 means the serial kernels.
 
-    threads=None picks from the work size (n x nbytes x nq against `parallel_min_bytes`), up to default_threads();
-    an explicit count is used unless a thread's share of the database would be below MIN_CHUNK_BYTES.
+    `threads` is an upper bound (None: default_threads()); within it the count follows the work size, one thread
+    per `parallel_min_bytes` of code bytes x queries, so a small search never pays for waking a thread pool.
     """
     if threads == 1:
         return 1
-    if threads is None:
-        pmb = _PARALLEL_MIN_BYTES[0] if _PARALLEL_MIN_BYTES else parallel_min_bytes()
-        if n * nbytes * nq < 2 * pmb:  # the common small case, decided without further calls
-            return 1
-        want = min(default_threads(), n * nbytes * max(1, nq) // parallel_min_bytes())
-    else:
-        want = min(threads, n * nbytes // MIN_CHUNK_BYTES)
-    return int(max(1, min(want, n // LANES)))
+    pmb = _PARALLEL_MIN_BYTES[0] if _PARALLEL_MIN_BYTES else parallel_min_bytes()
+    work = n * nbytes * nq
+    if work < 2 * pmb:  # the common small case, decided without further calls
+        return 1
+    cap = default_threads() if threads is None else threads
+    return int(max(1, min(cap, work // pmb, n // LANES)))
 
 
 @contextlib.contextmanager
@@ -405,7 +402,7 @@ def _range_numpy(codes, queries, radius, ids):
 # ---------------------------------------------------------------------------------------------- calibration
 
 
-def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True) -> dict:
+def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes: int = 64 << 20) -> dict:
     """Measure where a second thread starts to pay on this machine (single query, k=10) and store it.
 
     Databases from 64 KB to 64 MB are searched serially and with default_threads() threads; the first size where
@@ -420,7 +417,7 @@ def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True) -> dict:
     rows = []
     crossover = None
     size = 64 << 10
-    while size <= 64 << 20:
+    while size <= max_bytes:
         codes = rng.integers(0, 256, (size // nbytes, nbytes), dtype=np.uint8)
         query = codes[:1].copy()
         timings = {}
@@ -438,7 +435,7 @@ def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True) -> dict:
             break
         size *= 2
     result = {"threads": threads, "nbytes": nbytes, "crossover_bytes": crossover,
-              "parallel_min_bytes": (crossover // 2) if crossover else 64 << 20, "measurements": rows}
+              "parallel_min_bytes": (crossover // 2) if crossover else max_bytes, "measurements": rows}
     if save:
         from ondevice.io import write_json
 

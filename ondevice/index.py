@@ -185,14 +185,16 @@ class HammingIndex:
     def __repr__(self) -> str:
         return f"HammingIndex(bits={self.bits}, n={len(self)})"
 
-    def warmup(self, queries: int = 1) -> None:
-        """Load (or compile) the search kernels for this index's codes now, so the first search is not slowed by it."""
+    def warmup(self, queries: np.ndarray | int = 1) -> None:
+        """Load (or compile) the search kernels now, for `queries` (the array to search, or how many), not in the search."""
         from ondevice.kernels.hamming import knn
 
-        if len(self):
+        if isinstance(queries, (int, np.integer)):
+            queries = np.zeros((int(queries), self._nbytes), np.uint8)
+        queries = self._check_codes(queries, "queries")  # same dtype, layout and flags as the search will see
+        if len(self) and len(queries):
             n = min(len(self), 64)
-            knn(self._codes[:n], np.zeros((queries, self._nbytes), np.uint8), 1, ids=self._ids[:n],
-                ids_ascending=self._ascending, threads=1)
+            knn(self._codes[:n], queries, 1, ids=self._ids[:n], ids_ascending=self._ascending, threads=1)
 
     # -- input checks ---------------------------------------------------------------------------------
     def _check_codes(self, codes, what: str) -> np.ndarray:

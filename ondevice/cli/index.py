@@ -218,7 +218,7 @@ def _search(a: argparse.Namespace) -> int:
     path = hamming.oneshot_path(len(index), index.code_bytes, nq)
     loaded = time.perf_counter()
     if path is None:
-        index.warmup(nq)  # kernel load (or first compile) timed apart from the search itself
+        index.warmup(queries)  # kernel load (or first compile) timed apart from the search itself
     warm = time.perf_counter()
     if a.radius is not None:
         lims, dist, ids = index.range_search(queries, a.radius, path=path)
