@@ -312,10 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell (repeats adapt, >= 3)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--plot", action="store_true", help="also plot time vs catalog size (PNG beside the JSON)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="first measure this machine's thread crossover (kernels.hamming.calibrate) and store it")
     p.add_argument("--report", nargs="+", help="print the grid of these results files (and --plot it) instead")
     a = p.parse_args(argv)
     if a.worker:
         cfg = json.loads(a.worker)
+        if cfg.get("calibrate"):
+            from ondevice.kernels import hamming
+
+            print(json.dumps(hamming.calibrate()))
+            return 0
         print(json.dumps(_probes(cfg["threads"], 7) if cfg.get("probes") else worker(cfg)))
         return 0
     if a.report:
@@ -330,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(argv)
     started = time.time()
     print(f"# {meta['cpu_model']}, {meta['cpus']} CPUs, load {meta['load_average_start'][0]:.2f}", flush=True)
+    calibration = run_worker({"calibrate": True}) if a.calibrate else None
+    if calibration:
+        print(f"# calibrated: a thread pays from {calibration['crossover_bytes']} bytes of work; "
+              f"parallel_min_bytes = {calibration['parallel_min_bytes']}", flush=True)
     probes = run_worker({"probes": True, "threads": a.threads})
     cells, extra = [], {}
     for bits in a.bits:
@@ -338,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         cells += res["cells"]
         extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
     result = {**meta, **extra, "load_average_end": os.getloadavg(), "seconds": round(time.time() - started, 1),
-              "k": K, "probes": probes, "cells": cells}
+              "k": K, "probes": probes, "calibration": calibration, "cells": cells}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
