@@ -241,7 +241,7 @@ class Bundle:
         """Embeddings and codes of `texts` in one pass, in input order (a str is one text).
 
         int8 bundles run one sentence per onnxruntime call: its int8 LSTM quantizes activations over the whole
-        call, so in a batch a sentence's code would depend on its neighbours (measured: 37% of rows identical).
+        call, so in a batch a sentence's code would depend on its neighbours.
         One sentence per call makes every code a function of its sentence alone, for any batch_size and thread
         count, and equal to what an app encoding one sentence at a time gets. fp32 bundles batch (exact anyway).
         """
