@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     python_ms = (time.perf_counter() - t0) * 1e3
     load.append(os.getloadavg())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=False).stdout.strip()
     out = {"commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "command": " ".join(["python", "benchmarks/cli_search.py", *argv]), "cpu_model": _cpu_model(),
            "cpus": os.cpu_count(), "load_average": load, "n": a.n, "bits": a.bits,

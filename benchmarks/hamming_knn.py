@@ -53,9 +53,10 @@ def _meta(argv: list[str]) -> dict:
     import numba
     import numpy
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=False).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
+                                capture_output=True, text=True, check=False).stdout.strip())
     return {"commit": commit + ("-dirty" if dirty else ""), "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": _cpu_model(),
             "cpus": os.cpu_count(), "python": platform.python_version(),
@@ -102,7 +103,7 @@ def _probes(threads: list[int], repeats: int) -> dict:
         wall = _median(lambda: total(buf), repeats)
         out["read_gbps"][t] = buf.nbytes / wall / 1e9
         reps = 2000
-        wall = _median(lambda t=t: popcount_peak(pbuf, q, reps, t), repeats)
+        wall = _median(lambda t=t, reps=reps: popcount_peak(pbuf, q, reps, t), repeats)
         out["popcount_gwords"][t] = t * reps * 16384 / 8 / wall / 1e9
     return out
 
@@ -177,7 +178,7 @@ def worker(cfg: dict) -> dict:
             t = max(cfg["threads"])
             numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
             faiss.omp_set_num_threads(t)
-            calls = {"ondevice": lambda db=db: hamming.knn(db, queries, K, threads=t)} if "ondevice" in libs else \
+            calls = {"ondevice": lambda db=db, t=t: hamming.knn(db, queries, K, threads=t)} if "ondevice" in libs else \
                 {"faiss": lambda: index.search(queries, K)}
             cells += _interleaved(calls, budget, {"n": n, "bits": bits, "threads": t, "nq": len(queries)})
         print(f"  {bits} bits: {n:,} codes done", file=sys.stderr, flush=True)
@@ -245,10 +246,10 @@ def report(results: list[dict]) -> str:
     widths = sorted({c["bits"] for c in cells})
     sizes = sorted({c["n"] for c in cells})
     threads = sorted({c["threads"] for c in cells})
-    lines += ["One query, k=10: milliseconds (ondevice / FAISS IndexBinaryFlat ratio = FAISS ms / ondevice ms; "
-              "% = ondevice read speed as a share of the read-bandwidth probe at the same thread count)", "",
-              "| codes | bits | threads | ondevice ms | FAISS ms | numpy ms | FAISS / ondevice | ondevice default threads ms "
-              "| % of read BW |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [("One query, k=10: milliseconds (ondevice / FAISS IndexBinaryFlat ratio = FAISS ms / ondevice ms; "
+               "% = ondevice read speed as a share of the read-bandwidth probe at the same thread count)"), "",
+              ("| codes | bits | threads | ondevice ms | FAISS ms | numpy ms | FAISS / ondevice | ondevice default "
+               "threads ms | % of read BW |"), "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     worst = None
     for bits in widths:
         for n in sizes:
@@ -266,16 +267,16 @@ def report(results: list[dict]) -> str:
                        f"{auto['ms']:.4f}" if auto else "", f"{pct:.0f}%" if pct else ""]
                 lines.append("| " + " | ".join(row) + " |")
     if worst:
-        lines += ["", f"Smallest FAISS / ondevice ratio in the grid: {worst[0]:.2f}x ({worst[1]:,} codes, {worst[2]} bits, "
-                      f"{worst[3]} thread(s))"]
+        lines += ["", (f"Smallest FAISS / ondevice ratio in the grid: {worst[0]:.2f}x ({worst[1]:,} codes, "
+                       f"{worst[2]} bits, {worst[3]} thread(s))")]
     for c in cells:
         if c["nq"] > 1 and c["lib"] == "ondevice":
             f = get("faiss", c["n"], c["bits"], c["threads"], c["nq"])
             gw = c["n"] * c["nq"] * c["bits"] / 64 / (c["ms"] / 1e3) / 1e9
             peak = probes["popcount_gwords"].get(str(c["threads"]), probes["popcount_gwords"].get(c["threads"]))
-            lines += ["", f"{c['nq']}-query batch, {c['n']:,} x {c['bits']} bits, {c['threads']} threads: ondevice "
-                          f"{c['ms']:.1f} ms = {gw:.1f} G 64-bit words compared/s (popcount peak {peak:.1f}); FAISS "
-                          f"{f['ms']:.1f} ms ({f['ms'] / c['ms']:.2f}x)"]
+            lines += ["", (f"{c['nq']}-query batch, {c['n']:,} x {c['bits']} bits, {c['threads']} threads: ondevice "
+                           f"{c['ms']:.1f} ms = {gw:.1f} G 64-bit words compared/s (popcount peak {peak:.1f}); FAISS "
+                           f"{f['ms']:.1f} ms ({f['ms'] / c['ms']:.2f}x)")]
     return "\n".join(lines)
 
 

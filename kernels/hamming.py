@@ -207,7 +207,8 @@ _U8 = np.dtype(np.uint8)
 
 
 def _check_codes(codes: np.ndarray, what: str) -> np.ndarray:
-    codes = np.asarray(codes)  # a memmap becomes a plain ndarray view, no copy
+    if type(codes) is not np.ndarray:
+        codes = np.asarray(codes)  # a memmap becomes a plain ndarray view, no copy
     if (codes.dtype is not _U8 and codes.dtype != _U8) or codes.ndim != 2:
         raise ValueError(f"{what} must be a 2-d uint8 array of packed codes, got {codes.dtype} {codes.shape}")
     if codes.shape[1] == 0:
@@ -288,6 +289,11 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
     out_d = np.empty((nq, k), np.int32)
     out_i = np.empty((nq, k), np.int64)
     bounds = _bounds(n, nchunks)
+    if nchunks == 1 and nq < BLOCKS_MIN_QUERIES:  # the hot path of small searches: one call, nothing else
+        scan = kern.rows8_serial or kern.rows_serial
+        scan(codes, queries, kk, ids, strict, bounds,
+             _scratch(nq * (2 * kk + 1 + kern.query_words) + kern.serial_temp + 2 * kk), out_d, out_i)
+        return out_d, out_i
     # Queries go in slices so the per-thread heaps stay small (threads x slice x k x 16 bytes) for any batch.
     step = max(BLOCKS_MIN_QUERIES, min(nq, QUERY_SLICE_HEAP_BYTES // (16 * kk * nchunks)))
     if nchunks == 1:  # no thread pool at all; the serial kernels also write the sorted result
@@ -425,7 +431,7 @@ def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes:
         for t in (1, threads):
             knn(codes, query, 10, threads=t)
             samples = []
-            for _ in range(repeats):
+            for _ in range(max(2, repeats)):  # quantiles need two samples
                 t0 = time.perf_counter()
                 knn(codes, query, 10, threads=t)
                 samples.append(time.perf_counter() - t0)

@@ -30,8 +30,7 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask):
 
 
 def test_failed_write_leaves_nothing(tmp_path):
-    with pytest.raises(RuntimeError):
-        with atomic_path(tmp_path / "x.npy") as tmp:
-            tmp.write_bytes(b"partial")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "x.npy") as tmp:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
