@@ -8,6 +8,7 @@ HELP = "distill a Hugging Face teacher into a GloVe-initialized BiLSTM student (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.checks import finite_float
     from ondevice.distill import DistillConfig as C
 
     d = C(corpus="")
@@ -18,7 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pooling", default=d.teacher_pooling, choices=["mean", "cls", "max"], help="teacher pooling")
     p.add_argument("--no-normalize", action="store_true", help="do not L2-normalize teacher vectors")
     p.add_argument("--teacher-batch-size", type=int, default=d.teacher_batch_size)
-    p.add_argument("--word-vectors", default=d.word_vectors, help="gensim-loadable word vectors file, or the packaged GloVe")
+    p.add_argument("--word-vectors", default=d.word_vectors,
+                   help="word2vec/GloVe text or binary (.txt, .vec, .bin), or the packaged GloVe")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="accept gensim pickles (.kv/.model/.wv) as --word-vectors: loading one RUNS ANY CODE it holds; "
+                        "only for files you made yourself")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="most frequent corpus words kept")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--hidden", type=int, default=d.hidden_size, help="LSTM units per direction (paper: 512)")
@@ -26,11 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--freeze-embeddings", action="store_true")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="paper: 1024")
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="0 = off")
-    p.add_argument("--val-fraction", type=float, default=d.val_fraction, help="held out for the cosine report")
+    p.add_argument("--lr", type=finite_float, default=d.lr)
+    p.add_argument("--clip-grad-norm", type=finite_float, default=d.clip_grad_norm, help="0 = off")
+    p.add_argument("--val-fraction", type=finite_float, default=d.val_fraction, help="held out for the cosine report")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
-    p.add_argument("--checkpoint-minutes", type=float, default=d.checkpoint_minutes)
+    p.add_argument("--checkpoint-minutes", type=finite_float, default=d.checkpoint_minutes)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
 
@@ -42,6 +47,7 @@ def config_from_args(a: argparse.Namespace):
     return DistillConfig(
         corpus=a.corpus, max_sentences=a.max_sentences, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size, word_vectors=a.word_vectors,
+        allow_pickle=a.allow_pickle,
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
         clip_grad_norm=a.clip_grad_norm, val_fraction=a.val_fraction, seed=a.seed, threads=a.threads,
