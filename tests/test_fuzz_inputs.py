@@ -693,3 +693,19 @@ def test_killed_export_staging_folder_is_removed_by_the_next_export(tmp_path):
     binarizer = Binarizer.fit(np.random.default_rng(0).normal(size=(20, 8)), "random", 8)
     export(student, binarizer, tmp_path / "b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+
+
+@FAST
+@given(value=JSON_VALUES, field=st.sampled_from(["method", "bits", "dim", "bit_order", "seed", "hyper", "version"]))
+def test_arbitrary_binarizer_configs_give_one_line(value, field, tmp_path_factory):
+    from ondevice.binarize import Binarizer
+
+    d = tmp_path_factory.mktemp("bz") / "b"
+    Binarizer.fit(np.random.default_rng(0).normal(size=(20, 8)), "random", 8).save(d)
+    config = json.loads((d / "binarizer.json").read_text())
+    for bad in (value, {**config, field: value}):
+        (d / "binarizer.json").write_text(json.dumps(bad))
+        try:
+            Binarizer.load(d)
+        except OndeviceError as exc:
+            _one_line(exc)
