@@ -33,10 +33,13 @@ def read_sentences(path: str | Path) -> list[str]:
     except UnicodeDecodeError:
         raise OndeviceError(f"{path} is not UTF-8 text; convert it to UTF-8") from None
     if path.suffix == ".jsonl":
-        try:
-            out = [json.loads(line) for line in text.split("\n") if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise OndeviceError(f"{path}: line {exc.lineno} is not JSON; write one JSON string per line") from None
+        out = []
+        for number, line in enumerate(text.split("\n"), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise OndeviceError(f"{path}: line {number} is not JSON; write one JSON string per line") from None
         if not all(isinstance(s, str) for s in out):
             raise OndeviceError(f"{path}: every line must be a JSON string")
         return out

@@ -231,10 +231,12 @@ export function popcount32(x) {
   return Math.imul(x, 0x01010101) >>> 24;
 }
 
-/** Packed uint8 codes (n x codeBytes, bit order "little") -> Uint32Array of n x ceil(codeBytes / 4) words. */
-export function toWords(codes, codeBytes) {
+/**
+ * Packed uint8 codes (n x codeBytes, bit order "little") -> Uint32Array of n x `words` 32-bit words, zero-padded
+ * (`words` defaults to ceil(codeBytes / 4)). Padding bits are zero in every code, so they add no distance.
+ */
+export function toWords(codes, codeBytes, words = Math.ceil(codeBytes / 4)) {
   const n = Math.floor(codes.length / codeBytes);
-  const words = Math.ceil(codeBytes / 4);
   const out = new Uint32Array(n * words);
   for (let r = 0; r < n; r++) {
     const src = r * codeBytes;
@@ -249,23 +251,43 @@ export class HammingIndex {
   constructor(codes, codeBytes) {
     if (codes.length % codeBytes !== 0) throw new OndeviceError("codes length is not a multiple of code_bytes");
     this.codeBytes = codeBytes;
-    this.words = Math.ceil(codeBytes / 4);
+    // rows padded to blocks of 4 words (128 bits): the scan sums 4 words' byte counts with one multiply
+    this.words = Math.ceil(codeBytes / 16) * 4;
     this.size = codes.length / codeBytes;
-    this.data = toWords(codes, codeBytes);
+    this.data = toWords(codes, codeBytes, this.words);
   }
 
   /** Top-k rows for one packed uint8 query: {ids: Int32Array, distances: Int32Array}, best first. */
   search(query, k = 10) {
-    const q = toWords(query, this.codeBytes);
+    const q = toWords(query, this.codeBytes, this.words);
     const w = this.words;
     const data = this.data;
-    const kk = Math.min(k, this.size);
+    const n = this.size;
+    const kk = Math.min(k, n);
     const ids = new Int32Array(kk);
     const dist = new Int32Array(kk).fill(0x7fffffff);
     let worst = 0x7fffffff;
-    for (let r = 0, off = 0; r < this.size; r++, off += w) {
+    for (let r = 0, off = 0; r < n; r++, off += w) {
       let d = 0;
-      for (let j = 0; j < w && d < worst; j++) d += popcount32(data[off + j] ^ q[j]);
+      // SWAR popcount of 4 words per step: per-byte counts (<= 8 each) of the 4 words are added (<= 32 per
+      // byte), then one multiply sums the bytes (<= 128); stop early once a row cannot enter the top k
+      for (let j = 0; j < w && d < worst; j += 4) {
+        let a = data[off + j] ^ q[j];
+        let b = data[off + j + 1] ^ q[j + 1];
+        let c = data[off + j + 2] ^ q[j + 2];
+        let e = data[off + j + 3] ^ q[j + 3];
+        a -= (a >>> 1) & 0x55555555;
+        b -= (b >>> 1) & 0x55555555;
+        c -= (c >>> 1) & 0x55555555;
+        e -= (e >>> 1) & 0x55555555;
+        a = (a & 0x33333333) + ((a >>> 2) & 0x33333333);
+        b = (b & 0x33333333) + ((b >>> 2) & 0x33333333);
+        c = (c & 0x33333333) + ((c >>> 2) & 0x33333333);
+        e = (e & 0x33333333) + ((e >>> 2) & 0x33333333);
+        const sum = ((a + (a >>> 4)) & 0x0f0f0f0f) + ((b + (b >>> 4)) & 0x0f0f0f0f) +
+          ((c + (c >>> 4)) & 0x0f0f0f0f) + ((e + (e >>> 4)) & 0x0f0f0f0f);
+        d += Math.imul(sum, 0x01010101) >>> 24;
+      }
       if (d >= worst) continue; // strictly better only: an equal distance keeps the earlier (smaller) row
       let pos = kk - 1;
       while (pos > 0 && dist[pos - 1] > d) {
