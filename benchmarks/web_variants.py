@@ -11,7 +11,8 @@ row-wise int8 embedding table dequantized in the graph, then the float LSTM), an
   app): mean cosine of the embeddings, bit agreement of the codes, and overlap of the Hamming top-10 of the first
   100 sentences over all n (ties to the smaller row);
 - single-sentence latency of a 20-token sentence in onnxruntime-web's WebAssembly build under Node (the same
-  .wasm the page runs; 1 thread) and in Python onnxruntime (1 thread), side by side, interleaved rounds.
+  .wasm the page runs; 1 thread) and in Python onnxruntime (1 thread), side by side, in rounds (one Node
+  process per round, the variants' order rotated); figures are medians of the per-round p50s.
 """
 
 from __future__ import annotations
@@ -113,12 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         feed = {"ids": np.asarray([ids], np.int64), "lengths": np.asarray([len(ids)], np.int64)}
         web_rounds: dict[str, list[float]] = {n: [] for n in graphs}
         py_rounds: dict[str, list[float]] = {n: [] for n in graphs}
-        for _ in range(a.rounds):
+        names = list(graphs)
+        for r in range(a.rounds):
+            order = names[r % len(names):] + names[: r % len(names)]  # rotated: no variant is always timed first
             res = subprocess.run(["node", "bench/time_encode.mjs", json.dumps(ids), str(a.runs), "1",
-                                  *[str(paths[n]) for n in graphs]], cwd=WEB, capture_output=True, text=True,
+                                  *[str(paths[n]) for n in order]], cwd=WEB, capture_output=True, text=True,
                                  check=True)
             web = json.loads(res.stdout)
-            for n in graphs:
+            for n in order:
                 web_rounds[n].append(web[str(paths[n])][0])
                 for _ in range(30):
                     sessions[n].run(None, feed)
