@@ -76,6 +76,14 @@ def twenty_tokens(tokenizer) -> str:
     return text
 
 
+def git_state() -> tuple[str, bool]:
+    """HEAD's commit and whether the work tree has changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    return git("rev-parse", "HEAD"), bool(git("status", "--porcelain"))
+
+
 def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
@@ -94,6 +102,9 @@ def versions(web: Path) -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
+    node = shutil.which("node")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False) if node else None
+    out["node"] = version.stdout.strip() if version else "not installed"
     pkg = web / "node_modules" / "onnxruntime-web" / "package.json"
     out["onnxruntime-web"] = json.loads(pkg.read_text())["version"] if pkg.is_file() else "not installed"
     return out
@@ -115,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--query", default="The river flows through the old city.")
     a = p.parse_args(argv)
 
+    from ondevice.kernels.hamming import knn
     from playwright.sync_api import sync_playwright
     from serve import serve
 
-    from ondevice.kernels.hamming import knn
     from ondevice.runtime import Bundle
 
     bundle = Bundle.load(a.bundle, precision=a.precision, threads=1)
@@ -185,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["browser_vs_python_encode"] = summary["browser_encode_p50_ms"] / summary["python_encode_p50_ms"]
     summary["search_top10_identical_to_python"] = all(x["search_top10_identical_to_python"] for x in rounds)
     m = bundle.manifest
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    commit, dirty = git_state()
     result = {
         "benchmark": "web_demo", "date": started.isoformat(timespec="seconds"), "commit": commit, "dirty": dirty,
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "note": a.note,
@@ -196,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "bundle": {"precision": m["precision"], "dim": m["dim"], "bits": m["bits"], "vocab": len(bundle.tokenizer),
                    "student": m["student"], "training": m.get("training"),
                    "encoder_onnx_bytes": m["files"]["encoder.onnx"]["bytes"]},
-        "catalog_codes": int(len(codes)), "sentence": text, "sentence_tokens": 20, "runs_per_round": a.runs,
+        "catalog_codes": len(codes), "sentence": text, "sentence_tokens": 20, "runs_per_round": a.runs,
         "search_queries_per_round": a.search_queries, "rounds": rounds, "summary": summary,
     }
     a.out_dir.mkdir(parents=True, exist_ok=True)

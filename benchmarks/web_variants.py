@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web_demo"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from web_demo import cpu_model, twenty_tokens, versions  # noqa: E402
+from web_demo import cpu_model, git_state, twenty_tokens, versions
 
 
 def topk_overlap(ref: np.ndarray, other: np.ndarray, queries: int, k: int = 10) -> float:
@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             v["python_ort_p50_ms"] = statistics.median(py_rounds[n])
     result["sentence"] = text
     result["load_average_end"] = os.getloadavg()
-    result["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    result["dirty"] = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                                          text=True).stdout.strip())
+    result["commit"], result["dirty"] = git_state()
     a.out_dir.mkdir(parents=True, exist_ok=True)
     out = a.out_dir / f"web_variants_{started.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

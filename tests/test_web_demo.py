@@ -125,8 +125,8 @@ def test_tokenizer_agrees_on_every_code_point(tmp_path):
     Only code points that one side's Unicode data does not assign may differ (Python 3.11: Unicode 14; V8: newer).
     """
     import make_parity_bundle as mpb
-
     from ondevice.export.golden import SPECIAL
+
     from ondevice.tokenizer import tokenize
 
     cps = [cp for cp in [*range(0x40000), *range(0xE0000, 0xF0000)] if not 0xD800 <= cp < 0xE000]
@@ -176,6 +176,7 @@ def test_js_unit_checks(bundles):
 
 def _python_top10(bundle: Path, catalog: Path, text: str) -> list[tuple[int, int]]:
     from ondevice.export.golden import hamming_topk
+
     from ondevice.runtime import Bundle
 
     codes = np.load(catalog / "codes.npy")
