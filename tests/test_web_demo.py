@@ -8,6 +8,7 @@ served from 127.0.0.1. These tests fail (never skip) when node, the npm packages
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -23,7 +24,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web_demo"
 sys.path.insert(0, str(ROOT / "android_demo" / "tools"))
-sys.path.insert(0, str(WEB / "tools"))
+
+
+def _tool(name: str):
+    """A web_demo/tools module, imported by path under its own name (android_demo/tools has a make_catalog too)."""
+    spec = importlib.util.spec_from_file_location(f"web_demo_{name}", WEB / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 SEED = 6
 QUERIES = ["the cat sat on the mat", "A big red car on the road!", "Café İstanbul 東京 😀", ""]
@@ -209,10 +217,9 @@ def _open(browser, url: str):
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_browser_top10_equals_python(browser, bundles, precision, tmp_path):
     """The page in Chromium: type a query, press Enter; the shown top-10 (rows, distances) equals Python's."""
-    import make_catalog as web_catalog
-    from serve import serve
-
     from ondevice.catalog import read_sentences
+
+    web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
 
     site = tmp_path / "site"
     sentences = read_sentences(bundles / precision / "golden" / "sentences.jsonl")[:600]
@@ -238,9 +245,7 @@ def test_browser_top10_equals_python(browser, bundles, precision, tmp_path):
 
 def test_browser_refuses_a_tampered_bundle(browser, bundles, tmp_path):
     """Web Crypto verification in the page: one changed byte in encoder.onnx stops it with a one-line error."""
-    import make_catalog as web_catalog
-    from serve import serve
-
+    web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
     site = tmp_path / "site"
     web_catalog.build(bundles, ["a cat", "a dog"], site, precision="fp32")
     onnx = site / "assets" / "bundle" / "encoder.onnx"
