@@ -55,6 +55,7 @@ class ExportConfig:
     golden_extra: tuple[str, ...] = ()
     with_weights: bool = False
     torchscript: bool = True  # encoder.pt beside encoder.onnx; off for a bundle that must stay small
+    golden_count: int = 1000  # generated golden sentences (the hard cases and --golden-sentences come on top)
     seed: int = 0
 
     def validate(self) -> None:
@@ -219,7 +220,8 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     checks = _checks(student, binarizer, bundle, sentences)
     golden = None
     if config.golden:
-        texts = golden_mod.golden_sentences(student.tokenizer, seed=config.seed, extra=config.golden_extra)
+        texts = golden_mod.golden_sentences(student.tokenizer, n=config.golden_count, seed=config.seed,
+                                                extra=config.golden_extra)
         # golden values are the fp32 model's, so fp32 runtimes (ONNX, TorchScript, a Java forward pass on
         # student.safetensors) check tightly against any bundle; int8 runtimes within the tolerances in `checks`
         run_ids = bundle.run_ids if precision == "fp32" else _reference_runner(reference)
