@@ -35,6 +35,9 @@ class DistillConfig:
     teacher_normalize: bool = True
     teacher_batch_size: int = 64
     teacher_backend: str = "torch"  # torch | onnx (same vectors, faster) | onnx-int8 (another, faster teacher)
+    backend: str = "local"  # where teacher vectors are computed: local | ray (same cache; ondevice.scale.ray_label)
+    ray_address: str = ""  # --backend ray: join this cluster (empty: start a local Ray)
+    ray_workers: int = 0  # --backend ray: teacher actors (0: as many as the CPUs allow)
     word_vectors: str = "glove-6b-50d"  # packaged GloVe, a file, "teacher" (teacher-derived) or "random"
     embedding_dim: int = 0  # for "teacher"/"random" word vectors (0 = 50, GloVe's); files give their own
     vocab_size: int = 50000
@@ -74,6 +77,7 @@ class DistillConfig:
              "--embedding-dim applies to --word-vectors teacher|random only (a file gives its own dimension)"),
             (self.teacher_backend in BACKENDS, f"--teacher-backend must be one of {', '.join(BACKENDS)}"),
             (self.teacher_batch_size >= 1, "--teacher-batch-size must be >= 1"),
+            (self.backend in ("local", "ray") and self.ray_workers >= 0, "--backend must be local or ray, --ray-workers >= 0"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -229,7 +233,14 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     teacher = Teacher(config.teacher, pooling=config.teacher_pooling, normalize=config.teacher_normalize,
                       backend=config.teacher_backend, threads=config.threads)
-    targets = cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress)
+    if config.backend == "ray":
+        from ondevice.scale.ray_label import ray_cached_vectors
+
+        targets = ray_cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress,
+                                     address=config.ray_address or None, workers=config.ray_workers,
+                                     cpus_per_worker=max(1, config.threads))
+    else:
+        targets = cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress)
 
     if resume:
         tokenizer = Tokenizer.load(out)

@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--teacher", nargs="?", const="all-MiniLM-L6-v2", default=None,
                      help="encode --corpus with a teacher (default: the packaged all-MiniLM-L6-v2, cached on disk)")
     src.add_argument("--corpus", help="sentences, one per line (.gz allowed), for --student/--teacher")
+    src.add_argument("--backend", default="local", choices=["local", "ray"],
+                     help="--teacher: compute vectors here or on a Ray actor pool (same cache; needs ondevice[scale])")
+    src.add_argument("--ray-address", default="", help="--backend ray: join this Ray cluster (default: a local Ray)")
     src.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
     p.add_argument("--method", choices=METHODS, default="ae-sp")
     p.add_argument("--bits", type=int, required=True, help="code length; threshold needs bits = dim, pca bits <= dim")
@@ -72,6 +75,10 @@ def load_input(a: argparse.Namespace):
         return Student.load(a.student).encode(sentences)
     from ondevice.teacher import Teacher, cached_vectors
 
+    if a.backend == "ray":
+        from ondevice.scale.ray_label import ray_cached_vectors
+
+        return ray_cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet, address=a.ray_address or None)
     return cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
 
 

@@ -1,0 +1,228 @@
+"""Scale-out benchmark: teacher labelling local vs Ray, sharded vs single Hamming search, projection to 100M/1B codes.
+
+    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part label            # labelling (about 3 minutes)
+    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part search           # search 1M and 10M codes
+    .venv/bin/python benchmarks/scale.py --part label --sentences 200 --repeats 1  # a quick look
+
+Labelling: the packaged teacher (torch) on the first --sentences Wikipedia sentences, each run into a fresh cache,
+at equal CPUs: local with 2 threads, Ray with 1 actor x 2 threads, Ray with 2 actors x 1 thread (the local Ray
+starts once, before the timed runs; each timed Ray run includes creating the actor pool and loading the teacher
+in every actor, as a real run does). Median of --repeats.
+Search: random 256-bit codes, k=10; one HammingIndex (memory-mapped file) vs the same codes as 4 shards searched
+in-process and on 4 Ray actors. Latency: 1 query per call; throughput: 100 queries per call. Medians of --repeats.
+The projection uses the measured per-code scan cost of one shard actor and the measured router overhead.
+Each run writes benchmarks/results/scale_<part>_<UTC time>.json (never overwritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _meta(argv: list[str]) -> dict:
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    return {"commit": commit, "dirty": dirty, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "argv": argv, "cpu_model": cpu,
+            "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "python": platform.python_version(),
+            "versions": {n: version(n) for n in ("ondevice", "ray", "numpy", "numba", "torch", "transformers", "pyarrow")}}
+
+
+def _ray_init(num_cpus: int, temp: str) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # same priority as the local run it is compared with
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, object_store_memory=512 << 20,
+             _temp_dir=temp, logging_level="WARNING")
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+# ------------------------------------------------------------------------------------------------ labelling
+
+
+def bench_label(a: argparse.Namespace) -> dict:
+    import torch
+
+    from ondevice.corpus import read_corpus
+    from ondevice.scale.ray_label import ray_cached_vectors
+    from ondevice.teacher import Teacher, cached_vectors
+
+    corpus = Path(os.environ.get("ONDEVICE_DATA", ROOT.parent / "shared" / "data")) / "wiki" / "wiki_en_sentences_1m.txt.gz"
+    sentences = read_corpus(corpus, a.sentences)
+    torch.set_num_threads(a.cpus)
+    teacher = Teacher(a.teacher)
+    teacher.encode(sentences[:64])  # warm the driver's model (local runs use it; Ray runs load their own)
+    temp = tempfile.mkdtemp(prefix="rb", dir="/tmp")
+    t0 = time.perf_counter()
+    _ray_init(a.cpus + 1, temp)  # one logical CPU beyond the pool, as ondevice's own local start does
+    ray_start_s = time.perf_counter() - t0
+    configs = [("local", 0, a.cpus), ("ray", 1, a.cpus), ("ray", a.cpus, 1)]
+    runs: dict[str, list[float]] = {}
+    vectors = {}
+    for rep in range(a.repeats):
+        for backend, workers, threads in configs:  # interleaved, so drifting machine load hits every config alike
+            name = "local" if backend == "local" else f"ray_{workers}x{threads}"
+            root = Path(tempfile.mkdtemp(prefix="cache", dir=temp))
+            t0 = time.perf_counter()
+            if backend == "local":
+                out = cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False)
+            else:
+                out = ray_cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False, workers=workers,
+                                         cpus_per_worker=threads)
+            runs.setdefault(name, []).append(time.perf_counter() - t0)
+            vectors[name] = out
+            print(f"  rep {rep}: {name}: {len(sentences) / runs[name][-1]:.1f} sentences/s", flush=True)
+    import numpy as np
+
+    ref = np.asarray(vectors["local"])
+    rows = {}
+    for name, secs in runs.items():
+        med = statistics.median(secs)
+        rows[name] = {"seconds": secs, "median_s": med, "sentences_per_s": len(sentences) / med,
+                      "max_abs_diff_vs_local": float(np.abs(np.asarray(vectors[name]) - ref).max())}
+    for name in rows:
+        rows[name]["overhead_vs_local"] = rows[name]["median_s"] / rows["local"]["median_s"] - 1
+    return {"part": "label", "sentences": len(sentences), "chunk": a.chunk, "cpus": a.cpus, "teacher": teacher.info.path,
+            "teacher_backend": teacher.backend, "ray_local_start_s": ray_start_s, "runs": rows,
+            "overhead_target": 0.10}
+
+
+# ------------------------------------------------------------------------------------------------ search
+
+
+def _median_s(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_search(a: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from ondevice.index import HammingIndex
+    from ondevice.scale.ray_search import RayShardedIndex
+    from ondevice.scale.shards import ShardedIndex, build_shards
+
+    temp = tempfile.mkdtemp(prefix="rb", dir=a.workdir)
+    _ray_init(a.cpus, temp)
+    rng = np.random.default_rng(a.seed)
+    q100 = rng.integers(0, 256, (100, 32), dtype=np.uint8)
+    q1 = q100[:1]
+    results = []
+    for n in a.sizes:
+        codes = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+        folder = Path(temp) / f"n{n}"
+        single_idx = HammingIndex(256)
+        single_idx.add(codes)
+        single_idx.save(folder.with_suffix(".odx"))
+        build_shards(codes, folder, shards=a.shards)
+        del codes, single_idx
+        single = HammingIndex.load(folder.with_suffix(".odx"), threads=a.cpus)
+        local = ShardedIndex.open(folder, threads=a.cpus)
+        per = max(1, a.cpus // a.shards)
+        ray_idx = RayShardedIndex.open(folder, threads=per, cpus_per_shard=a.cpus / a.shards)
+        want = single.search(q100, 10)
+        got = ray_idx.search(q100, 10)
+        same = bool((want[0] == got[0]).all() and (want[1] == got[1]).all())
+        row = {"n": n, "shards": a.shards, "threads_single": a.cpus, "threads_per_shard_actor": per,
+               "ray_equals_single": same}
+        for label, index in (("single", single), ("sharded_local", local), ("sharded_ray", ray_idx)):
+            lat = _median_s(lambda: index.search(q1, 10), a.repeats * 4)
+            batch = _median_s(lambda: index.search(q100, 10), a.repeats)
+            row[label] = {"latency_1q_ms": lat * 1e3, "batch100_ms": batch * 1e3, "queries_per_s": 100 / batch}
+            print(f"  n={n:,} {label}: 1 query {lat * 1e3:.2f} ms, 100 queries {batch * 1e3:.1f} ms", flush=True)
+        # Per-shard cost: one actor alone (its own scan, no merge) on one shard, 1 and 100 queries.
+        import ray
+
+        actor = ray_idx.actors[0]
+        shard_n = ray_idx.manifest.shards[0].count
+        one = _median_s(lambda: ray.get(actor.search.remote(q1, 10)), a.repeats * 4)
+        hundred = _median_s(lambda: ray.get(actor.search.remote(q100, 10)), a.repeats)
+        row["one_shard_actor"] = {"codes": shard_n, "latency_1q_ms": one * 1e3, "batch100_ms": hundred * 1e3,
+                                  "ns_per_code_1q": one * 1e9 / shard_n, "ns_per_code_query_batch100": hundred * 1e9 / shard_n / 100}
+        row["router_overhead_1q_ms"] = row["sharded_ray"]["latency_1q_ms"] - one * 1e3
+        ray_idx.close()
+        results.append(row)
+    return {"part": "search", "k": 10, "bits": 256, "cpus": a.cpus, "rows": results,
+            "projection": _project(results[-1], a)}
+
+
+def _project(row: dict, a: argparse.Namespace) -> dict:
+    """What 100M and 1B codes need, from the measured per-code cost of one shard actor and the router overhead."""
+    shard = row["one_shard_actor"]
+    bytes_per_code = 32 + 8  # 256-bit code + int64 id, nothing else is kept
+    out = {"assumptions": {
+        "codes_per_shard": a.project_shard_codes,
+        "threads_per_shard_actor": row["threads_per_shard_actor"],
+        "scan_cost_from": f"one shard actor of {shard['codes']:,} codes on this machine, scaled linearly in codes",
+        "router_overhead_ms": row["router_overhead_1q_ms"],
+        "parallel": "every shard on its own cores (shards x threads_per_shard cores in the cluster)"}}
+    for total in (100_000_000, 1_000_000_000):
+        shards = math.ceil(total / a.project_shard_codes)
+        per = total / shards
+        out[f"{total:,}"] = {
+            "shards": shards, "codes_per_shard": per, "memory_per_shard_gb": per * bytes_per_code / 1e9,
+            "memory_total_gb": total * bytes_per_code / 1e9,
+            "latency_1q_ms": per * shard["ns_per_code_1q"] / 1e6 + row["router_overhead_1q_ms"],
+            "batch100_ms": per * shard["ns_per_code_query_batch100"] * 100 / 1e6 + row["router_overhead_1q_ms"],
+            "cores": shards * row["threads_per_shard_actor"]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=["label", "search"], required=True)
+    p.add_argument("--sentences", type=int, default=1536)
+    p.add_argument("--chunk", type=int, default=128, help="cache chunk (rows per Ray block)")
+    p.add_argument("--teacher", default="all-MiniLM-L6-v2")
+    p.add_argument("--cpus", type=int, default=2, help="CPUs every configuration gets")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--project-shard-codes", type=int, default=25_000_000, help="shard size assumed by the projection")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default="/tmp", help="where index files are written (several hundred MB)")
+    p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
+    a = p.parse_args(argv)
+    meta = _meta(argv)
+    result = bench_label(a) if a.part == "label" else bench_search(a)
+    result.update(meta, loadavg_end=os.getloadavg())
+    out = Path(a.results_dir) / f"scale_{a.part}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Teacher labelling on a local Ray: same cache key and vectors as a local run, resumable after a kill."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import make_sentences
+from ondevice.errors import OndeviceError
+from ondevice.teacher import Teacher, VectorCache, cache_folder, cached_vectors
+
+pytest.importorskip("ray", reason="ray is not installed: the Ray tests need `pip install 'ondevice[scale]'`")
+pytest.importorskip("torch")
+
+from ondevice.scale.ray_label import ray_cached_vectors  # noqa: E402
+
+
+class Stop(Exception):
+    pass
+
+
+def test_ray_equals_local_and_caches_interchange(ray_local, tiny_teacher, tmp_path):
+    teacher = Teacher(tiny_teacher)
+    sentences = make_sentences(70, seed=3)
+    local = np.array(cached_vectors(teacher, sentences, chunk=16, root=tmp_path / "local", progress=False))
+    got = np.array(ray_cached_vectors(teacher, sentences, chunk=16, root=tmp_path / "ray", progress=False, workers=1))
+    folder_local, _ = cache_folder(teacher, sentences, tmp_path / "local")
+    folder_ray, _ = cache_folder(teacher, sentences, tmp_path / "ray")
+    assert folder_local.name == folder_ray.name  # same key
+    assert json.loads((folder_ray / "key.json").read_text()) == json.loads((folder_local / "key.json").read_text())
+    np.testing.assert_allclose(got, local, atol=1e-6, rtol=0)
+    # The local reader takes the Ray-written cache as finished: nothing to compute, the same vectors.
+    cache = VectorCache(folder_ray, len(sentences), teacher.dim, 16, {})
+    assert cache.pending() == []
+    np.testing.assert_array_equal(np.array(cached_vectors(teacher, sentences, chunk=16, root=tmp_path / "ray",
+                                                          progress=False)), got)
+
+
+def test_ray_killed_after_k_chunks_resumes_only_missing(ray_local, tiny_teacher, tmp_path):
+    teacher = Teacher(tiny_teacher)
+    sentences = make_sentences(90, seed=4)
+    reference = np.array(cached_vectors(teacher, sentences, chunk=10, root=tmp_path / "ref", progress=False))
+    seen: list[int] = []
+
+    def stop_after_3(c: int) -> None:
+        seen.append(c)
+        if len(seen) == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        ray_cached_vectors(teacher, sentences, chunk=10, root=tmp_path, progress=False, workers=1, on_chunk=stop_after_3)
+    folder, _ = cache_folder(teacher, sentences, tmp_path)
+    state = json.loads((folder / "state.json").read_text())
+    assert sorted(state["chunks"]) == sorted(seen)
+    resumed: list[int] = []
+    got = np.array(ray_cached_vectors(teacher, sentences, chunk=10, root=tmp_path, progress=False, workers=1,
+                                      on_chunk=resumed.append))
+    assert sorted(resumed) == sorted(set(range(9)) - set(seen))  # only the missing chunks were computed
+    np.testing.assert_allclose(got, reference, atol=1e-6, rtol=0)
+
+
+def test_ray_too_many_workers_is_one_line_error(ray_local, tiny_teacher, tmp_path):
+    with pytest.raises(OndeviceError, match="leave no CPU free"):
+        ray_cached_vectors(Teacher(tiny_teacher), make_sentences(5), root=tmp_path, progress=False, workers=4)
