@@ -64,3 +64,13 @@ def test_ray_killed_after_k_chunks_resumes_only_missing(ray_local, tiny_teacher,
 def test_ray_too_many_workers_is_one_line_error(ray_local, tiny_teacher, tmp_path):
     with pytest.raises(OndeviceError, match="leave no CPU free"):
         ray_cached_vectors(Teacher(tiny_teacher), make_sentences(5), root=tmp_path, progress=False, workers=4)
+
+
+def test_small_dev_shm_is_a_one_line_error(monkeypatch):
+    from ondevice.scale import ray_env
+
+    monkeypatch.setattr(ray_env, "_shm_free_mb", lambda: 64)  # Docker's default /dev/shm
+    with pytest.raises(OndeviceError, match="shm-size"):
+        ray_env.object_store_mb()
+    monkeypatch.setattr(ray_env, "_shm_free_mb", lambda: 10_000)
+    assert ray_env.object_store_mb() == 2048 and ray_env.object_store_mb(500) == 500

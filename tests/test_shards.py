@@ -79,3 +79,23 @@ def test_bad_arguments(tmp_path):
         (tmp_path / "c").mkdir()
         (tmp_path / "c" / "manifest.json").write_text("{}")
         read_manifest(tmp_path / "c")
+
+
+def test_cli_build_shards_search_and_info(tmp_path, capsys):
+    from ondevice.cli import main
+
+    codes = _codes(300, 8, seed=5)
+    np.save(tmp_path / "codes.npy", codes)
+    np.save(tmp_path / "q.npy", codes[:4])
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--shards", "3", "--out", str(tmp_path / "cat")]) == 0
+    assert main(["index", "info", str(tmp_path / "cat"), "--verify"]) == 0
+    assert "3 shards, checksums ok" in capsys.readouterr().out
+    assert main(["index", "search", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.npy"), "-k", "3", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    single = HammingIndex(64)
+    single.add(codes)
+    want_d, want_i = single.search(codes[:4], 3)
+    assert [[h["id"] for h in ln["results"]] for ln in lines] == want_i.tolist()
+    assert [[h["distance"] for h in ln["results"]] for ln in lines] == want_d.tolist()
+    assert main(["index", "search", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.npy"), "--radius", "3"]) == 2
+    assert "not supported on a sharded index" in capsys.readouterr().err

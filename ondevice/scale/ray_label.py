@@ -139,8 +139,9 @@ def _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpu
         compute=ray.data.ActorPoolStrategy(size=workers),
         fn_constructor_kwargs={"spec": teacher_spec(teacher), "info": asdict(teacher.info), "threads": cpus_per_worker,
                                "batch_size": batch_size})
+    batches = iter(out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1))
     try:
-        for batch in out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1):
+        for batch in batches:
             for c in np.unique(batch["chunk"]):
                 sel = batch["chunk"] == c
                 rows, missing = partial[int(c)]
@@ -156,3 +157,7 @@ def _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpu
     except ray.exceptions.RayError as exc:  # worker failures (teacher load, dead actors past retries) come wrapped
         raise OndeviceError(f"Ray labelling failed: {error_line(exc)}; finished chunks are kept, run again to "
                             "resume") from None
+    finally:
+        close = getattr(batches, "close", None)
+        if close:  # an interrupted run stops the Dataset now, so its actors free their CPUs for the next one
+            close()
