@@ -41,8 +41,10 @@ def _meta(argv: list[str]) -> dict:
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    commit, dirty = git("rev-parse", "HEAD"), bool(git("status", "--porcelain"))
     return {"commit": commit, "dirty": dirty, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "argv": argv, "cpu_model": cpu,
             "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "python": platform.python_version(),
@@ -68,11 +70,11 @@ def _ray_init(num_cpus: int, temp: str) -> None:
 def bench_label(a: argparse.Namespace) -> dict:
     import torch
 
-    from ondevice.corpus import read_corpus
+    from ondevice.corpus import default_data_dir, read_corpus
     from ondevice.scale.ray_label import ray_cached_vectors
     from ondevice.teacher import Teacher, cached_vectors
 
-    corpus = Path(os.environ.get("ONDEVICE_DATA", ROOT.parent / "shared" / "data")) / "wiki" / "wiki_en_sentences_1m.txt.gz"
+    corpus = default_data_dir() / "wiki" / "wiki_en_sentences_1m.txt.gz"
     sentences = read_corpus(corpus, a.sentences)
     torch.set_num_threads(a.cpus)
     teacher = Teacher(a.teacher)
@@ -104,7 +106,7 @@ def bench_label(a: argparse.Namespace) -> dict:
                 out = cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False)  # reads it back
             else:
                 out = ray_cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False, workers=workers,
-                                         cpus_per_worker=threads, on_chunk=lambda c: stamps.append(time.perf_counter()))
+                                         cpus_per_worker=threads, on_chunk=lambda c, s=stamps: s.append(time.perf_counter()))
             runs.setdefault(name, []).append(time.perf_counter() - t0)
             # Steady state: rows of every chunk after the first, over the time from the first to the last write
             # (excludes starting the actor pool and loading the teacher in each actor, paid once per run).
@@ -122,9 +124,9 @@ def bench_label(a: argparse.Namespace) -> dict:
                       "steady_sentences_per_s_runs": steady[name],
                       "steady_sentences_per_s": statistics.median(steady[name]),
                       "max_abs_diff_vs_local": float(np.abs(np.asarray(vectors[name]) - ref).max())}
-    for name in rows:
-        rows[name]["overhead_vs_local"] = rows[name]["median_s"] / rows["local"]["median_s"] - 1
-        rows[name]["steady_overhead_vs_local"] = rows["local"]["steady_sentences_per_s"] / rows[name]["steady_sentences_per_s"] - 1
+    for name, row in rows.items():
+        row["overhead_vs_local"] = row["median_s"] / rows["local"]["median_s"] - 1
+        row["steady_overhead_vs_local"] = rows["local"]["steady_sentences_per_s"] / row["steady_sentences_per_s"] - 1
     return {"part": "label", "sentences": len(sentences), "chunk": a.chunk, "cpus": a.cpus, "teacher": teacher.info.path,
             "teacher_backend": teacher.backend, "ray_local_start_s": ray_start_s, "runs": rows,
             "overhead_target": 0.10}
@@ -174,8 +176,8 @@ def bench_search(a: argparse.Namespace) -> dict:
         row = {"n": n, "shards": a.shards, "threads_single": a.cpus, "threads_per_shard_actor": per,
                "ray_equals_single": same}
         for label, index in (("single", single), ("sharded_local", local), ("sharded_ray", ray_idx)):
-            lat = _median_s(lambda: index.search(q1, 10), a.repeats * 4)
-            batch = _median_s(lambda: index.search(q100, 10), a.repeats)
+            lat = _median_s(lambda ix=index: ix.search(q1, 10), a.repeats * 4)
+            batch = _median_s(lambda ix=index: ix.search(q100, 10), a.repeats)
             row[label] = {"latency_1q_ms": lat * 1e3, "batch100_ms": batch * 1e3, "queries_per_s": 100 / batch}
             print(f"  n={n:,} {label}: 1 query {lat * 1e3:.2f} ms, 100 queries {batch * 1e3:.1f} ms", flush=True)
         # Per-shard cost: one actor alone (its own scan, no merge) on one shard, 1 and 100 queries.
@@ -183,8 +185,8 @@ def bench_search(a: argparse.Namespace) -> dict:
 
         actor = ray_idx.actors[0]
         shard_n = ray_idx.manifest.shards[0].count
-        one = _median_s(lambda: ray.get(actor.search.remote(q1, 10)), a.repeats * 4)
-        hundred = _median_s(lambda: ray.get(actor.search.remote(q100, 10)), a.repeats)
+        one = _median_s(lambda ac=actor: ray.get(ac.search.remote(q1, 10)), a.repeats * 4)
+        hundred = _median_s(lambda ac=actor: ray.get(ac.search.remote(q100, 10)), a.repeats)
         row["one_shard_actor"] = {"codes": shard_n, "latency_1q_ms": one * 1e3, "batch100_ms": hundred * 1e3,
                                   "ns_per_code_1q": one * 1e9 / shard_n, "ns_per_code_query_batch100": hundred * 1e9 / shard_n / 100}
         row["router_overhead_1q_ms"] = row["sharded_ray"]["latency_1q_ms"] - one * 1e3

@@ -63,7 +63,6 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def ray_local(tmp_path_factory):
     """One local Ray for the whole session (a start costs seconds): 2 CPUs, token auth off, temporary HOME."""
-    import os
     import shutil
     import tempfile
 

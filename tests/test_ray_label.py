@@ -6,15 +6,15 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import make_sentences
+
 from ondevice.errors import OndeviceError
 from ondevice.teacher import Teacher, VectorCache, cache_folder, cached_vectors
 
 pytest.importorskip("ray", reason="ray is not installed: the Ray tests need `pip install 'ondevice[scale]'`")
 pytest.importorskip("torch")
 
-from ondevice.scale.ray_label import ray_cached_vectors  # noqa: E402
+from ondevice.scale.ray_label import ray_cached_vectors
 
 
 class Stop(Exception):

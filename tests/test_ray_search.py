@@ -11,7 +11,7 @@ from ondevice.scale.shards import build_shards
 
 pytest.importorskip("ray", reason="ray is not installed: the Ray tests need `pip install 'ondevice[scale]'`")
 
-from ondevice.scale.ray_search import RayShardedIndex  # noqa: E402
+from ondevice.scale.ray_search import RayShardedIndex
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,19 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
 from ondevice.scale.ray_env import error_line, init_ray, ray_module
-from ondevice.teacher import DEFAULT, Donors, Teacher, VectorCache, cache_folder, default_teacher_path, row_hashes
+from ondevice.teacher import (
+    DEFAULT,
+    Donors,
+    Teacher,
+    VectorCache,
+    cache_folder,
+    default_teacher_path,
+    row_hashes,
+)
 
 
 def teacher_spec(teacher: Teacher) -> dict:
@@ -131,12 +140,12 @@ def _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpu
     cpus = max(os.cpu_count() or 1, (workers or 1) * cpus_per_worker) + 1
     resources = init_ray(address, num_cpus=cpus)
     workers = _plan_workers(resources, workers, cpus_per_worker)
-    import ray.data
+    data = require("ray.data", "scale")
 
-    ds = ray.data.from_arrow(blocks)  # one block per chunk: an actor call encodes exactly what a local run would
+    ds = data.from_arrow(blocks)  # one block per chunk: an actor call encodes exactly what a local run would
     out = ds.map_batches(
         _Labeller, batch_size=None, batch_format="numpy", num_cpus=cpus_per_worker,
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        compute=data.ActorPoolStrategy(size=workers),
         fn_constructor_kwargs={"spec": teacher_spec(teacher), "info": asdict(teacher.info), "threads": cpus_per_worker,
                                "batch_size": batch_size})
     batches = iter(out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1))
