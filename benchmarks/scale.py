@@ -11,7 +11,7 @@ in every actor, as a real run does). Median of --repeats.
 Search: random 256-bit codes, k=10; one HammingIndex (memory-mapped file) vs the same codes as 4 shards searched
 in-process and on 4 Ray actors. Latency: 1 query per call; throughput: 100 queries per call. Medians of --repeats.
 The projection uses the measured per-code scan cost of one shard actor and the measured router overhead.
-Each run writes benchmarks/results/scale_<part>_<UTC time>.json (never overwritten).
+Each run writes benchmarks/results/scale_<part>-<UTC time>.json (never overwritten).
 """
 
 from __future__ import annotations
@@ -20,35 +20,27 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
+from _meta import results_path, run_metadata
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _meta(argv: list[str]) -> dict:
-    def version(name: str) -> str:
+def _meta(threads: int) -> dict:
+    """The shared run metadata (benchmarks/_meta.py) plus the versions that matter here."""
+    meta = run_metadata(threads)
+    for name in ("ray", "pyarrow"):
         try:
-            return metadata.version(name)
+            meta["versions"][name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            return "absent"
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
-
-    commit, dirty = git("rev-parse", "HEAD"), bool(git("status", "--porcelain"))
-    return {"commit": commit, "dirty": dirty, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join([sys.executable.split("/")[-1], *sys.argv]), "argv": argv, "cpu_model": cpu,
-            "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(), "python": platform.python_version(),
-            "versions": {n: version(n) for n in ("ondevice", "ray", "numpy", "numba", "torch", "transformers", "pyarrow")}}
+            meta["versions"][name] = "absent"
+    return meta
 
 
 def _ray_init(num_cpus: int, temp: str) -> None:
@@ -232,12 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="/tmp", help="where index files are written (several hundred MB)")
-    p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     a = p.parse_args(argv)
-    meta = _meta(argv)
+    meta = _meta(a.cpus)
     result = bench_label(a) if a.part == "label" else bench_search(a)
-    result.update(meta, loadavg_end=os.getloadavg())
-    out = Path(a.results_dir) / f"scale_{a.part}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    result.update(meta, loadavg_at_end=[round(x, 2) for x in os.getloadavg()])
+    out = results_path(f"scale_{a.part}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
