@@ -78,6 +78,7 @@ def bench_label(a: argparse.Namespace) -> dict:
     configs = [("local", 0, a.cpus), ("ray", 1, a.cpus), ("ray", a.cpus, 1)]
     runs: dict[str, list[float]] = {}
     steady: dict[str, list[float]] = {}
+    chunk_times: dict[str, list[list[float]]] = {}  # seconds from the run's start to each chunk write
     vectors = {}
     for rep in range(a.repeats):
         for backend, workers, threads in configs:  # interleaved, so drifting machine load hits every config alike
@@ -100,9 +101,12 @@ def bench_label(a: argparse.Namespace) -> dict:
                 out = ray_cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False, workers=workers,
                                          cpus_per_worker=threads, on_chunk=lambda c, s=stamps: s.append(time.perf_counter()))
             runs.setdefault(name, []).append(time.perf_counter() - t0)
-            # Steady state: rows of every chunk after the first, over the time from the first to the last write
-            # (excludes starting the actor pool and loading the teacher in each actor, paid once per run).
-            steady.setdefault(name, []).append((len(stamps) - 1) * a.chunk / (stamps[-1] - stamps[0]))
+            # Steady state: rows of the chunks written after each worker's first one, over the time from the
+            # last of those first writes to the last write (excludes starting the actor pool and loading the
+            # teacher in each actor, paid once per run; w workers finish their first chunks together).
+            w = max(1, workers)
+            steady.setdefault(name, []).append((len(stamps) - w) * a.chunk / (stamps[-1] - stamps[w - 1]))
+            chunk_times.setdefault(name, []).append([round(t - t0, 3) for t in stamps])
             vectors[name] = out
             print(f"  rep {rep}: {name}: {len(sentences) / runs[name][-1]:.1f} sentences/s overall, "
                   f"{steady[name][-1]:.1f} steady", flush=True)
@@ -113,7 +117,7 @@ def bench_label(a: argparse.Namespace) -> dict:
     for name, secs in runs.items():
         med = statistics.median(secs)
         rows[name] = {"seconds": secs, "median_s": med, "sentences_per_s": len(sentences) / med,
-                      "steady_sentences_per_s_runs": steady[name],
+                      "steady_sentences_per_s_runs": steady[name], "chunk_write_s": chunk_times[name],
                       "steady_sentences_per_s": statistics.median(steady[name]),
                       "max_abs_diff_vs_local": float(np.abs(np.asarray(vectors[name]) - ref).max())}
     for name, row in rows.items():

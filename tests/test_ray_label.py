@@ -74,3 +74,16 @@ def test_small_dev_shm_is_a_one_line_error(monkeypatch):
         ray_env.object_store_mb()
     monkeypatch.setattr(ray_env, "_shm_free_mb", lambda: 10_000)
     assert ray_env.object_store_mb() == 2048 and ray_env.object_store_mb(500) == 500
+
+
+def test_cli_flags_reach_the_config():
+    from ondevice.cli import build_parser
+    from ondevice.cli.distill import config_from_args
+
+    a = build_parser().parse_args(["distill", "--corpus", "c.txt", "--out", "o", "--backend", "ray",
+                                   "--ray-address", "head:6379", "--ray-workers", "3"])
+    config = config_from_args(a)
+    assert (config.backend, config.ray_address, config.ray_workers) == ("ray", "head:6379", 3)
+    b = build_parser().parse_args(["binarize", "--teacher", "--corpus", "c.txt", "--bits", "8", "--out", "o",
+                                   "--backend", "ray"])
+    assert b.backend == "ray" and b.ray_address == ""
