@@ -189,28 +189,40 @@ def bench_search(a: argparse.Namespace) -> dict:
         ray_idx.close()
         results.append(row)
     return {"part": "search", "k": 10, "bits": 256, "cpus": a.cpus, "rows": results,
-            "projection": _project(results[-1], a)}
+            "projection": _project(results, a.project_shard_codes)}
 
 
-def _project(row: dict, a: argparse.Namespace) -> dict:
-    """What 100M and 1B codes need, from the measured per-code cost of one shard actor and the router overhead."""
-    shard = row["one_shard_actor"]
+def _project(rows: list[dict], shard_sizes: list[int]) -> dict:
+    """What 100M and 1B codes need, from measured shard-actor costs at two shard sizes and the router overhead.
+
+    One shard actor's call time is fitted as fixed + per_code x codes through the two measured sizes (the fixed
+    part is Ray's call overhead, the slope the scan); the router overhead is the sharded Ray latency minus one
+    actor's call time at the largest measured size. Shards run in parallel on their own cores.
+    """
+    small, large = rows[0], rows[-1]
+    fits = {}
+    for key, per in (("latency_1q_ms", 1), ("batch100_ms", 100)):
+        n0, t0 = small["one_shard_actor"]["codes"], small["one_shard_actor"][key]
+        n1, t1 = large["one_shard_actor"]["codes"], large["one_shard_actor"][key]
+        slope = (t1 - t0) / (n1 - n0)  # ms per code per call
+        fits[key] = {"fixed_ms": t0 - slope * n0, "ns_per_code": slope * 1e6 / per}
+    router = large["sharded_ray"]["latency_1q_ms"] - large["one_shard_actor"]["latency_1q_ms"]
     bytes_per_code = 32 + 8  # 256-bit code + int64 id, nothing else is kept
-    out = {"assumptions": {
-        "codes_per_shard": a.project_shard_codes,
-        "threads_per_shard_actor": row["threads_per_shard_actor"],
-        "scan_cost_from": f"one shard actor of {shard['codes']:,} codes on this machine, scaled linearly in codes",
-        "router_overhead_ms": row["router_overhead_1q_ms"],
-        "parallel": "every shard on its own cores (shards x threads_per_shard cores in the cluster)"}}
+    out = {"method": "one shard actor's call time = fixed + ns_per_code x codes, fitted through the measured "
+                     f"shard sizes {small['one_shard_actor']['codes']:,} and {large['one_shard_actor']['codes']:,}; "
+                     "plus the measured router overhead; shards in parallel, each actor on its own core(s)",
+           "fit": fits, "router_overhead_ms": router, "threads_per_shard_actor": large["threads_per_shard_actor"],
+           "targets": {}}
     for total in (100_000_000, 1_000_000_000):
-        shards = math.ceil(total / a.project_shard_codes)
-        per = total / shards
-        out[f"{total:,}"] = {
-            "shards": shards, "codes_per_shard": per, "memory_per_shard_gb": per * bytes_per_code / 1e9,
-            "memory_total_gb": total * bytes_per_code / 1e9,
-            "latency_1q_ms": per * shard["ns_per_code_1q"] / 1e6 + row["router_overhead_1q_ms"],
-            "batch100_ms": per * shard["ns_per_code_query_batch100"] * 100 / 1e6 + row["router_overhead_1q_ms"],
-            "cores": shards * row["threads_per_shard_actor"]}
+        for per_shard in shard_sizes:
+            shards = math.ceil(total / per_shard)
+            n = total / shards
+            out["targets"][f"{total:,} codes, {per_shard:,} per shard"] = {
+                "shards": shards, "codes_per_shard": n, "memory_per_shard_gb": n * bytes_per_code / 1e9,
+                "memory_total_gb": total * bytes_per_code / 1e9,
+                "latency_1q_ms": fits["latency_1q_ms"]["fixed_ms"] + n * fits["latency_1q_ms"]["ns_per_code"] / 1e6 + router,
+                "batch100_ms": fits["batch100_ms"]["fixed_ms"] + n * fits["batch100_ms"]["ns_per_code"] * 100 / 1e6 + router,
+                "cores": shards * large["threads_per_shard_actor"]}
     return out
 
 
@@ -224,15 +236,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpus", type=int, default=2, help="CPUs every configuration gets")
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--shards", type=int, default=4)
-    p.add_argument("--project-shard-codes", type=int, default=25_000_000, help="shard size assumed by the projection")
+    p.add_argument("--project-shard-codes", type=int, nargs="+", default=[25_000_000, 5_000_000],
+                   help="shard sizes the projection considers")
+    p.add_argument("--project-from", help="recompute only the projection from this search results file")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="/tmp", help="where index files are written (several hundred MB)")
     a = p.parse_args(argv)
     meta = _meta(a.cpus)
-    result = bench_label(a) if a.part == "label" else bench_search(a)
+    if a.project_from:  # derived numbers only: the measured rows are copied from the named file
+        source = json.loads(Path(a.project_from).read_text())
+        result = {"part": "search-projection", "source": Path(a.project_from).name, "source_commit": source["commit"],
+                  "rows": source["rows"], "projection": _project(source["rows"], a.project_shard_codes)}
+    else:
+        result = bench_label(a) if a.part == "label" else bench_search(a)
     result.update(meta, loadavg_at_end=[round(x, 2) for x in os.getloadavg()])
-    out = results_path(f"scale_{a.part}")
+    out = results_path(f"scale_{a.part}" + ("_projection" if a.project_from else ""))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
