@@ -87,3 +87,19 @@ def test_cli_flags_reach_the_config():
     b = build_parser().parse_args(["binarize", "--teacher", "--corpus", "c.txt", "--bits", "8", "--out", "o",
                                    "--backend", "ray"])
     assert b.backend == "ray" and b.ray_address == ""
+
+
+def test_distill_cli_with_ray_backend_fills_the_local_cache(ray_local, tiny_corpus, tiny_teacher, tiny_word_vectors,
+                                                            tmp_path, capsys):
+    from ondevice.cli import main
+    from ondevice.distill import DistillConfig, read_sentences
+
+    code = main(["distill", "--corpus", str(tiny_corpus), "--teacher", str(tiny_teacher), "--word-vectors",
+                 str(tiny_word_vectors), "--out", str(tmp_path / "s"), "--hidden", "4", "--epochs", "1",
+                 "--backend", "ray", "--ray-workers", "1"])
+    assert code == 0 and "student saved to" in capsys.readouterr().out
+    # The default cache now holds every chunk: a local run finds nothing left to compute.
+    teacher = Teacher(tiny_teacher)
+    sentences = read_sentences(DistillConfig(corpus=str(tiny_corpus)))
+    folder, _ = cache_folder(teacher, sentences)
+    assert VectorCache(folder, len(sentences), teacher.dim, 2048, {}).pending() == []

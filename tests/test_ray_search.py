@@ -71,3 +71,19 @@ def test_missing_shard_file_is_reported_at_open(ray_local, tmp_path):
             index.search(codes[:3], 2)
     finally:
         index.close()
+
+
+def test_cli_search_on_ray_and_impossible_placement(ray_local, tmp_path, capsys):
+    from ondevice.cli import main
+
+    codes = np.random.default_rng(2).integers(0, 256, (200, 8), dtype=np.uint8)
+    np.save(tmp_path / "q.npy", codes[:3])
+    build_shards(codes, tmp_path / "cat", shards=4)
+    assert main(["index", "search", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.npy"), "-k", "2",
+                 "--backend", "ray", "--json"]) == 0
+    got = [[h["id"] for h in __import__("json").loads(x)["results"]] for x in capsys.readouterr().out.splitlines()]
+    single = HammingIndex(64)
+    single.add(codes)
+    assert got == single.search(codes[:3], 2)[1].tolist()
+    with pytest.raises(OndeviceError, match="do not fit"):
+        RayShardedIndex.open(tmp_path / "cat", cpus_per_shard=1.0)  # 4 x 1 CPU on a 2-CPU Ray

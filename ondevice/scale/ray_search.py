@@ -48,11 +48,22 @@ class RayShardedIndex:
 
     @classmethod
     def open(cls, path: str | os.PathLike, address: str | None = None, verify: bool = True, threads: int = 1,
-             cpus_per_shard: float = 1.0, allow_missing: bool = False, timeout_s: float = 600.0) -> RayShardedIndex:
-        """Start one actor per shard of the manifest at `path` (on a cluster, spread over the nodes)."""
+             cpus_per_shard: float | None = None, allow_missing: bool = False,
+             timeout_s: float = 600.0) -> RayShardedIndex:
+        """Start one actor per shard of the manifest at `path` (on a cluster, spread over the nodes).
+
+        `cpus_per_shard` (logical CPUs each actor reserves) defaults to min(1, cluster CPUs / shards), so every
+        shard can be placed; an explicit value that cannot be placed is an error rather than a wait.
+        """
         manifest, folder = read_manifest(path)
         ray = ray_module()
-        init_ray(address, num_cpus=os.cpu_count())
+        cpus = float(init_ray(address, num_cpus=os.cpu_count()).get("CPU", 0))
+        shards = len(manifest.shards)
+        if cpus_per_shard is None:
+            cpus_per_shard = min(1.0, cpus / shards)
+        if cpus_per_shard <= 0 or cpus_per_shard * shards > cpus + 1e-9:
+            raise OndeviceError(f"{shards} shards x {cpus_per_shard:g} CPUs do not fit the {cpus:g} CPUs of the Ray "
+                                "cluster; add nodes or ask for fewer CPUs per shard")
         server = ray.remote(_ShardServer)
         # Shard files are read where each actor runs: a shared filesystem, or the same path on every node.
         actors = [server.options(num_cpus=cpus_per_shard, scheduling_strategy="SPREAD", max_restarts=0,
