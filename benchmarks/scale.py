@@ -188,6 +188,9 @@ def bench_search(a: argparse.Namespace) -> dict:
         row["router_overhead_1q_ms"] = row["sharded_ray"]["latency_1q_ms"] - one * 1e3
         ray_idx.close()
         results.append(row)
+    import shutil
+
+    shutil.rmtree(temp, ignore_errors=True)  # the index files: several hundred MB
     return {"part": "search", "k": 10, "bits": 256, "cpus": a.cpus, "rows": results,
             "projection": _project(results, a.project_shard_codes)}
 
