@@ -34,8 +34,14 @@ def tiny_teacher(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("teacher")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", ","] + WORDS
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    # Positional: the keyword is vocab_file in transformers 4 and vocab in 5 (where vocab_file= is silently
+    # ignored and every word becomes [UNK]).
+    tok = transformers.BertTokenizer(str(path / "vocab.txt"), do_lower_case=True)
     tok.save_pretrained(str(path))
+    reloaded = transformers.AutoTokenizer.from_pretrained(str(path))
+    ids = reloaded("The cat sat on the mat.")["input_ids"]
+    expected = [vocab.index(w) for w in ["the", "cat", "sat", "on", "the", "mat", "."]]
+    assert ids[1:-1] == expected, f"tiny teacher tokenizer does not split words: {ids}"
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
                                   num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
