@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice._deps import require
-from ondevice.eval.report import transfer_average
-from ondevice.eval.tasks import TASKS
+from ondevice.eval.tasks import TASKS, transfer_average
 
 Metric = tuple[str, Callable[[dict], float | None]]
 
