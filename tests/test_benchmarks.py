@@ -1,0 +1,50 @@
+"""Every benchmarks/*.py runs end to end with tiny sizes (slow: each starts a Python process and real models)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
+
+# Tiny arguments per script ({tmp}: a scratch folder). A new benchmark must add its line here.
+TINY = {
+    "binarize_quality": ["--train-sentences", "300", "--methods", "random", "ae", "--bits", "64",
+                         "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out"],
+    "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
+               "--workdir", "{tmp}/work"],
+    "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "mean:16"],
+    "distill_quality": ["--sentences", "300", "--epochs", "1", "--hidden", "16", "--speed-sentences", "50",
+                        "--repeats", "1", "--out", "{tmp}/student"],
+    "jvm_core": ["--quick"],
+    "plots": ["--out", "{tmp}/plots"],
+    "tables": ["--check"],
+    "hamming_knn": ["--n", "20000", "--bits", "256", "--threads", "1", "--repeats", "1", "--batch", "4",
+                    "--scaling", "--no-numpy"],
+}
+# Benchmarks that write their results file through ondevice.results (checked below).
+WRITES_RESULTS = {"binarize_quality", "bundle", "jvm_core"}
+
+
+def test_every_benchmark_has_tiny_arguments():
+    assert set(SCRIPTS) == set(TINY), "give every benchmarks/*.py tiny arguments in TINY"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in TINY[name]]
+    if name in WRITES_RESULTS:
+        args += ["--results-dir", str(tmp_path / "results")]
+    env = {**os.environ, "ONDEVICE_CACHE": str(slow_cache), "ONDEVICE_DATA": str(shared_data)}
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    if name in WRITES_RESULTS:
+        (path,) = (tmp_path / "results").glob(f"{name}_*.json")
+        assert '"commit"' in path.read_text() and '"cpu_model"' in path.read_text()
