@@ -173,6 +173,58 @@ def bundle_meta(path: str) -> str:
             f"({q['top10_overlap_ties']:.3f} counting ties at the 10th distance).")
 
 
+def _row(blob: dict, prefix: str) -> dict | None:
+    return next((x for x in blob["results"]["rows"] if x["name"].startswith(prefix)), None)
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
+def bundle_runs(*paths: str) -> str:
+    """One line per run of benchmarks/bundle.py, then the median over runs."""
+    lines = [("| run | load avg at start | int8 p50 (50-call windows) | fp32 p50 | teacher fp32 p50 | "
+             "int8 throughput vs teacher fp32 |"), "|---|---:|---|---:|---:|---:|"]
+    cols: dict[str, list[float]] = {"int8": [], "fp32": [], "teacher": [], "ratio": []}
+    for path in paths:
+        blob = _load(path)
+        i8, f32, t = _row(blob, "bundle int8"), _row(blob, "bundle fp32"), _row(blob, "teacher fp32")
+        ratio = i8["sentences_per_s"] / t["sentences_per_s"]
+        cols["int8"].append(i8["p50_ms"])
+        cols["fp32"].append(f32["p50_ms"])
+        cols["teacher"].append(t["p50_ms"])
+        cols["ratio"].append(ratio)
+        lines.append(f"| `{Path(path).name}` | {blob['meta']['load_average_start'][0]:.1f} | {i8['p50_ms']:.3f} ms "
+                     f"({i8['window_p50_min_ms']:.3f}-{i8['window_p50_max_ms']:.3f}) | {f32['p50_ms']:.3f} ms | "
+                     f"{t['p50_ms']:.3f} ms | {ratio:.1f}x |")
+    lines.append(f"| **median of {len(paths)} runs** | | **{_median(cols['int8']):.3f} ms** | {_median(cols['fp32']):.3f} ms "
+                 f"| {_median(cols['teacher']):.3f} ms | {_median(cols['ratio']):.1f}x |")
+    return "\n".join(lines)
+
+
+def bundle_summary(*paths: str) -> str:
+    """README's bundle table: sizes of the first run, medians over runs of p50, p99 and throughput."""
+    blobs = [_load(p) for p in paths]
+    sizes = blobs[0]["results"]["sizes"]
+
+    def med(prefix: str, key: str) -> float:
+        return _median([_row(b, prefix)[key] for b in blobs])
+
+    t_rate = med("teacher fp32", "sentences_per_s")
+    lines = [f"| median of {len(paths)} runs | int8 bundle | fp32 bundle | teacher (ONNX fp32) |", "|---|---|---|---|"]
+    lines.append(f"| bundle size | {_mb(sizes['int8']['total'])} (encoder.onnx {_mb(sizes['int8']['files']['encoder.onnx'])}) | "
+                 f"{_mb(sizes['fp32']['total'])} (encoder.onnx {_mb(sizes['fp32']['files']['encoder.onnx'])}) | "
+                 f"{_mb(sizes['teacher fp32 (onnxruntime)'])} (model only) |")
+    cells = [f"{med(p, 'p50_ms'):.2f} / {med(p, 'p99_ms'):.2f} ms" for p in ("bundle int8", "bundle fp32", "teacher fp32")]
+    lines.append("| p50 / p99, one 20-token sentence, thread CPU time | " + " | ".join(cells) + " |")
+    i8, f32 = med("bundle int8", "sentences_per_s"), med("bundle fp32", "sentences_per_s")
+    lines.append(f"| throughput, batches of 64 | {i8:,.0f} sentences/s ({i8 / t_rate:.1f}x teacher) | "
+                 f"{f32:,.0f} sentences/s ({f32 / t_rate:.1f}x) | {t_rate:,.0f} sentences/s |")
+    return "\n".join(lines)
+
+
 def demo_output(path: str) -> str:
     blob = _load(path)
     m = blob["meta"]
@@ -197,6 +249,33 @@ def jvm_core(path: str) -> str:
     return "\n".join(lines)
 
 
+def coverage(path: str) -> str:
+    blob = _load(path)
+    m, r = blob["meta"], blob["results"]
+    return (f"**{r['percent']:.1f}%** of {r['statements']:,} statements ({r['missing']:,} not run), run "
+            f"`{Path(path).name}` (commit {m['commit'][:12]}, {m['date']}, `{r['test_command']}`: "
+            f"{r['tests']}). Numba-compiled kernel bodies run as machine code and count as not run.")
+
+
+def record_coverage(data_file: Path, test_command: str, tests: str) -> Path:
+    """Write a coverage results file from a `.coverage` data file of a full test run."""
+    import tempfile
+
+    import coverage as cov_lib
+
+    from ondevice.results import start_run, write_result
+
+    meta = start_run()
+    cov = cov_lib.Coverage(data_file=str(data_file))
+    cov.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        cov.json_report(outfile=f"{tmp}/c.json")
+        totals = json.loads(Path(f"{tmp}/c.json").read_text())["totals"]
+    return write_result("coverage", {"percent": totals["percent_covered"], "statements": totals["num_statements"],
+                                     "missing": totals["missing_lines"], "test_command": test_command,
+                                     "tests": tests}, meta)
+
+
 def eval_table(path: str) -> str:
     """The table of an `ondevice eval` report.md (report.json beside it holds every number and hash)."""
     return "\n".join(line for line in (ROOT / path).read_text(encoding="utf-8").splitlines() if line.startswith("|"))
@@ -204,7 +283,7 @@ def eval_table(path: str) -> str:
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core)}
+    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage)}
 
 
 def render(text: str) -> str:
@@ -219,7 +298,13 @@ def render(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="only report blocks that differ; exit 1 if any")
+    p.add_argument("--record-coverage", type=Path, metavar="DATA_FILE",
+                   help="write a coverage results file from this .coverage file (of a full `make test`) and stop")
+    p.add_argument("--tests", default="", help="with --record-coverage: what ran, e.g. '612 passed'")
     a = p.parse_args(argv)
+    if a.record_coverage:
+        print(record_coverage(a.record_coverage, "make test", a.tests))
+        return 0
     stale = []
     for doc in DOCS:
         path = ROOT / doc

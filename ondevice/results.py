@@ -16,6 +16,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -117,5 +118,10 @@ def write_result(name: str, results: Any, meta: dict[str, Any], root: str | os.P
 def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
     """Every results file of `name` (oldest first by file name) with its parsed content."""
     folder = Path(root) if root is not None else results_dir()
-    paths = sorted(p for p in folder.glob(f"{name}_*.json") if p.stem[len(name) + 1 :][:1].isdigit())
+    def order(p: Path) -> tuple[str, int]:  # name_<stamp>Z.json, then name_<stamp>Z-1.json, ...
+        stamp, _, attempt = p.stem[len(name) + 1 :].partition("Z-")
+        return stamp.rstrip("Z"), int(attempt or 0)
+
+    paths = sorted((p for p in folder.glob(f"{name}_*.json") if re.fullmatch(r"\d{8}-\d{6}Z(-\d+)?", p.stem[len(name) + 1 :])),
+                   key=order)
     return [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]

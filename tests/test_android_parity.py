@@ -165,3 +165,19 @@ def test_golden_files_are_what_the_java_check_reads(bundle):
     order = np.lexsort((np.broadcast_to(np.arange(d.shape[1]), d.shape), d), axis=1)[:, :10]
     np.testing.assert_array_equal(order, ids)
     np.testing.assert_array_equal(np.take_along_axis(d, order, axis=1), dist)
+
+
+@pytest.mark.slow
+def test_parity_on_a_student_of_the_default_size(java_classes, tmp_path):
+    """The 'identical' claim at the size an app ships: vocabulary 50,000, hidden 256, 384-d, 2048-bit codes."""
+    import make_parity_bundle
+
+    path = make_parity_bundle.build(tmp_path, pooling="mean", size="default")
+    res = _java(java_classes, "ParityCheck", str(path), "--min-bit-agreement", "0.999", "--min-mean-cosine", "0.9999")
+    assert res.returncode == 0, res.stdout + res.stderr
+    values = dict(re.findall(r"^(\w+)=(\S+)", res.stdout, flags=re.MULTILINE))
+    n = int(values["sentences"])
+    assert n >= 1000 and values["tokens_identical"] == f"{n}/{n}"
+    assert values["codes_identical"] == f"{n}/{n}", res.stdout  # every 2048-bit code, bit for bit
+    q_same, q_total = map(int, values["topk_identical"].split("/"))
+    assert q_total > 0 and q_same == q_total
