@@ -73,6 +73,8 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
 
     write_json(out / "demo_config.json", asdict(config))
     total = time.monotonic()
+    catalog = list(dict.fromkeys(read_corpus(config.corpus, config.sentences + config.catalog)[config.sentences:]))
+    _pretrained_first(config, catalog, show)
 
     t0 = time.monotonic()
     dcfg = DistillConfig(corpus=config.corpus, max_sentences=config.sentences, epochs=config.epochs, seed=config.seed)
@@ -102,7 +104,6 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     step("export", t0)
 
     t0 = time.monotonic()
-    catalog = list(dict.fromkeys(read_corpus(config.corpus, config.sentences + config.catalog)[config.sentences:]))
     bundle.index_texts(catalog)
     step("index", t0)
 
@@ -117,16 +118,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     show(f"exported the int8 bundle: {size / 1e6:.2f} MB ({result.seconds['export']:.0f} s)")
     show(f"indexed {len(catalog):,} Wikipedia sentences (not used in training) in {result.seconds['index']:.1f} s")
     show()
-    for query in config.queries:
-        c0 = time.perf_counter()
-        codes = bundle.codes([query])
-        c1 = time.perf_counter()
-        dist, ids = bundle.index.search(codes, config.k)
-        c2 = time.perf_counter()
-        show(f"query: {query}   (encode {1e3 * (c1 - c0):.2f} ms, search {1e3 * (c2 - c1):.2f} ms, 1 thread)")
-        for d, i in zip(dist[0], ids[0]):
-            show(f"  {int(d):5d} bits apart: {catalog[int(i)]}")
-    show()
+    _answer(bundle, config, catalog, show)
 
     t0 = time.monotonic()
     teacher = Teacher(dcfg.teacher, pooling=dcfg.teacher_pooling)
@@ -140,6 +132,36 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     result.seconds["total"] = round(time.monotonic() - total, 1)
     show(f"demo steps took {result.seconds['total'] / 60:.1f} min (outputs in {out}; a rerun reuses them)")
     return result
+
+
+def _answer(bundle, config: DemoConfig, catalog: list[str], show: Callable[[str], None]) -> None:
+    """Each query's nearest catalog sentences, with the encode and search time of that query."""
+    for query in config.queries:
+        c0 = time.perf_counter()
+        codes = bundle.codes([query])
+        c1 = time.perf_counter()
+        dist, ids = bundle.index.search(codes, config.k)
+        c2 = time.perf_counter()
+        show(f"query: {query}   (encode {1e3 * (c1 - c0):.2f} ms, search {1e3 * (c2 - c1):.2f} ms, 1 thread)")
+        for d, i in zip(dist[0], ids[0]):
+            show(f"  {int(d):5d} bits apart: {catalog[int(i)]}")
+    show()
+
+
+def _pretrained_first(config: DemoConfig, catalog: list[str], show: Callable[[str], None]) -> None:
+    """When the package ships a pretrained bundle, show it answering before anything is trained."""
+    try:
+        from ondevice import pretrained
+    except ImportError:
+        return
+    if pretrained.DEFAULT not in pretrained.names():
+        return
+    t0 = time.monotonic()
+    bundle = pretrained.load(threads=1).index_texts(catalog)
+    show(f"the pretrained bundle shipped in the package (ondevice.load()), {len(catalog):,} Wikipedia sentences "
+         f"indexed in {time.monotonic() - t0:.1f} s:")
+    _answer(bundle, config, catalog, show)
+    show("now the same pipeline from scratch:")
 
 
 class _CachedTeacher:

@@ -30,6 +30,7 @@ class DistillConfig:
     corpus: str | list[str]  # one file or several, read in order
     max_sentences: int | None = None
     exclude_eval: bool = True  # drop any sentence of the shared data's evaluation material from the corpus
+    train_splits: bool = False  # put the STS-B train sentences (text only, no scores) in front of the corpus
     teacher: str = "all-MiniLM-L6-v2"
     teacher_pooling: str = "mean"
     teacher_normalize: bool = True
@@ -82,7 +83,7 @@ class DistillConfig:
 
 LR_SCHEDULES = ("constant", "cosine")
 # Fields that must match for --resume to continue a run (architecture, data, targets, step sizes).
-_RESUME_KEYS = ("max_sentences", "exclude_eval", "teacher", "teacher_pooling", "teacher_normalize", "teacher_backend",
+_RESUME_KEYS = ("max_sentences", "exclude_eval", "train_splits", "teacher", "teacher_pooling", "teacher_normalize", "teacher_backend",
                 "word_vectors", "embedding_dim", "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size",
                 "seed", "val_fraction", "lr_schedule", "warmup_steps")
 
@@ -97,15 +98,19 @@ def lr_at(config: DistillConfig, step: int, total: int) -> float:
 
 
 def read_sentences(config: DistillConfig) -> list[str]:
-    """The corpus of `config`: its files in order, without evaluation text when `exclude_eval`, capped."""
-    exclude: set[str] = set()
-    if config.exclude_eval:
-        from ondevice.corpus import default_data_dir
-        from ondevice.eval.data import held_out_texts
+    """The corpus of `config`: STS-B train sentences if asked, then its files in order, without evaluation
+    text when `exclude_eval`, capped at `max_sentences`."""
+    from ondevice.corpus import default_data_dir
+    from ondevice.eval import data as eval_data
 
-        data = default_data_dir()
-        exclude = held_out_texts(data) if data.is_dir() else set()
-    return read_corpus(config.corpus, config.max_sentences, exclude=exclude)
+    data = default_data_dir()
+    exclude = eval_data.held_out_texts(data) if config.exclude_eval and data.is_dir() else set()
+    files = [config.corpus] if isinstance(config.corpus, str) else list(config.corpus)
+    if not config.train_splits:
+        return read_corpus(files, config.max_sentences, exclude=exclude)
+    first = eval_data.train_split_sentences(eval_data.check_data_dir(data))[: config.max_sentences]
+    rest = config.max_sentences - len(first) if config.max_sentences is not None else None
+    return first + (read_corpus(files, rest, exclude=exclude) if rest != 0 else [])
 
 
 def initial_embeddings(config: DistillConfig, counts: dict[str, int], teacher, progress: bool):

@@ -91,14 +91,16 @@ class VectorCache:
     def pending(self) -> list[int]:
         return [c for c in range(self.n_chunks) if c not in self.done]
 
-    def write(self, c: int, rows: np.ndarray) -> None:
-        """Store chunk `c` and mark it done (after checking its values)."""
+    def write(self, c: int, rows: np.ndarray, normalized: bool | None = None) -> None:
+        """Store chunk `c` and mark it done (after checking its values; `normalized` adds check_vectors)."""
         lo, hi = self.bounds(c)
         rows = np.asarray(rows, dtype=self.vectors.dtype)
         if rows.shape != (hi - lo, self.dim):
             raise OndeviceError(f"chunk {c} has shape {rows.shape}, expected {(hi - lo, self.dim)}")
         if self.check is not None:
             self.check(rows, f"cache {self.folder} chunk {c}")
+        if normalized is not None:
+            check_vectors(rows, normalized, f"cache {self.folder} chunk {c}")
         self.vectors[lo:hi] = rows
         self.vectors.flush()
         self.done.add(c)

@@ -14,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, nargs="+", help="sentences, one per line (.gz allowed); several files are read in order")
     p.add_argument("--out", required=True, help="student directory to write")
     p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
+    p.add_argument("--train-splits", action="store_true",
+                   help="put the STS-B train sentences (text only) from the shared data in front of the corpus")
     p.add_argument("--keep-eval-text", action="store_true",
                    help="do not drop sentences found in the shared data's dev/test/evaluation sets (dropped by default)")
     p.add_argument("--teacher", default=d.teacher, help="local Hugging Face model dir, or the packaged default")
@@ -50,7 +52,7 @@ def config_from_args(a: argparse.Namespace):
 
     return DistillConfig(
         corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
-        exclude_eval=not a.keep_eval_text, teacher=a.teacher, teacher_pooling=a.pooling,
+        exclude_eval=not a.keep_eval_text, train_splits=a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
         teacher_backend=a.teacher_backend, word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
