@@ -59,8 +59,8 @@ def plot_bits(report: dict[str, Any], path: Path) -> Path | None:
     for n, m in binary.items():
         groups.setdefault(m["encoder"], {}).setdefault(m["method"], []).append(n)
     encoders = sorted(groups)
-    fig, axes = plt.subplots(len(metrics), len(encoders), figsize=(4.4 * len(encoders), 3.4 * len(metrics)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(metrics), len(encoders), figsize=(4.4 * len(encoders), 3.0 * len(metrics)),
+                             squeeze=False, layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     methods = sorted({m for g in groups.values() for m in g})
     for row, (label, get) in enumerate(metrics):
