@@ -222,6 +222,13 @@ def bundle_summary(*paths: str) -> str:
     i8, f32 = med("bundle int8", "sentences_per_s"), med("bundle fp32", "sentences_per_s")
     lines.append(f"| throughput, batches of 64 | {i8:,.0f} sentences/s ({i8 / t_rate:.1f}x teacher) | "
                  f"{f32:,.0f} sentences/s ({f32 / t_rate:.1f}x) | {t_rate:,.0f} sentences/s |")
+    size = sizes["int8"]["total"]
+    p50s = [_row(b, "bundle int8")["p50_ms"] for b in blobs]
+    ratios = [_row(b, "bundle int8")["sentences_per_s"] / _row(b, "teacher fp32")["sentences_per_s"] for b in blobs]
+    verdict = lambda ok: "**met**" if ok else "**missed**"
+    lines += ["", (f"Targets: int8 bundle <= 10 MB: {verdict(size <= 10e6)} ({_mb(size)}); >= 20x the teacher's throughput: "
+              f"{verdict(min(ratios) >= 20)} (runs: {min(ratios):.0f}-{max(ratios):.0f}x); p50 <= 1 ms for a 20-token "
+              f"sentence on 1 thread: {verdict(max(p50s) <= 1)} (runs: {min(p50s):.3f}-{max(p50s):.3f} ms).")]
     return "\n".join(lines)
 
 
