@@ -159,14 +159,13 @@ def _answer(bundle, config: DemoConfig, catalog: list[str], show: Callable[[str]
 
 def _pretrained_first(config: DemoConfig, catalog: list[str], show: Callable[[str], None]) -> None:
     """When the package ships a pretrained bundle, show it answering before anything is trained."""
-    try:
-        from ondevice import pretrained
-    except ImportError:
-        return
+    import ondevice
+    from ondevice import pretrained
+
     if pretrained.DEFAULT not in pretrained.names():
         return
     t0 = time.monotonic()
-    bundle = pretrained.load(threads=1).index_texts(catalog)
+    bundle = ondevice.load(threads=1).index_texts(catalog)
     show(f"the pretrained bundle shipped in the package (ondevice.load()), {len(catalog):,} Wikipedia sentences "
          f"indexed in {time.monotonic() - t0:.1f} s:")
     _answer(bundle, config, catalog, show)
