@@ -154,6 +154,7 @@ def test_parity_with_python_golden_files(java_classes, bundle):
     assert float(values["bit_agreement"]) >= 0.999
     assert float(values["mean_cosine"]) >= 0.9999
     assert "PARITY OK" in out
+    _differing_bits_are_sign_ties(bundle, out, n_sent)
 
 
 def test_golden_files_are_what_the_java_check_reads(bundle):
@@ -186,6 +187,24 @@ def test_parity_on_a_student_of_the_default_size(java_classes, tmp_path):
     values = dict(re.findall(r"^(\w+)=(\S+)", res.stdout, flags=re.MULTILINE))
     n = int(values["sentences"])
     assert n >= 1000 and values["tokens_identical"] == f"{n}/{n}"
-    assert values["codes_identical"] == f"{n}/{n}", res.stdout  # every 2048-bit code, bit for bit
     q_same, q_total = map(int, values["topk_identical"].split("/"))
     assert q_total > 0 and q_same == q_total
+    _differing_bits_are_sign_ties(path, res.stdout, n)
+
+
+def _differing_bits_are_sign_ties(bundle: Path, out: str, n: int) -> None:
+    """Codes are identical except where a bit's pre-sign value h.A + c is within float rounding of 0.
+
+    Java and Python add the same float32 products in a different order, so embeddings differ by ~1e-7 and a
+    value that close to the threshold can land on either side; any other differing bit is a real bug.
+    """
+    from safetensors.numpy import load_file
+
+    diffs = [tuple(map(int, d.split(":"))) for d in re.findall(r"^code_bit_differs=(\S+)", out, flags=re.MULTILINE)]
+    same = int(re.search(r"^codes_identical=(\d+)/", out, flags=re.MULTILINE).group(1))
+    assert same == n - len({i for i, _ in diffs})
+    w = load_file(str(bundle / "binarizer.safetensors"))
+    z = np.load(bundle / "golden" / "embeddings.npy") @ w["projection"] + w["offset"]
+    for i, bit in diffs:
+        assert abs(z[i, bit]) < 1e-5, f"sentence {i} bit {bit}: pre-sign value {z[i, bit]:.3g} is not a tie"
+    assert len(diffs) <= max(1, n * z.shape[1] // 100_000), f"{len(diffs)} differing bits is more than rounding explains"
