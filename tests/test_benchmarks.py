@@ -22,7 +22,11 @@ TINY = {
     "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "hidden_size=16"],
     "distill_quality": ["--sentences", "300", "--epochs", "1", "--speed-sentences", "50", "--repeats", "1",
                         "--queries", "20", "--m2v-dims", "16"],
+    # These three need a trained student, a site or a package folder to write into; --help at least loads them
+    # (tests/test_web_demo.py and tests/test_pretrained.py exercise what they drive).
     "make_pretrained": ["--help"],
+    "web_demo": ["--help"],
+    "web_variants": ["--help"],
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
