@@ -32,7 +32,7 @@ def test_marked_tables_match_their_results_files() -> None:
 def test_cited_results_files_exist() -> None:
     for doc in ("README.md", "BENCHMARKS.md"):
         text = (ROOT / doc).read_text(encoding="utf-8")
-        cited = set(re.findall(r"(?:benchmarks/results|docs/results)/[\w./-]+\.(?:json|md|png)", text))
+        cited = set(re.findall(r"(?:benchmarks/results|docs/results)/[\w./-]+\.(?:json|md|png|log)", text))
         assert cited, doc
         missing = sorted(c for c in cited if "*" not in c and not (ROOT / c).is_file())
         assert not missing, f"{doc} cites missing files: {missing}"
