@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ PRECISIONS = ("fp32", "int8")
 # Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
 REQUIRED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.json", "binarizer.safetensors")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates and line breaks are never in our file names
 MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes, like most file systems)
 MAX_DIM = 65_536
 MAX_K = 1 << 20  # neighbours per query in `search`
@@ -75,7 +77,7 @@ def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
 
 def _safe_name(path: Path, name: Any) -> Path:
     """The file `name` inside bundle `path`, refusing anything that could point outside it."""
-    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+    if not isinstance(name, str) or not name or "\\" in name or any(unicodedata.category(c) in _CONTROL for c in name):
         raise _bundle_error(path, f"manifest lists an invalid file name {name[:80] if isinstance(name, str) else name!r}; "
                                   "the manifest is corrupt")
     parts = PurePosixPath(name).parts
