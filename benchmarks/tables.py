@@ -308,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-coverage", type=Path, metavar="DATA_FILE",
                    help="write a coverage results file from this .coverage file (of a full `make test`) and stop")
     p.add_argument("--tests", default="", help="with --record-coverage: what ran, e.g. '612 passed'")
+    p.add_argument("--test-command", default="make test", help="with --record-coverage: the command that ran")
     a = p.parse_args(argv)
     if a.record_coverage:
-        print(record_coverage(a.record_coverage, "make test", a.tests))
+        print(record_coverage(a.record_coverage, a.test_command, a.tests))
         return 0
     stale = []
     for doc in DOCS:
