@@ -15,11 +15,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-from ondevice.results import start_run, write_result
+from ondevice.results import repo_root, start_run, write_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
 LINE = re.compile(r"^(?P<what>.+?)\s+p50\s+(?P<p50>[\d.]+) ms\s+p99\s+(?P<p99>[\d.]+) ms\s+mean\s+(?P<mean>[\d.]+) ms"
                   r"\s+cpu p50\s+(?P<cpu>[\d.]+) ms\s+\(n=(?P<n>\d+)\)")
 

@@ -13,7 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from ondevice.results import repo_root
+
+ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
 OUT = ROOT / "docs" / "results"
 
 

@@ -21,7 +21,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from ondevice.results import repo_root
+
+ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
 DOCS = ("README.md", "BENCHMARKS.md")
 BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
 BITS = (64, 128, 256, 384, 512, 1024, 2048)
