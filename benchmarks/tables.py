@@ -290,7 +290,65 @@ def eval_table(path: str) -> str:
     return "\n".join(line for line in (ROOT / path).read_text(encoding="utf-8").splitlines() if line.startswith("|"))
 
 
+def distill_ablation(path: str) -> str:
+    """One row per recipe variant of benchmarks/distill_ablation.py (choose on STS-B dev)."""
+    blob = _load(path)
+    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | params (w/o embeddings) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in blob["rows"]:
+        lines.append(f"| {r['variant']} | {r['held_out_cosine']:.4f} | {r['stsb_dev']:.2f} | {r['stsb_test']:.2f} "
+                     f"| {r['sickr_test']:.2f} | {r['params']:,} ({r['params_without_embeddings']:,}) |")
+    return "\n".join(lines)
+
+
+def distill_quality(path: str) -> str:
+    """Encoders side by side (benchmarks/distill_quality.py): quality, then speed."""
+    blob = _load(path)
+    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---:|---:|---:|---:|"]
+    for name, s in blob["scores_x100"].items():
+        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} "
+                     f"| {s['retrieval_top10_vs_teacher']:.1f} |")
+    return "\n".join(lines)
+
+
+def distill_targets(path: str) -> str:
+    """The student-quality targets of issue 19 against what the run measured."""
+    b = _load(path)
+    s, t, m = (b["scores_x100"][k] for k in ("student", "teacher", "model2vec"))
+
+    def ok(cond: bool) -> str:
+        return "met" if cond else "**missed**"
+
+    rows = [
+        ("STS-B test >= 0.90 x teacher", f"{b['student_over_teacher']['stsb_test']:.3f} ({s['stsb_test']:.2f} vs {0.9 * t['stsb_test']:.2f} needed)",
+         ok(b["student_over_teacher"]["stsb_test"] >= 0.9)),
+        ("SICK-R test >= 0.90 x teacher", f"{b['student_over_teacher']['sickr_test']:.3f}", ok(b["student_over_teacher"]["sickr_test"] >= 0.9)),
+        ("STS-B test >= model2vec + 5", f"{b['student_minus_model2vec']['stsb_test']:+.2f} ({s['stsb_test']:.2f} vs {m['stsb_test']:.2f})",
+         ok(b["student_minus_model2vec"]["stsb_test"] >= 5)),
+        ("SICK-R test >= model2vec + 5", f"{b['student_minus_model2vec']['sickr_test']:+.2f} ({s['sickr_test']:.2f} vs {m['sickr_test']:.2f})",
+         ok(b["student_minus_model2vec"]["sickr_test"] >= 5)),
+        ("SNLI cosine top-10 recovers >= 50% of the teacher's", f"{s['retrieval_top10_vs_teacher']:.1f}%",
+         ok(s["retrieval_top10_vs_teacher"] >= 50)),
+    ]
+    lines = ["| target | measured | |", "|---|---|---|"] + [f"| {a} | {v} | {o} |" for a, v, o in rows]
+    return "\n".join(lines)
+
+
+def distill_speed(path: str) -> str:
+    """Sentences/s on the same STS-B sentences and threads, and the ratio to the torch teacher."""
+    b = _load(path)
+    lines = ["| encoder | sentences/s | x teacher (torch) |", "|---|---:|---:|"]
+    for name, v in b["sentences_per_second"].items():
+        lines.append(f"| {name} | {v:,.0f} | {b['speed_ratio_vs_teacher_torch'][name]:.2f} |")
+    c = b["int8_teacher_cosine_to_fp32"]
+    lines.append(f"\nint8 teacher vs fp32 teacher, cosine over the timed sentences: mean {c['mean']:.4f}, min {c['min']:.4f}. "
+                 f"{b['speed_sentences']:,} STS-B sentences, {b['machine']['threads']} threads, {b['machine']['cpu']}, "
+                 f"load average {b['machine']['loadavg_at_start'][0]} at the start.")
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
+    distill_ablation, distill_quality, distill_targets, distill_speed,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage)}
 
