@@ -33,8 +33,8 @@ TINY = {
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
-    "hamming_knn": ["--n", "20000", "--bits", "256", "--threads", "1", "--repeats", "1", "--batch", "4",
-                    "--scaling", "--no-numpy"],
+    "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "--batch", "4",
+                    "--batch-n", "20000", "--budget", "0.05", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
 WRITES_RESULTS = {"binarize_quality", "bundle", "jvm_core", "distill_ablation"}

@@ -106,7 +106,7 @@ def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: i
     if not (folder / "rows.npy").is_file():
         with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
             np.save(fh, hashes)
-    donors = Donors(folder.parent, key_src["teacher"], skip=folder)
+    donors = Donors(folder.parent, "teacher", key_src["teacher"], skip=folder)
     done_rows = len(sentences) - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
     bar = tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors (ray)", unit="sent", disable=not progress)
     partial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # chunk -> (rows, mask of rows still missing)
