@@ -232,13 +232,6 @@ def describe_splits() -> str:
     return doc[doc.index("Splits"):doc.index("Test splits")].strip()
 
 
-def default_data_dir() -> Path:
-    """$ONDEVICE_DATA, or ../shared/data from the current directory."""
-    import os
-
-    return Path(os.environ.get("ONDEVICE_DATA", "../shared/data"))
-
-
 def summary(task: str, data_dir: str | Path, seed: int = 0) -> dict:
     """Sizes and label balance of each split (what `ondevice pairs data` prints)."""
     out: dict = {"task": task, "seed": seed, "splits": {}}
