@@ -58,3 +58,12 @@ def tiny_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
     path.write_text("\n".join(make_sentences(240)) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def pair_env(tmp_path_factory):
+    """Tiny pair data, cross-encoder teacher, student, DSE run and bundle (built lazily, once per session)."""
+    pytest.importorskip("sentence_transformers")
+    from pairs_fixtures import PairEnv
+
+    return PairEnv(tmp_path_factory.mktemp("pairs"))

@@ -73,3 +73,67 @@ def make_student(root: Path, seed: int = 0, output_dim: int = 16) -> Path:
     emb = np.random.default_rng(seed).normal(0, 0.5, (len(vocab), 8)).astype(np.float32)
     Student.from_embeddings(cfg, Tokenizer(vocab, max_tokens=32), emb, seed=seed).save(root / "student")
     return root / "student"
+
+
+def make_cross_encoder_base(root: Path) -> Path:
+    """A 1-layer, 16-d random BERT (word-level vocab) to fine-tune as a cross-encoder."""
+    import torch
+    import transformers
+
+    path = root / "base"
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", ","] + WORDS
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(str(path))
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=32, max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(str(path))
+    return path
+
+
+class PairEnv:
+    """Everything a pair test needs, built once per session: data, base model, teacher, student, DSE run, bundle."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = make_pair_data(root / "data")
+        self.base = make_cross_encoder_base(root)
+        self.student = make_student(root)
+        self._teacher = None
+        self._run = None
+        self._bundle = None
+
+    def teacher(self) -> Path:
+        from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
+
+        if self._teacher is None:
+            fine_tune(CrossEncoderConfig(task="stsb", data=str(self.data), base=str(self.base), epochs=2, batch_size=8,
+                                         lr=2e-3, logging_steps=3), self.root / "teacher", progress=False)
+            self._teacher = self.root / "teacher"
+        return self._teacher
+
+    def dse_config(self, **kw):
+        from ondevice.pairs.train import DSEConfig
+
+        base = dict(task="stsb", data=str(self.data), student=str(self.student), teacher=str(self.teacher()),
+                    alpha=0.5, head_hidden=8, epochs=2, batch_size=16, lr=3e-3, augment_random=40)
+        base.update(kw)
+        return DSEConfig(**base)
+
+    def run(self) -> Path:
+        from ondevice.pairs.train import train_dse
+
+        if self._run is None:
+            train_dse(self.dse_config(), self.root / "run", progress=False)
+            self._run = self.root / "run"
+        return self._run
+
+    def bundle(self) -> Path:
+        from ondevice.pairs.export import export_pair_bundle
+
+        if self._bundle is None:
+            export_pair_bundle(self.run(), self.root / "bundle", bits=64, precision="both", golden=True,
+                               with_weights=True)
+            self._bundle = self.root / "bundle"
+        return self._bundle

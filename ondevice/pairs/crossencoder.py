@@ -166,7 +166,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     args = st.cross_encoder.CrossEncoderTrainingArguments(
         output_dir=str(out / CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
         learning_rate=config.lr, warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
-        seed=config.seed, data_seed=config.seed, save_strategy="epoch", save_total_limit=1, eval_strategy="no",
+        seed=config.seed, data_seed=config.seed, save_strategy="epoch", save_total_limit=2, eval_strategy="no",
         logging_steps=config.logging_steps, report_to="none", use_cpu=True, disable_tqdm=not progress,
         dataloader_num_workers=0,
     )
