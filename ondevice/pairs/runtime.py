@@ -137,9 +137,10 @@ class PairScorer:
     def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
         """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
 
+        Equal keys go to the smaller id, so a shortlist covering the catalog gives exactly the exhaustive order.
         `vectors[id]` must be the float vector of catalog item `id` (what the index holds the code of).
         """
         _, ids = self.bundle.search(query, k=int(shortlist))
-        ids = ids[0][ids[0] >= 0]
+        ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
         keys, rows = self.rerank(query, np.asarray(vectors)[ids], k)
         return keys, ids[rows]
