@@ -116,8 +116,8 @@ class PairEnv:
     def dse_config(self, **kw):
         from ondevice.pairs.train import DSEConfig
 
-        base = dict(task="stsb", data=str(self.data), student=str(self.student), teacher=str(self.teacher()),
-                    alpha=0.5, head_hidden=8, epochs=2, batch_size=16, lr=3e-3, augment_random=40)
+        base = {"task": "stsb", "data": str(self.data), "student": str(self.student), "teacher": str(self.teacher()),
+                "alpha": 0.5, "head_hidden": 8, "epochs": 2, "batch_size": 16, "lr": 3e-3, "augment_random": 40}
         base.update(kw)
         return DSEConfig(**base)
 

@@ -88,11 +88,11 @@ def test_java_pair_head_parity(pair_env, tmp_path):
 
     core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
     sources = [str(p) for p in (core / "src").rglob("*.java")]
-    res = subprocess.run([JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror",
+    res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror",
                           "-encoding", "UTF-8", "-d", str(tmp_path / "c"), *sources], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     for precision in ("fp32", "int8"):  # both ship fp32 pair_head.safetensors; golden logits are the fp32 graph's
-        out = subprocess.run([JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"), "ai.ondevice.core.PairParityCheck",
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"), "ai.ondevice.core.PairParityCheck",
                               str(pair_env.bundle() / precision), "--max-abs-diff", "1e-5"],
                              capture_output=True, text=True, timeout=300)
         values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))

@@ -7,9 +7,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ondevice.errors import OndeviceError  # noqa: E402
-from ondevice.pairs.model import (PairHeadConfig, build_head, dse_loss, head_forward_numpy,  # noqa: E402
-                                  load_head_weights, pair_features, save_head)
+from ondevice.errors import OndeviceError
+from ondevice.pairs.model import (
+    PairHeadConfig,
+    build_head,
+    dse_loss,
+    head_forward_numpy,
+    load_head_weights,
+    pair_features,
+    save_head,
+)
 
 
 def test_head_matches_numpy_reference_and_roundtrips(tmp_path):

@@ -167,8 +167,8 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
 def _card_section(block: dict) -> str:
     lines = ["", "## Pair head", "",
              f"`{block['file']}` scores a pair of this bundle's embeddings for **{block['task']}** ({block['task_type']}):",
-             f"`{block['head']['formula']}`; output transform `{json.dumps(block['output_transform'])}`, "
-             f"threshold `{block['threshold']}`.", "",
+             (f"`{block['head']['formula']}`; output transform `{json.dumps(block['output_transform'])}`, "
+              f"threshold `{block['threshold']}`."), "",
              "```python", "bundle.pair_scores([\"a sentence\"], [\"another sentence\"])",
              "bundle.rerank(\"a query\", candidate_texts_or_vectors, k=10)", "```", ""]
     return "\n".join(lines)

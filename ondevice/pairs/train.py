@@ -25,8 +25,14 @@ from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
-from ondevice.pairs.model import (PairHeadConfig, build_head, build_pair_model, dse_loss, load_head_weights,
-                                  save_head)
+from ondevice.pairs.model import (
+    PairHeadConfig,
+    build_head,
+    build_pair_model,
+    dse_loss,
+    load_head_weights,
+    save_head,
+)
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
