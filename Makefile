@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# CPU build of torch from the local file first; the extras' torch range is then already satisfied.
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[train,eval,export,pairs,dev]"
+	$(PIP) -e ".[train,eval,export,pairs,dev,bench]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,71 +1,100 @@
-"""Student design choices side by side: pooling and hidden size, same data, same epochs, same seed.
+"""Student recipe ablation: each variant distills its own student on the same sentences, epochs and seed.
 
-    .venv/bin/python benchmarks/distill_ablation.py --sentences 100000 --epochs 1 \
-        --variants mean:256 max:256 last:256 meanmax:256 mean:512
+    .venv/bin/python benchmarks/distill_ablation.py --sentences 20000 --epochs 2 --train-splits \
+        --teacher-backend onnx-int8 --variants word_vectors=glove-6b-50d word_vectors=teacher \
+        word_vectors=teacher,pooling=max word_vectors=random word_vectors=teacher,embedding_dim=100
 
-Each variant distills its own student (teacher vectors are shared through the cache) and reports held-out
-mean cosine to the teacher, STS-B test Spearman x100, training sentences/s and encode sentences/s.
+A variant is comma-separated `field=value` overrides of `DistillConfig` (an empty variant is the base config).
+Teacher vectors are shared through the teacher cache. Each finished row is written at once to this run's results
+file, `benchmarks/results/distill_ablation-<UTC time>.json` (never overwritten): held-out cosine to the training
+teacher, STS-B dev and test and SICK-R test Spearman x100, training minutes and parameters. Choose on dev.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _meta import results_path, run_metadata
+
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import CHECKPOINT, DistillConfig, distill
 from ondevice.eval import sts_spearman
-from ondevice.eval.data import read_stsb
-from ondevice.io import cache_dir, write_json
+from ondevice.io import cache_dir, sha256_text, write_json
+
+
+def parse_variant(text: str) -> dict:
+    """'a=1,b=x' -> {'a': 1, 'b': 'x'}, typed by the DistillConfig field."""
+    types = {f.name: f.type for f in dataclasses.fields(DistillConfig)}
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, value = item.partition("=")
+        if key not in types:
+            raise SystemExit(f"unknown DistillConfig field {key!r} in variant {text!r}")
+        kind = str(types[key])
+        out[key] = (int(value) if kind.startswith("int") else float(value) if kind.startswith("float")
+                    else value.lower() in ("1", "true", "yes") if kind.startswith("bool") else value)
+    return out
+
+
+def evaluate(student, data: Path) -> dict:
+    """Spearman x100 of cosine on STS-B dev/test and SICK-R test (the trial split)."""
+    return {"stsb_dev": round(sts_spearman(student, data, "stsb", "dev"), 2),
+            "stsb_test": round(sts_spearman(student, data, "stsb", "test"), 2),
+            "sickr_test": round(sts_spearman(student, data, "sick", "trial"), 2)}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=100000)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--variants", nargs="+", default=["mean:256", "max:256", "last:256", "meanmax:256"],
-                   help="POOLING:HIDDEN")
+    p.add_argument("--sentences", type=int, default=20000)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--train-splits", action="store_true", help="STS-B train sentences in front of the corpus")
+    p.add_argument("--teacher-backend", default="onnx-int8")
+    p.add_argument("--variants", nargs="+", default=["", "word_vectors=teacher"])
     p.add_argument("--data", type=Path, default=default_data_dir())
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(a.threads)
-    pairs = read_stsb(a.data, "test")
-    texts = list(dict.fromkeys(pairs.a + pairs.b))
-    rows = []
+    out_path = results_path("distill_ablation")
+    result = {**run_metadata(a.threads), "rows": []}
     for variant in a.variants:
-        pooling, hidden = variant.split(":")
         cfg = DistillConfig(corpus=str(a.data / WIKI_RELPATH), max_sentences=a.sentences, epochs=a.epochs,
-                            pooling=pooling, hidden_size=int(hidden), seed=a.seed, threads=a.threads)
-        out = cache_dir() / "ablation" / f"{a.sentences // 1000}k-{pooling}-{hidden}-seed{a.seed}"
+                            train_splits=a.train_splits, teacher_backend=a.teacher_backend, seed=a.seed,
+                            threads=a.threads, **parse_variant(variant))
+        tag = sha256_text([json.dumps(dataclasses.asdict(cfg), sort_keys=True)])[:12]
+        out = cache_dir() / "ablation" / f"{a.sentences // 1000}k-{tag}"
         start = time.monotonic()
         student = distill(cfg, out, resume=(out / CHECKPOINT).exists(), progress=False)
-        minutes = (time.monotonic() - start) / 60
         log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-        t = time.perf_counter()
-        student.encode(texts)
-        enc = len(texts) / (time.perf_counter() - t)
-        rows.append({"pooling": pooling, "hidden": int(hidden), "epochs": a.epochs,
-                     "held_out_cosine": log[-1]["held_out_cosine"],
-                     "stsb_test": round(sts_spearman(student, a.data, "stsb", "test"), 2),
-                     "train_minutes_this_run": round(minutes, 2), "encode_sent_per_s": round(enc, 1),
-                     "params_without_embeddings": student.num_parameters(embeddings=False)})
-        print(json.dumps(rows[-1]), flush=True)
-    if a.json:
-        write_json(a.json, rows)
-    print("\n| pooling | hidden | epochs | held-out cosine | STS-B test x100 | encode sent/s | params w/o emb |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['pooling']} | {r['hidden']} | {r['epochs']} | {r['held_out_cosine']:.4f} | {r['stsb_test']:.2f} "
-              f"| {r['encode_sent_per_s']:,.0f} | {r['params_without_embeddings']:,} |")
+        row = {"variant": variant or "(base)", "config": cfg, "student_dir": str(out),
+               "held_out_cosine": log[-1]["held_out_cosine"], "held_out_cosine_per_epoch": [e["held_out_cosine"] for e in log],
+               **evaluate(student, a.data), "train_minutes_this_run": round((time.monotonic() - start) / 60, 2),
+               "params_without_embeddings": student.num_parameters(embeddings=False),
+               "params": student.num_parameters()}
+        result["rows"].append(row)
+        write_json(out_path, result)  # each finished row lands at once
+        print(json.dumps({k: v for k, v in row.items() if k != "config"}), flush=True)
+    print(f"\nresults: {out_path}\n")
+    print(markdown(result))
     return 0
+
+
+def markdown(result: dict) -> str:
+    """The README table of one ablation run."""
+    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | params (w/o emb) |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['variant']} | {r['held_out_cosine']:.4f} | {r['stsb_dev']:.2f} | {r['stsb_test']:.2f} "
+                     f"| {r['sickr_test']:.2f} | {r['params']:,} ({r['params_without_embeddings']:,}) |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

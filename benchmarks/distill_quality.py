@@ -1,130 +1,190 @@
-"""Distillation quality and speed, one run: student vs teacher vs GloVe average on STS-B, and encode throughput.
+"""Student quality and speed in one run, against the teacher and the peer a user would pick instead (model2vec).
 
-    .venv/bin/python benchmarks/distill_quality.py --sentences 100000 --epochs 6
+    .venv/bin/python benchmarks/distill_quality.py --student ondevice/pretrained/default   # the shipped model
+    .venv/bin/python benchmarks/distill_quality.py --sentences 100000 --epochs 6            # distill, then measure
 
-Distills (or resumes) a student on the first N Wikipedia sentences, then reports held-out mean cosine
-student-to-teacher, STS-B test Spearman x100 (cosine) for teacher, student and the GloVe-50 average baseline,
-student parameters with and without embeddings, and sentences/s of the teacher, the student in torch and the
-student as an app runs it (int8 bundle, torch-free runtime) on the same sentences
-and threads (interleaved repeats, median). Targets: student >= 0.90 x teacher Spearman, >= 20x teacher speed.
+Rows: the fp32 teacher; the student (torch, and the int8 bundle beside it when there is one); model2vec distilled
+from the same teacher (`model2vec.distill.distill(model_name=<teacher dir>, pca_dims=256)`, cached); the GloVe-50
+average. Columns: STS-B dev/test and SICK-R test Spearman x100 (cosine) and SNLI retrieval: the share of the
+teacher's cosine top-10 that each encoder's cosine top-10 recovers (1000 seeded queries, as `ondevice eval`).
+Speed on the same STS-B sentences and threads, interleaved repeats, medians: the teacher in torch, ONNX Runtime
+fp32 and int8 (with the int8 teacher's cosine to fp32), the student in torch and as the int8 bundle, model2vec.
+Targets: student >= 0.90 x teacher on STS-B test and SICK-R, >= model2vec + 5 points on both, retrieval >= 50%.
+The results file is `benchmarks/results/distill_quality-<UTC time>.json` (one per run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _meta import results_path, run_metadata
+
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import CHECKPOINT, DistillConfig, distill
 from ondevice.eval import glove_average_encoder, sts_spearman
-from ondevice.eval.data import read_stsb
+from ondevice.eval.data import read_snli_sentences, read_stsb
+from ondevice.eval.retrieval import recall_at_k, sample_queries, topk
 from ondevice.io import cache_dir, write_json
-from ondevice.teacher import Teacher
+from ondevice.student import Student
+from ondevice.teacher import Teacher, cached_vectors
 
 
-def throughput(encode, texts: list[str], repeats: int) -> list[float]:
-    """Sentences per second of `encode(texts)` for each repeat."""
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        encode(texts)
-        out.append(len(texts) / (time.perf_counter() - start))
-    return out
+class CachedTeacher:
+    """The fp32 teacher whose vectors come from the one teacher cache (the STS and retrieval texts repeat)."""
+
+    def __init__(self, teacher: Teacher):
+        self.teacher = teacher
+
+    def encode(self, texts):
+        return np.asarray(cached_vectors(self.teacher, list(texts), progress=False))
 
 
-def exported_int8(student, student_dir: Path, threads: int):
-    """The student exported as an int8 bundle (threshold codes: no fitting needed), loaded by the runtime."""
-    import numpy as np
-    from ondevice.export.bundle import ExportConfig, export
+def model2vec_model(teacher_path: str, dims: int):
+    """model2vec distilled from the teacher dir (what a new user gets with pca_dims=256), cached on disk."""
+    from model2vec import StaticModel
 
-    from ondevice.binarize import Binarizer
-    from ondevice.runtime import Bundle
+    folder = cache_dir() / "bench" / f"model2vec-{Path(teacher_path).name}-{dims}"
+    if not (folder / "config.json").is_file():
+        from model2vec.distill import distill as m2v_distill
 
-    folder = student_dir.parent / f"{student_dir.name}-bundle-int8"
-    if not (folder / "manifest.json").is_file():
-        binarizer = Binarizer.fit(np.zeros((2, student.dim), dtype=np.float32), method="threshold", bits=student.dim)
-        export(student, binarizer, folder, ExportConfig(precision="int8"), student_dir=student_dir)
-    return Bundle.load(folder, threads=threads)
+        m2v_distill(model_name=teacher_path, pca_dims=dims).save_pretrained(str(folder))
+    return StaticModel.from_pretrained(str(folder))
+
+
+class Model2Vec:
+    def __init__(self, model):
+        self.model = model
+
+    def encode(self, texts):
+        return np.asarray(self.model.encode(list(texts)), dtype=np.float32)
+
+
+def throughput(encode, texts: list[str]) -> float:
+    start = time.perf_counter()
+    encode(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def retrieval_overlap(encoders: dict, data: Path, reference: str, queries: int, k: int, seed: int) -> dict:
+    """Per encoder: % of the reference's cosine top-k that its own cosine top-k recovers on the SNLI catalog."""
+    catalog = read_snli_sentences(data)
+    q = sample_queries(len(catalog), queries, seed)
+    tops = {name: topk(enc.encode(catalog), q, k) for name, enc in encoders.items()}
+    return {name: round(100 * recall_at_k(t, tops[reference]), 2) for name, t in tops.items()}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=100000)
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--hidden", type=int, default=DistillConfig(corpus="").hidden_size)
-    p.add_argument("--pooling", default=DistillConfig(corpus="").pooling)
-    p.add_argument("--batch-size", type=int, default=DistillConfig(corpus="").batch_size)
+    p.add_argument("--student", type=Path, default=None, help="measure this student dir instead of distilling one")
+    p.add_argument("--bundle", type=Path, default=None, help="the student's int8 bundle (default: <student>/../bundle)")
+    p.add_argument("--sentences", type=int, default=100000, help="when distilling: corpus size")
+    p.add_argument("--epochs", type=int, default=6, help="when distilling")
     p.add_argument("--data", type=Path, default=default_data_dir())
-    p.add_argument("--out", type=Path, default=None, help="student dir (default: <cache>/bench/student-<N>)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--speed-sentences", type=int, default=2000, help="STS-B sentences timed for throughput")
+    p.add_argument("--speed-sentences", type=int, default=1000, help="STS-B sentences timed for throughput")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--m2v-dims", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None, help="also write the results here")
     a = p.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(a.threads)
-    out = a.out or cache_dir() / "bench" / f"student-{a.sentences // 1000}k"
-    cfg = DistillConfig(corpus=str(a.data / WIKI_RELPATH), max_sentences=a.sentences, epochs=a.epochs,
-                        hidden_size=a.hidden, pooling=a.pooling, batch_size=a.batch_size, seed=a.seed, threads=a.threads)
-    t0 = time.monotonic()
-    student = distill(cfg, out, resume=(out / CHECKPOINT).exists())
-    train_min = (time.monotonic() - t0) / 60
-    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    meta = run_metadata(a.threads)
+    if a.student is None:
+        out = cache_dir() / "bench" / f"student-{a.sentences // 1000}k"
+        cfg = DistillConfig(corpus=str(a.data / WIKI_RELPATH), max_sentences=a.sentences, epochs=a.epochs, seed=a.seed,
+                            threads=a.threads)
+        student = distill(cfg, out, resume=(out / CHECKPOINT).exists())
+        a.student = out
+    student = Student.load(a.student)
+    teacher_info = student.config.teacher
+    teacher = Teacher(teacher_info.get("path", "all-MiniLM-L6-v2"), pooling=teacher_info.get("pooling", "mean"))
+    if teacher.info.weights_sha256 != teacher_info.get("weights_sha256", teacher.info.weights_sha256):
+        print("note: the installed teacher's content differs from the one the student learned from", flush=True)
 
-    teacher = Teacher(cfg.teacher, pooling=cfg.teacher_pooling)
-    glove = glove_average_encoder()
-    scores = {name: sts_spearman(enc, a.data, "stsb", "test") for name, enc in
-              (("teacher", teacher), ("student", student), ("glove-50 average", glove))}
+    encoders: dict = {"teacher": CachedTeacher(teacher), "student": student}
+    bundle_dir = a.bundle or a.student.parent / "bundle"
+    if (bundle_dir / "manifest.json").is_file():
+        from ondevice.runtime import Bundle
 
+        bundle = Bundle.load(bundle_dir, threads=a.threads)
+        encoders["student int8 bundle"] = bundle
+    encoders["model2vec"] = Model2Vec(model2vec_model(teacher.info.path, a.m2v_dims))
+    encoders["glove-50 average"] = glove_average_encoder()
+
+    scores = {}
+    for name, enc in encoders.items():
+        scores[name] = {"stsb_dev": round(sts_spearman(enc, a.data, "stsb", "dev"), 2),
+                        "stsb_test": round(sts_spearman(enc, a.data, "stsb", "test"), 2),
+                        "sickr_test": round(sts_spearman(enc, a.data, "sick", "trial"), 2)}
+        print(name, scores[name], flush=True)
+    overlap = retrieval_overlap(encoders, a.data, "teacher", a.queries, 10, a.seed)
+    for name, row in scores.items():
+        row["retrieval_top10_vs_teacher"] = overlap[name]
+    print("retrieval", overlap, flush=True)
+
+    # Speed: the same sentences, threads and batch sizes for all, interleaved repeats.
     pairs = read_stsb(a.data, "test")
     texts = list(dict.fromkeys(pairs.a + pairs.b))[: a.speed_sentences]
-    # The student as an app runs it: the exported int8 bundle through the torch-free runtime.
-    bundle = exported_int8(student, out, a.threads)
-    student.encode(texts[:64]), teacher.encode(texts[:64]), bundle.encode(texts[:64])  # warm-up
-    t_speed, s_speed, b_speed = [], [], []
-    for _ in range(a.repeats):  # interleaved, so machine noise hits all alike
-        t_speed += throughput(lambda x: teacher.encode(x, batch_size=64), texts, 1)
-        s_speed += throughput(lambda x: student.encode(x, batch_size=256), texts, 1)
-        b_speed += throughput(lambda x: bundle.encode(x, batch_size=64), texts, 1)
-    t_med, s_med, b_med = (statistics.median(x) for x in (t_speed, s_speed, b_speed))
+    timed = {"teacher torch": lambda x: teacher.encode_torch(x, batch_size=32)}
+    for backend in ("onnx", "onnx-int8"):
+        t = Teacher(teacher.info.path, pooling=teacher.info.pooling, backend=backend, threads=a.threads)
+        timed[f"teacher {backend}"] = lambda x, t=t: t.encode(x, batch_size=32)
+        if backend == "onnx-int8":
+            v8, v32 = t.encode(texts), teacher.encode_torch(texts)
+            int8_cos = (v8 * v32).sum(1) / np.linalg.norm(v8, axis=1) / np.linalg.norm(v32, axis=1)
+    timed["student torch"] = lambda x: student.encode(x, batch_size=256)
+    if "student int8 bundle" in encoders:
+        timed["student int8 bundle"] = lambda x: bundle.encode(x, batch_size=64)
+    timed["model2vec"] = encoders["model2vec"].encode
+    for fn in timed.values():
+        fn(texts[:64])  # warm-up
+    speeds: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(a.repeats):
+        for name, fn in timed.items():
+            speeds[name].append(throughput(fn, texts))
+    sps = {name: round(statistics.median(v), 1) for name, v in speeds.items()}
+    print("sentences/s", sps, flush=True)
 
+    t, s = scores["teacher"], scores["student"]
+    m = scores["model2vec"]
     result = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": a.threads},
-        "config": cfg, "student_dir": str(out), "train_minutes_this_run": round(train_min, 2), "train_log": log,
-        "held_out_cosine": log[-1]["held_out_cosine"],
-        "stsb_test_spearman_x100": {k: round(v, 2) for k, v in scores.items()},
-        "student_over_teacher_spearman": round(scores["student"] / scores["teacher"], 4),
-        "student_parameters": student.num_parameters(),
-        "student_parameters_without_embeddings": student.num_parameters(embeddings=False),
-        "sentences_per_second": {"teacher": round(t_med, 1), "student": round(s_med, 1),
-                                 "student int8 bundle": round(b_med, 1)},
-        "student_over_teacher_speed": round(s_med / t_med, 2),
-        "student_int8_bundle_over_teacher_speed": round(b_med / t_med, 2),
-        "speed_sentences": len(texts),
+        **meta, "student_dir": str(a.student), "bundle_dir": str(bundle_dir) if "student int8 bundle" in encoders else None,
+        "student_config": json.loads((a.student / "config.json").read_text()),
+        "distill_config": json.loads((a.student / "distill_config.json").read_text()) if (a.student / "distill_config.json").is_file() else None,
+        "train_log": [json.loads(x) for x in (a.student / "train_log.jsonl").read_text().splitlines()] if (a.student / "train_log.jsonl").is_file() else None,
+        "scores_x100": scores,
+        "student_over_teacher": {k: round(s[k] / t[k], 4) for k in ("stsb_test", "sickr_test")},
+        "student_minus_model2vec": {k: round(s[k] - m[k], 2) for k in ("stsb_test", "sickr_test")},
+        "sentences_per_second": sps, "speed_sentences": len(texts),
+        "speed_ratio_vs_teacher_torch": {k: round(v / sps["teacher torch"], 2) for k, v in sps.items()},
+        "int8_teacher_cosine_to_fp32": {"mean": round(float(int8_cos.mean()), 5), "min": round(float(int8_cos.min()), 5)},
+        "student_parameters": student.num_parameters(), "student_parameters_without_embeddings": student.num_parameters(embeddings=False),
+        "retrieval": {"catalog": "unique SNLI dev+test sentences", "queries": a.queries, "k": 10, "seed": a.seed},
     }
-    if a.json:
-        write_json(a.json, result)
-    sp = result["stsb_test_spearman_x100"]
-    print("\n| measure | value |\n|---|---|")
-    print(f"| corpus | first {a.sentences:,} wiki sentences, {a.epochs} epochs, hidden {a.hidden}, pooling {a.pooling} |")
-    print(f"| held-out mean cosine student-to-teacher | {result['held_out_cosine']:.4f} |")
-    print(f"| STS-B test Spearman x100: teacher / student / GloVe-50 avg | {sp['teacher']:.2f} / {sp['student']:.2f} / {sp['glove-50 average']:.2f} |")
-    print(f"| student / teacher Spearman (target >= 0.90) | {result['student_over_teacher_spearman']:.3f} |")
-    print(f"| student parameters (without embeddings) | {result['student_parameters']:,} ({result['student_parameters_without_embeddings']:,}) |")
-    print(f"| sentences/s on {a.threads} threads: teacher (torch) / student (torch) / student (int8 bundle) "
-          f"| {t_med:,.0f} / {s_med:,.0f} / {b_med:,.0f} |")
-    print(f"| student / teacher throughput, torch / int8 bundle (target >= 20x) "
-          f"| {result['student_over_teacher_speed']:.1f}x / {result['student_int8_bundle_over_teacher_speed']:.1f}x |")
+    path = results_path("distill_quality")
+    write_json(path, result)
+    print(f"\nresults: {path}\n")
+    print(markdown(result))
     return 0
+
+
+def markdown(result: dict) -> str:
+    """The README table of one run."""
+    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---|---|---|---|"]
+    for name, s in result["scores_x100"].items():
+        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.1f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

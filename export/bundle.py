@@ -45,6 +45,7 @@ class ExportConfig:
     golden: bool = False
     golden_extra: tuple[str, ...] = ()
     with_weights: bool = False
+    torchscript: bool = True  # encoder.pt beside encoder.onnx; off for a bundle that must stay small
     seed: int = 0
 
     def validate(self) -> None:
@@ -172,8 +173,9 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     graph = build_int8_graph(student.config, state, A, c).SerializeToString() if precision == "int8" else reference
     with atomic_path(directory / ONNX_FILE) as tmp:
         tmp.write_bytes(graph)
-    module = scriptable_encoder(student.model, A, c)
-    save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
+    if config.torchscript:
+        module = scriptable_encoder(student.model, A, c)
+        save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
     student.tokenizer.save(directory)
     binarizer_cfg = _write_binarizer(directory, binarizer)
     if config.with_weights:

@@ -32,7 +32,7 @@ def model_card(manifest: dict) -> str:
         "```", "",
         ("Other runtimes: tokenize by `tokenizer.json` + `vocab.txt` (spec version "
          f"{manifest['tokenizer'].get('version')}), then run `encoder.onnx` (inputs and outputs below) or "
-         "`encoder.pt` (TorchScript, `forward(ids, lengths) -> (embedding, code)`). Test against `golden/` if "
+         "`encoder.pt` where present (TorchScript, `forward(ids, lengths) -> (embedding, code)`). Test against `golden/` if "
          "present: its values are the fp32 model's; an int8 graph matches them within the export checks below."),
         "",
         "## Inputs and outputs", "",

@@ -6,4 +6,11 @@ The top-level import is light (numpy only); torch-backed parts load on first use
 from ondevice.errors import OndeviceError
 
 __version__ = "0.1.0"
-__all__ = ["OndeviceError", "__version__"]
+__all__ = ["OndeviceError", "__version__", "load"]
+
+
+def load(name: str = "default", threads: int = 0):
+    """The pretrained bundle shipped in the package (`ondevice.runtime.Bundle`): `ondevice.load().encode(texts)`."""
+    from ondevice.pretrained import load as _load
+
+    return _load(name, threads=threads)

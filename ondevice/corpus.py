@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from ondevice.errors import OndeviceError
@@ -39,13 +39,20 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         raise OndeviceError(f"cannot read corpus {path}: {exc}; check the file is complete") from None
 
 
-def read_corpus(path: str | Path, limit: int | None = None) -> list[str]:
-    """Read up to `limit` sentences; an empty corpus is an error."""
+def read_corpus(paths: str | Path | Sequence[str | Path], limit: int | None = None,
+                exclude: Collection[str] = ()) -> list[str]:
+    """Read up to `limit` sentences from one file or several (in order), skipping any line in `exclude`."""
+    files = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not files:
+        raise OndeviceError("no corpus given; pass --corpus FILE [FILE ...]")
     out: list[str] = []
-    for line in iter_lines(path):
-        if limit is not None and len(out) >= limit:
-            break
-        out.append(line)
+    for path in files:
+        for line in iter_lines(path):
+            if limit is not None and len(out) >= limit:
+                break
+            if line not in exclude:
+                out.append(line)
     if not out:
-        raise OndeviceError(f"corpus {path} has no sentences; give a file with one sentence per line")
+        names = ", ".join(str(f) for f in files)
+        raise OndeviceError(f"corpus {names} has no sentences; give a file with one sentence per line")
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -14,7 +15,9 @@ from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_text, write_json, write_text
+from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss
+from ondevice.teacher import BACKENDS
 from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens, pad_ids
 
 CHECKPOINT = "checkpoint"
@@ -24,13 +27,17 @@ CHECKPOINT = "checkpoint"
 class DistillConfig:
     """Every setting of a distillation run; saved as distill_config.json in the student dir."""
 
-    corpus: str
+    corpus: str | list[str]  # one file or several, read in order
     max_sentences: int | None = None
+    exclude_eval: bool = True  # drop any sentence of the shared data's evaluation material from the corpus
+    train_splits: bool = False  # put the STS-B train sentences (text only, no scores) in front of the corpus
     teacher: str = "all-MiniLM-L6-v2"
     teacher_pooling: str = "mean"
     teacher_normalize: bool = True
     teacher_batch_size: int = 64
-    word_vectors: str = "glove-6b-50d"
+    teacher_backend: str = "torch"  # torch | onnx (same vectors, faster) | onnx-int8 (another, faster teacher)
+    word_vectors: str = "glove-6b-50d"  # packaged GloVe, a file, "teacher" (teacher-derived) or "random"
+    embedding_dim: int = 0  # for "teacher"/"random" word vectors (0 = 50, GloVe's); files give their own
     vocab_size: int = 50000
     max_tokens: int = 128
     hidden_size: int = 256  # paper: 512; 256 trains 3x faster on 2 cores (see README)
@@ -39,6 +46,8 @@ class DistillConfig:
     epochs: int = 4
     batch_size: int = 128  # paper: 1024 on a GPU; more, smaller steps learn faster on a CPU budget
     lr: float = 1e-3
+    lr_schedule: str = "constant"  # constant | cosine (decay to 0 over the run)
+    warmup_steps: int = 0  # linear warmup from 0 over this many steps
     clip_grad_norm: float = 0.0
     val_fraction: float = 0.02
     seed: int = 0
@@ -59,15 +68,69 @@ class DistillConfig:
             (self.max_sentences is None or self.max_sentences >= 2, "--max-sentences must be >= 2"),
             (self.pooling in POOLINGS, f"--pooling must be one of {', '.join(POOLINGS)}"),
             (self.threads >= 0, "--threads must be >= 0"),
+            (self.lr_schedule in LR_SCHEDULES, f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}"),
+            (self.warmup_steps >= 0, "--warmup-steps must be >= 0"),
+            (0 <= self.embedding_dim <= 4096, "--embedding-dim must be in 0..4096"),
+            (self.embedding_dim == 0 or self.word_vectors in SPECS,
+             "--embedding-dim applies to --word-vectors teacher|random only (a file gives its own dimension)"),
+            (self.teacher_backend in BACKENDS, f"--teacher-backend must be one of {', '.join(BACKENDS)}"),
+            (self.teacher_batch_size >= 1, "--teacher-batch-size must be >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise OndeviceError(msg)
 
 
-# Architecture fields that must match for --resume to continue a run.
-_RESUME_KEYS = ("max_sentences", "teacher", "teacher_pooling", "teacher_normalize", "word_vectors",
-                "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size", "seed", "val_fraction")
+LR_SCHEDULES = ("constant", "cosine")
+# Fields that must match for --resume to continue a run (architecture, data, targets, step sizes).
+_RESUME_KEYS = ("max_sentences", "exclude_eval", "train_splits", "teacher", "teacher_pooling", "teacher_normalize", "teacher_backend",
+                "word_vectors", "embedding_dim", "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size",
+                "seed", "val_fraction", "lr_schedule", "warmup_steps")
+
+
+def lr_at(config: DistillConfig, step: int, total: int) -> float:
+    """Learning rate at global `step` of `total`: linear warmup, then constant or cosine decay to 0."""
+    scale = min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    if config.lr_schedule == "cosine":
+        after = max(0, step - config.warmup_steps) / max(1, total - config.warmup_steps)
+        scale *= 0.5 * (1.0 + math.cos(math.pi * min(1.0, after)))
+    return config.lr * scale
+
+
+def read_sentences(config: DistillConfig) -> list[str]:
+    """The corpus of `config`: STS-B train sentences if asked, then its files in order, without evaluation
+    text when `exclude_eval`, capped at `max_sentences`."""
+    from ondevice.corpus import default_data_dir
+    from ondevice.eval import data as eval_data
+
+    data = default_data_dir()
+    exclude = eval_data.held_out_texts(data) if config.exclude_eval and data.is_dir() else set()
+    files = [config.corpus] if isinstance(config.corpus, str) else list(config.corpus)
+    if not config.train_splits:
+        return read_corpus(files, config.max_sentences, exclude=exclude)
+    first = eval_data.train_split_sentences(eval_data.check_data_dir(data))[: config.max_sentences]
+    rest = config.max_sentences - len(first) if config.max_sentences is not None else None
+    return first + (read_corpus(files, rest, exclude=exclude) if rest != 0 else [])
+
+
+def initial_embeddings(config: DistillConfig, counts: dict[str, int], teacher, progress: bool):
+    """(vocabulary, embedding matrix, dimension label) for a new student from `config.word_vectors`."""
+    if config.word_vectors in SPECS:
+        dim = config.embedding_dim or 50
+        vocab = build_vocab(counts, lambda t: True, config.vocab_size)
+        if config.word_vectors == TEACHER:
+            rows = teacher_word_vectors(teacher, vocab[2:], dim, progress=progress)
+        else:
+            rows = random_word_vectors(len(vocab) - 2, dim, config.seed)
+        matrix = np.zeros((len(vocab), dim), dtype=np.float32)
+        matrix[2:] = rows
+        matrix[1] = rows.mean(axis=0)  # [UNK] starts as the mean word, like GloVe init
+        return vocab, matrix
+    from ondevice.wordvectors import embedding_matrix, load_word_vectors
+
+    kv = load_word_vectors(config.word_vectors)
+    vocab = build_vocab(counts, lambda t: t in kv.key_to_index, config.vocab_size)
+    return vocab, embedding_matrix(kv, vocab)
 
 
 def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +208,6 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     torch = require("torch", "train")
     from ondevice.teacher import Teacher, cached_vectors
-    from ondevice.wordvectors import embedding_matrix, load_word_vectors
 
     config.validate()
     out = Path(out_dir)
@@ -157,7 +219,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if config.threads:
         torch.set_num_threads(config.threads)
 
-    sentences = read_corpus(config.corpus, config.max_sentences)
+    sentences = read_sentences(config)
     config.corpus_sha256 = sha256_text(sentences)
     if resume:
         saved = dataclass_from_dict(DistillConfig, read_json(out / "distill_config.json", "distill config"), "distill config")
@@ -170,7 +232,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         raise OndeviceError("corpus needs at least 2 sentences (one to train on, one held out)")
     train_idx, val_idx = _split(len(sentences), config.val_fraction, config.seed)
 
-    teacher = Teacher(config.teacher, pooling=config.teacher_pooling, normalize=config.teacher_normalize)
+    teacher = Teacher(config.teacher, pooling=config.teacher_pooling, normalize=config.teacher_normalize,
+                      backend=config.teacher_backend, threads=config.threads)
     targets = cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress)
 
     if resume:
@@ -180,17 +243,15 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             raise OndeviceError(f"checkpoint outputs {student_cfg.output_dim}-d vectors but the teacher gives {teacher.dim}-d; use the original teacher")
         student = Student(student_cfg, tokenizer)
     else:
-        kv = load_word_vectors(config.word_vectors)
         counts = count_tokens((sentences[i] for i in train_idx), config.max_tokens)
-        vocab = build_vocab(counts, lambda t: t in kv.key_to_index, config.vocab_size)
+        vocab, matrix = initial_embeddings(config, counts, teacher, progress)
         tokenizer = Tokenizer(vocab, max_tokens=config.max_tokens)
         student_cfg = StudentConfig(
-            vocab_size=len(vocab), embedding_dim=kv.vector_size, hidden_size=config.hidden_size,
+            vocab_size=len(vocab), embedding_dim=int(matrix.shape[1]), hidden_size=config.hidden_size,
             pooling=config.pooling, output_dim=teacher.dim, max_tokens=config.max_tokens,
             teacher=asdict(teacher.info), word_vectors=str(config.word_vectors),
         )
-        student = Student.from_embeddings(student_cfg, tokenizer, embedding_matrix(kv, vocab), seed=config.seed)
-        del kv
+        student = Student.from_embeddings(student_cfg, tokenizer, matrix, seed=config.seed)
 
     model = student.model
     model.embedding.weight.requires_grad_(not config.freeze_embeddings)
@@ -199,6 +260,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if resume:
         state = _load_checkpoint(out, student, opt)
         state.pop("param_groups", None)
+        write_json(out / "distill_config.json", config)  # settings that may change on resume (threads, ...)
     else:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "distill_config.json", config)
@@ -218,6 +280,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     try:
         while epoch < config.epochs:
             batches = _batches(train_len, config.batch_size, config.seed * 1000003 + epoch)
+            total_steps = config.epochs * len(batches)
             model.train()
             losses: list[float] = []
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
@@ -225,6 +288,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
                 x, lens = pad_ids([train_ids[i] for i in b])
                 pred = model(torch.from_numpy(x), torch.from_numpy(lens))
                 loss = cosine_loss(pred, torch.from_numpy(train_t[b]))
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(config, epoch * len(batches) + step, total_steps)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if config.clip_grad_norm > 0:

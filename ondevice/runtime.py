@@ -48,8 +48,11 @@ def _bundle_error(path: Path, what: str) -> OndeviceError:
 
 
 def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
-    """The bundle folder: `path` itself, or its `precision` sub-folder (`ondevice export --precision both`)."""
-    path = Path(path)
+    """The bundle folder: `path` itself, its `precision` sub-folder (`ondevice export --precision both`), or the
+    pretrained model shipped in the package for 'pretrained' / 'pretrained:NAME'."""
+    from ondevice.pretrained import parse_spec
+
+    path = parse_spec(path) or Path(path)
     if precision is not None and precision not in PRECISIONS:
         raise OndeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if (path / MANIFEST).is_file():

@@ -34,7 +34,10 @@ def tiny_teacher(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("teacher")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", "?", ","] + WORDS
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = transformers.BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    # transformers 5 ignores vocab_file here (every word became [UNK]); the vocab dict is honoured
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    ids = tok("the cat sat on the mat")["input_ids"]
+    assert ids[1:-1] == [vocab.index(w) for w in ["the", "cat", "sat", "on", "the", "mat"]], ids  # real words, distinct ids
     tok.save_pretrained(str(path))
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,

@@ -1,3 +1,4 @@
+import itertools
 import json
 
 import numpy as np
@@ -133,3 +134,41 @@ def test_cli_errors_are_one_line(case, tiny_corpus, tiny_teacher, tiny_word_vect
     assert code == 2
     last = err.splitlines()[-1]  # earlier lines are progress bars
     assert "error" in last and "Traceback" not in err
+
+
+@pytest.mark.parametrize("spec", ["teacher", "random"])
+def test_distill_without_a_word_vectors_file(tiny_corpus, tiny_teacher, spec, tmp_path):
+    cfg = _config(tiny_corpus, tiny_teacher, spec, embedding_dim=6, epochs=2)
+    student = distill(cfg, tmp_path / spec, progress=False)
+    assert student.config.embedding_dim == 6 and student.config.word_vectors == spec
+    emb = _weights(tmp_path / spec)["embedding.weight"]
+    assert np.isfinite(emb).all() and np.abs(emb[0]).max() == 0  # [PAD] stays zero
+
+
+def test_embedding_dim_needs_a_generated_init(tiny_corpus, tiny_teacher, tiny_word_vectors):
+    with pytest.raises(OndeviceError, match="embedding-dim"):
+        _config(tiny_corpus, tiny_teacher, tiny_word_vectors, embedding_dim=6).validate()
+
+
+def test_lr_schedule_warms_up_then_decays():
+    cfg = DistillConfig(corpus="x", lr=1.0, lr_schedule="cosine", warmup_steps=10)
+    lrs = [distill_mod.lr_at(cfg, s, 110) for s in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:])) and lrs[-1] < 0.001
+    flat = DistillConfig(corpus="x", lr=0.5)
+    assert {distill_mod.lr_at(flat, s, 50) for s in range(50)} == {0.5}
+
+
+def test_several_corpus_files_and_evaluation_text_is_dropped(tiny_teacher, tmp_path, monkeypatch):
+    from ondevice.eval import data
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("the cat sat\nthe dog ran\n")
+    b.write_text("a test sentence\nthe sun\n")
+    monkeypatch.setattr(data, "held_out_texts", lambda d: {"a test sentence"})
+    cfg = DistillConfig(corpus=[str(a), str(b)])
+    assert distill_mod.read_sentences(cfg) == ["the cat sat", "the dog ran", "the sun"]
+    cfg.exclude_eval = False
+    assert len(distill_mod.read_sentences(cfg)) == 4
+    cfg.max_sentences = 3
+    assert distill_mod.read_sentences(cfg) == ["the cat sat", "the dog ran", "a test sentence"]

@@ -145,3 +145,17 @@ def test_bad_data_dir(tmp_path: Path) -> None:
         D.check_data_dir(tmp_path)
     (tmp_path / "sick").mkdir()
     assert D.check_data_dir(tmp_path) == tmp_path
+
+
+def test_held_out_texts_cover_dev_and_test_but_not_stsb_train():
+    from ondevice.corpus import default_data_dir
+    from ondevice.eval.data import held_out_texts, read_stsb, train_split_sentences
+
+    data = default_data_dir()
+    if not (data / "stsb").is_dir():
+        pytest.skip("shared data not present")
+    held = held_out_texts(data)
+    test = read_stsb(data, "test")
+    assert all(s.strip() in held for s in test.a + test.b)
+    train = train_split_sentences(data)
+    assert train and not (set(train) & held) and len(set(train)) == len(train)

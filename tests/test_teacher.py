@@ -61,3 +61,91 @@ def test_cache_is_keyed_by_content_not_install_path(tiny_teacher, tmp_path):
     moved = Teacher(shutil.copytree(tiny_teacher, tmp_path / "elsewhere"))
     moved.encode = None  # a cache hit never calls the teacher
     assert np.array_equal(cached_vectors(moved, texts, root=tmp_path / "c", progress=False), first)
+
+
+def _counting(t, calls):
+    real = t.encode
+
+    def encode(batch, batch_size=64):
+        calls.append(list(batch))
+        return real(batch, batch_size)
+
+    return encode
+
+
+def test_key_covers_tokenizer_and_all_weight_bytes(tiny_teacher, tmp_path):
+    import shutil
+
+    base = Teacher(tiny_teacher).info.weights_sha256
+    other = shutil.copytree(tiny_teacher, tmp_path / "t2")
+    vocab = (other / "vocab.txt").read_text().replace("cat\n", "kat\n")
+    (other / "vocab.txt").write_text(vocab)  # same weights, another tokenizer
+    assert Teacher(other).info.weights_sha256 != base
+    third = shutil.copytree(tiny_teacher, tmp_path / "t3")
+    weights = bytearray((third / "model.safetensors").read_bytes())
+    weights[-3] ^= 1  # a change past the first MiB-style prefix: the last bytes of the last tensor
+    (third / "model.safetensors").write_bytes(bytes(weights))
+    assert Teacher(third).info.weights_sha256 != base
+
+
+def test_bad_vectors_are_never_marked_done(tiny_teacher, tmp_path, monkeypatch):
+    t = Teacher(tiny_teacher)
+    texts = ["the cat sat", "a dog ran", "the sun", "a bird"]
+    real = t.encode
+    monkeypatch.setattr(t, "encode", lambda batch, batch_size=64: np.full((len(batch), t.dim), np.nan, np.float32))
+    with pytest.raises(OndeviceError, match="non-finite"):
+        cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    monkeypatch.setattr(t, "encode", lambda batch, batch_size=64: np.zeros((len(batch), t.dim), np.float32))
+    with pytest.raises(OndeviceError, match="degenerate"):
+        cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    monkeypatch.setattr(t, "encode", real)
+    np.testing.assert_allclose(cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False), real(texts), atol=1e-5)
+
+
+def test_batch_size_must_be_positive(tiny_teacher, tmp_path):
+    for bad in (0, -1):
+        with pytest.raises(OndeviceError, match="batch"):
+            cached_vectors(Teacher(tiny_teacher), ["the cat"], batch_size=bad, root=tmp_path, progress=False)
+
+
+def test_another_sentence_list_reuses_finished_rows(tiny_teacher, tmp_path):
+    t = Teacher(tiny_teacher)
+    big = [f"the {a} {b}" for a in ("cat", "dog", "bird") for b in ("sat", "ran", "eats", "sleeps")]
+    full = cached_vectors(t, big, chunk=5, root=tmp_path, progress=False)
+    calls: list = []
+    t.encode = _counting(t, calls)
+    subset = big[3:9] + ["a new sentence"] + big[:2]
+    out = cached_vectors(t, subset, chunk=4, root=tmp_path, progress=False)
+    assert calls == [["a new sentence"]]  # only the unseen sentence went through the teacher
+    np.testing.assert_array_equal(out[:6], full[3:9])
+    np.testing.assert_array_equal(out[7:], full[:2])
+
+
+def test_chunks_may_finish_in_any_order(tiny_teacher, tmp_path):
+    from ondevice.teacher import VectorCache, cache_folder
+
+    t = Teacher(tiny_teacher)
+    texts = ["the cat sat", "a dog ran", "the sun", "a bird", "red car"]
+    folder, key = cache_folder(t, texts, tmp_path)
+    cache = VectorCache(folder, len(texts), t.dim, 2, key)
+    for c in (2, 0):
+        lo, hi = cache.bounds(c)
+        cache.write(c, t.encode(texts[lo:hi]), normalized=True)
+    assert VectorCache(folder, len(texts), t.dim, 2, key).pending() == [1]  # state survives a reopen
+    calls: list = []
+    t.encode = _counting(t, calls)
+    cached_vectors(t, texts, chunk=2, root=tmp_path, progress=False)
+    assert calls == [["the sun", "a bird"]]
+
+
+def test_reads_the_earlier_prefix_state_format(tiny_teacher, tmp_path):
+    from ondevice.io import write_json
+    from ondevice.teacher import VectorCache, cache_folder
+
+    t = Teacher(tiny_teacher)
+    texts = ["the cat sat", "a dog ran", "the sun"]
+    folder, key = cache_folder(t, texts, tmp_path)
+    cache = VectorCache(folder, len(texts), t.dim, 2, key)
+    cache.write(0, t.encode(texts[:2]), normalized=True)
+    write_json(folder / "state.json", {"done": 2, "n": 3})  # what round-1 versions wrote
+    assert VectorCache(folder, len(texts), t.dim, 2, key).pending() == [1]

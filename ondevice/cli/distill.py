@@ -11,14 +11,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.distill import DistillConfig as C
 
     d = C(corpus="")
-    p.add_argument("--corpus", required=True, help="sentences, one per line (.gz allowed)")
+    p.add_argument("--corpus", required=True, nargs="+", help="sentences, one per line (.gz allowed); several files are read in order")
     p.add_argument("--out", required=True, help="student directory to write")
     p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
+    p.add_argument("--train-splits", action="store_true",
+                   help="put the STS-B train sentences (text only) from the shared data in front of the corpus")
+    p.add_argument("--keep-eval-text", action="store_true",
+                   help="do not drop sentences found in the shared data's dev/test/evaluation sets (dropped by default)")
     p.add_argument("--teacher", default=d.teacher, help="local Hugging Face model dir, or the packaged default")
     p.add_argument("--pooling", default=d.teacher_pooling, choices=["mean", "cls", "max"], help="teacher pooling")
     p.add_argument("--no-normalize", action="store_true", help="do not L2-normalize teacher vectors")
     p.add_argument("--teacher-batch-size", type=int, default=d.teacher_batch_size)
-    p.add_argument("--word-vectors", default=d.word_vectors, help="gensim-loadable word vectors file, or the packaged GloVe")
+    p.add_argument("--teacher-backend", default=d.teacher_backend, choices=["torch", "onnx", "onnx-int8"],
+                   help="torch; onnx: ONNX Runtime fp32 (same vectors to 1e-4, same cache); onnx-int8: faster, another teacher")
+    p.add_argument("--word-vectors", default=d.word_vectors,
+                   help="'glove-6b-50d' (packaged), a word-vectors file, 'teacher' (made from the teacher) or 'random'")
+    p.add_argument("--embedding-dim", type=int, default=d.embedding_dim,
+                   help="dimension of 'teacher'/'random' word vectors (0 = 50)")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="most frequent corpus words kept")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--hidden", type=int, default=d.hidden_size, help="LSTM units per direction (paper: 512)")
@@ -27,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="paper: 1024")
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--lr-schedule", default=d.lr_schedule, choices=["constant", "cosine"])
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear LR warmup steps")
     p.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="0 = off")
     p.add_argument("--val-fraction", type=float, default=d.val_fraction, help="held out for the cosine report")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
@@ -40,10 +51,13 @@ def config_from_args(a: argparse.Namespace):
     from ondevice.distill import DistillConfig
 
     return DistillConfig(
-        corpus=a.corpus, max_sentences=a.max_sentences, teacher=a.teacher, teacher_pooling=a.pooling,
-        teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size, word_vectors=a.word_vectors,
+        corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
+        exclude_eval=not a.keep_eval_text, train_splits=a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
+        teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
+        teacher_backend=a.teacher_backend, word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
+        lr_schedule=a.lr_schedule, warmup_steps=a.warmup_steps,
         clip_grad_norm=a.clip_grad_norm, val_fraction=a.val_fraction, seed=a.seed, threads=a.threads,
         checkpoint_minutes=a.checkpoint_minutes,
     )

@@ -22,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra golden sentences, one per line (your own text: it is copied into the bundle)")
     p.add_argument("--with-weights", action="store_true",
                    help="also write student.safetensors (fp32) for runtimes with their own forward pass")
+    p.add_argument("--no-torchscript", action="store_true", help="leave encoder.pt out (ONNX only: a smaller bundle)")
     p.add_argument("--eval", default=None, help="JSON file with an evaluation summary to put in the manifest")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated golden and check sentences")
 
@@ -43,7 +44,7 @@ def run(a: argparse.Namespace) -> int:
     if evaluation is not None and not isinstance(evaluation, dict):
         raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
     config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=extra, with_weights=a.with_weights,
-                          seed=a.seed)
+                          torchscript=not a.no_torchscript, seed=a.seed)
     student = Student.load(a.student)
     written = export(student, Binarizer.load(a.binarizer), a.out, config, student_dir=a.student, evaluation=evaluation)
     for folder in written:

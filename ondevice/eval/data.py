@@ -228,3 +228,50 @@ def read_snli_sentences(data_dir: str | Path, splits: tuple[str, ...] = ("dev", 
                 if line:
                     seen.setdefault(line, None)
     return list(seen)
+
+
+def held_out_texts(data_dir: str | Path) -> set[str]:
+    """Every sentence of the evaluation material (dev/test splits, and sets used only to evaluate or to carve
+    dev splits from), stripped: text that must never be used as an unlabeled distillation corpus."""
+    texts: set[str] = set()
+
+    def add(fn, *args) -> None:
+        try:
+            got = fn(data_dir, *args)
+        except DataMissing:
+            return
+        if isinstance(got, Pairs):
+            texts.update(s.strip() for s in got.a + got.b)
+        elif isinstance(got, Labeled):
+            texts.update(s.strip() for s in got.texts)
+        else:
+            texts.update(s.strip() for s in got)
+
+    for split in ("dev", "test"):
+        add(read_stsb, split)
+    for split in ("train", "trial"):
+        add(read_sick, split)
+    for split in ("train", "test"):
+        add(read_mrpc, split)
+    add(read_qqp)
+    add(read_snli_sentences)
+    for task in BINARY_TASKS:
+        add(read_binary, task)
+    for split in ("train", "dev", "test"):
+        add(read_sst, split)
+    for split in TREC_FILES:
+        add(read_trec, split)
+    texts.discard("")
+    return texts
+
+
+def train_split_sentences(data_dir: str | Path) -> list[str]:
+    """Unique STS-B train sentences that appear in no held-out text: in-domain unlabeled corpus for distillation."""
+    held = held_out_texts(data_dir)
+    pairs = read_stsb(data_dir, "train")
+    seen: dict[str, None] = {}
+    for s in pairs.a + pairs.b:
+        s = s.strip()
+        if s and s not in held:
+            seen.setdefault(s, None)
+    return list(seen)

@@ -1,0 +1,94 @@
+"""Build the pretrained default bundle shipped in the package (ondevice/pretrained/<name>/) from a student dir.
+
+    .venv/bin/python benchmarks/make_pretrained.py --student ~/.cache/ondevice/runs/default-student \
+        --quality benchmarks/results/distill_quality-<time>.json
+
+Fits 2048-bit binarizers (`--methods`) on the student's vectors of Wikipedia sentences the student did not train
+on... (any sentences: a binarizer is unsupervised; default the 50,000 after the training corpus's cap), picks the one
+with the best STS-B *dev* Spearman of Hamming similarity, exports the student with it as an int8 bundle
+(golden files included), and copies it into the package with the chosen numbers in its model card. The choice and
+every method's dev score go into `benchmarks/results/make_pretrained-<time>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _meta import results_path, run_metadata
+from ondevice.export.bundle import ExportConfig, export
+
+from ondevice.binarize import Binarizer
+from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
+from ondevice.eval import sts_spearman
+from ondevice.io import read_json, write_json
+from ondevice.pretrained import ROOT
+from ondevice.runtime import Bundle
+from ondevice.student import Student
+
+
+class Codes:
+    """An encoder view that returns packed codes (sts_spearman then scores by negative Hamming distance)."""
+
+    def __init__(self, student: Student, binarizer: Binarizer):
+        self.student, self.binarizer = student, binarizer
+
+    def encode(self, texts):
+        return self.binarizer.transform(self.student.encode(texts))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--student", type=Path, required=True)
+    p.add_argument("--quality", type=Path, default=None, help="distill_quality results JSON of this student (model card)")
+    p.add_argument("--name", default="default")
+    p.add_argument("--bits", type=int, default=2048)
+    p.add_argument("--methods", nargs="+", default=["random", "pca", "threshold"])
+    p.add_argument("--fit-sentences", type=int, default=50000)
+    p.add_argument("--fit-offset", type=int, default=1_100_000, help="skip this many wiki lines (the training prefix)")
+    p.add_argument("--data", type=Path, default=default_data_dir())
+    p.add_argument("--torchscript", action="store_true", help="ship encoder.pt too (larger)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+
+    student = Student.load(a.student)
+    lines = read_corpus(a.data / WIKI_RELPATH)
+    fit = lines[a.fit_offset : a.fit_offset + a.fit_sentences] or lines[-a.fit_sentences :]
+    vectors = student.encode(fit)
+    rows, best = {}, None
+    for method in a.methods:
+        bits = student.dim if method == "threshold" else a.bits
+        binarizer = Binarizer.fit(vectors, method=method, bits=bits, seed=a.seed)
+        dev = round(sts_spearman(Codes(student, binarizer), a.data, "stsb", "dev"), 2)
+        rows[method] = {"bits": bits, "stsb_dev_hamming": dev}
+        print(method, rows[method], flush=True)
+        if bits == a.bits and (best is None or dev > rows[best[0]]["stsb_dev_hamming"]):
+            best = (method, binarizer)
+    method, binarizer = best
+    evaluation = {"binarizer_choice_on_stsb_dev": rows, "chosen": method}
+    if a.quality:
+        q = read_json(a.quality, "quality results")
+        evaluation["measured"] = {"results_file": a.quality.name, "commit": q.get("commit"),
+                                  "scores_x100": q["scores_x100"], "sentences_per_second": q["sentences_per_second"]}
+    staging = a.student.parent / f"{a.student.name}-bundle"
+    export(student, binarizer, staging, ExportConfig(precision="int8", golden=True, torchscript=a.torchscript, seed=a.seed),
+           student_dir=a.student, evaluation=evaluation)
+    Bundle.load(staging)  # checksums and a full load before anything is copied into the package
+    target = ROOT / a.name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(staging, target)
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    Bundle.load(target)
+    result = {**run_metadata(0), "student_dir": str(a.student), "package_dir": str(target.relative_to(ROOT.parents[1])),
+              "bytes": size, "binarizers": rows, "chosen": method, "quality_file": str(a.quality) if a.quality else None}
+    out = results_path("make_pretrained")
+    write_json(out, result)
+    print(f"pretrained bundle {target} ({size / 1e6:.2f} MB), binarizer {method}; results {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
