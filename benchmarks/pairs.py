@@ -125,12 +125,15 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     out = {**_meta(argv, a.threads), "task": a.task, "split_rules": __import__("ondevice.pairs.data").pairs.data.describe_splits()}
     dev, test = load_pairs(a.task, "dev", a.data), load_pairs(a.task, "test", a.data)
     out["sizes"] = {"dev": len(dev), "test": len(test)}
-    teacher = CrossEncoderTeacher.load(a.teacher)
-    t0 = time.time()
-    logits = teacher_logits(teacher, test.a, test.b, progress=False)
-    out["cross_encoder"] = {**evaluate_scores(spec, logits, test.gold, teacher.info.get("threshold")),
-                            "dev": teacher.info.get("dev"), "config": teacher.info["config"],
-                            "train_seconds": teacher.info.get("train_seconds"), "seconds": round(time.time() - t0, 1)}
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        t0 = time.time()
+        logits = teacher_logits(teacher, test.a, test.b, progress=False)
+        out["cross_encoder"] = {**evaluate_scores(spec, logits, test.gold, teacher.info.get("threshold")),
+                                "dev": teacher.info.get("dev"), "config": teacher.info["config"],
+                                "train_seconds": teacher.info.get("train_seconds"), "seconds": round(time.time() - t0, 1)}
+    else:
+        out["cross_encoder"] = {"note": "not measured in this run (no --teacher)"}
     run = Path(a.run)
     sel = json.loads((run / "selection.json").read_text()) if (run / "selection.json").is_file() else None
     alphas = {}
@@ -143,12 +146,17 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     out["dse"] = {"selection": sel, "alphas": alphas,
                   "chosen": alphas[sel["chosen_dir"]] if sel else next(iter(alphas.values()))}
     head = spec.metric
-    out["dse"]["ratio_to_cross_encoder"] = round(out["dse"]["chosen"]["test"][head] / out["cross_encoder"][head], 4)
+    if head in out["cross_encoder"]:
+        out["dse"]["ratio_to_cross_encoder"] = round(out["dse"]["chosen"]["test"][head] / out["cross_encoder"][head], 4)
+    out["dse"]["config"] = json.loads(((run / sel["chosen_dir"]) if sel else run).joinpath("dse_config.json").read_text())
     sra = Student.load(a.student)
     out["sra_student_cosine"] = _cosine_metrics(spec, sra.encode, dev, test)
-    bi = Teacher("all-MiniLM-L6-v2")
-    out["bi_encoder_teacher_cosine"] = _cosine_metrics(spec, lambda t: np.asarray(cached_vectors(bi, t, progress=False)),
-                                                       dev, test)
+    if a.skip_bi_encoder:
+        out["bi_encoder_teacher_cosine"] = {"note": "not measured in this run (--skip-bi-encoder)"}
+    else:
+        bi = Teacher("all-MiniLM-L6-v2")
+        out["bi_encoder_teacher_cosine"] = _cosine_metrics(
+            spec, lambda t: np.asarray(cached_vectors(bi, t, progress=False)), dev, test)
     chosen_dir = run / sel["chosen_dir"] if sel else run
     fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
     out["encoder_after_pair_finetuning"] = {
@@ -251,8 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="mode", required=True)
     q = sub.add_parser("quality")
     q.add_argument("--task", required=True)
-    q.add_argument("--teacher", required=True)
+    q.add_argument("--teacher", default=None, help="cross-encoder teacher dir (its row is skipped without one)")
     q.add_argument("--run", required=True)
+    q.add_argument("--skip-bi-encoder", action="store_true", help="leave out the all-MiniLM-L6-v2 cosine row")
     q.add_argument("--student", required=True, help="the SRA student the DSE run started from")
     q.add_argument("--corpus", default=None, help="sentences to fit the 256-bit random projection on (default: task train)")
     q.add_argument("--threads", type=int, default=0)

@@ -63,3 +63,18 @@ def test_alpha_selection_and_task_mismatch(pair_env, tmp_path):
     with pytest.raises(OndeviceError, match="trained for stsb"):
         train_dse(pair_env.dse_config(task="mrpc"), tmp_path / "bad", progress=False)
     shutil.rmtree(tmp_path / "sweep")
+
+
+def test_frozen_encoder_and_alpha_zero_without_teacher(pair_env, tmp_path):
+    from ondevice.student import Student
+
+    cfg = pair_env.dse_config(alpha=0.0, teacher="", freeze_encoder=True, epochs=2, lr=1e-2)
+    train_dse(cfg, tmp_path / "frozen", progress=False)
+    before = Student.load(pair_env.student).model.state_dict()
+    after = Student.load(tmp_path / "frozen" / "student").model.state_dict()
+    assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)  # encoder untouched
+    log = [json.loads(x) for x in (tmp_path / "frozen" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["train_loss"] < log[0]["train_loss"]
+    assert json.loads((tmp_path / "frozen" / "data.json").read_text())["teacher"] is None
+    with pytest.raises(OndeviceError, match="--teacher"):
+        train_dse(pair_env.dse_config(alpha=0.5, teacher=""), tmp_path / "no", progress=False)

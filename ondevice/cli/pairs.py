@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("train", help="train DSE students (alpha from --alphas picked on dev)", formatter_class=fmt)
     _common(s)
     s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
-    s.add_argument("--teacher", required=True, help="cross-encoder teacher dir (`ondevice pairs teacher`)")
+    s.add_argument("--teacher", default="", help="cross-encoder teacher dir (`ondevice pairs teacher`); "
+                   "only --alphas 0 (gold labels alone) trains without one")
     s.add_argument("--out", required=True, help="run folder; one sub-folder per alpha and selection.json")
     s.add_argument("--alphas", default="0,0.5,1", help="comma-separated alphas to train; dev picks one")
     s.add_argument("--head-hidden", type=int, default=d.head_hidden)

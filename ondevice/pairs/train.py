@@ -47,7 +47,7 @@ class DSEConfig:
     task: str
     data: str
     student: str  # SRA-distilled student dir (`ondevice distill`)
-    teacher: str  # cross-encoder teacher dir (`ondevice pairs teacher`)
+    teacher: str = ""  # cross-encoder teacher dir (`ondevice pairs teacher`); only alpha 0 trains without one
     alpha: float = 0.5
     head_hidden: int = 256  # paper 004: task layer 256
     epochs: int = 4
@@ -167,8 +167,10 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)
-    teacher = CrossEncoderTeacher.load(config.teacher)
-    if teacher.spec.name != spec.name:
+    if config.alpha > 0 and not config.teacher:
+        raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
+    teacher = CrossEncoderTeacher.load(config.teacher) if config.teacher else None
+    if teacher is not None and teacher.spec.name != spec.name:
         raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
     student = Student.load(config.student)
     train = load_pairs(config.task, "train", config.data, config.split_seed)
@@ -176,12 +178,17 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
-    # teacher logits of training + augmentation pairs (cached by content; the SRA student finds neighbours)
-    t_train = teacher_logits(teacher, train.a, train.b, progress=progress)
+    # teacher logits of training + augmentation pairs (cached by content; the SRA student finds neighbours).
+    # At alpha 0 neither is used: augmentation pairs have no label, and the loss ignores the teacher.
+    no_logits = np.zeros((0, spec.num_outputs), np.float32)
+    use_teacher = config.alpha > 0
+    t_train = teacher_logits(teacher, train.a, train.b, progress=progress) if use_teacher else \
+        np.zeros((len(train), spec.num_outputs), np.float32)
     aug = augmentation_pairs(train, student.encode if config.augment_neighbors else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed))
-    use_aug = config.alpha > 0 and len(aug) > 0  # augmentation pairs have no label: nothing to learn at alpha 0
-    t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else np.zeros((0, spec.num_outputs), np.float32)
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
+                                           config.seed)) if use_teacher else None
+    use_aug = aug is not None and len(aug) > 0
+    t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else no_logits
 
     a = train.a + (aug.a if use_aug else [])
     b = train.b + (aug.b if use_aug else [])
@@ -209,8 +216,8 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "dse_config.json", config)
         write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
-                                        "augment_pairs_made": len(aug), "dev_pairs": len(dev),
-                                        "teacher": teacher.identity})
+                                        "augment_pairs_made": len(aug) if aug is not None else 0, "dev_pairs": len(dev),
+                                        "teacher": teacher.identity if teacher is not None else None})
 
     def publish(metrics: dict, threshold: float | None) -> None:
         head_cfg.threshold = threshold
@@ -220,6 +227,10 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
 
     gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)), torch.from_numpy(targets)
     labeled_t = torch.from_numpy(~np.isnan(gold))
+    frozen = None
+    if config.freeze_encoder:
+        with torch.inference_mode():
+            frozen = torch.from_numpy(student.encode(texts))
     epoch, step = state["epoch"], state["step"]
     try:
         while epoch < config.epochs:
@@ -228,10 +239,13 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
             losses: list[float] = []
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
             for rows in bar:
-                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
-                x, lens = pad_ids([ids[i] for i in uniq])
-                ia, ib = inv[: len(rows)], inv[len(rows):]
-                logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
+                if frozen is not None:  # encoder frozen: its vectors were computed once
+                    logits = model.head(frozen[torch.from_numpy(pa[rows])], frozen[torch.from_numpy(pb[rows])])
+                else:
+                    uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+                    x, lens = pad_ids([ids[i] for i in uniq])
+                    ia, ib = inv[: len(rows)], inv[len(rows):]
+                    logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
                 r = torch.from_numpy(rows)
                 loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
                 opt.zero_grad(set_to_none=True)
