@@ -158,6 +158,11 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
         out["bi_encoder_teacher_cosine"] = _cosine_metrics(
             spec, lambda t: np.asarray(cached_vectors(bi, t, progress=False)), dev, test)
     chosen_dir = run / sel["chosen_dir"] if sel else run
+    if out["dse"]["config"].get("freeze_encoder"):
+        out["encoder_after_pair_finetuning"] = {
+            "note": "encoder frozen in this run: its weights, vectors and codes are those of the SRA student "
+                    "(bit-identical weights; tests/test_pairs_train.py)"}
+        return out
     fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
     out["encoder_after_pair_finetuning"] = {
         "sra_student": _hamming_stsb(sra.encode, a.data, fit),
