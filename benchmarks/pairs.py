@@ -192,8 +192,21 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
 
     torch.set_num_threads(a.threads)
     out = {**_meta(argv, a.threads)}
-    teacher = CrossEncoderTeacher.load(a.teacher)
-    task = teacher.spec.name
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        task = teacher.spec.name
+        out["cross_encoder_weights"] = "fine-tuned teacher " + a.teacher
+    else:  # same architecture and cost as a fine-tuned teacher: MiniLM-L6 + a fresh 1-logit layer
+        from sentence_transformers import CrossEncoder
+
+        from ondevice.teacher import resolve_teacher
+
+        base = CrossEncoder(str(resolve_teacher("all-MiniLM-L6-v2")), num_labels=1, max_length=128, device="cpu",
+                            local_files_only=True, activation_fn=torch.nn.Identity())
+        teacher = type("Untrained", (), {"logits": lambda self, x, y, batch_size=32: base.predict(
+            list(zip(x, y)), batch_size=batch_size, show_progress_bar=False)})()
+        task = a.task
+        out["cross_encoder_weights"] = "packaged all-MiniLM-L6-v2 with a fresh 1-logit layer (speed only)"
     out["task"] = task
     test = load_pairs(task, "test", a.data)
     n = min(a.ce_pairs, len(test))
@@ -271,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--corpus", default=None, help="sentences to fit the 256-bit random projection on (default: task train)")
     q.add_argument("--threads", type=int, default=0)
     s = sub.add_parser("speed")
-    s.add_argument("--teacher", required=True)
+    s.add_argument("--teacher", default=None, help="cross-encoder teacher dir; default: the packaged MiniLM as a "
+                   "cross-encoder with an untrained output layer (same cost)")
+    s.add_argument("--task", default="stsb", help="test pairs and queries of this task (without --teacher)")
     s.add_argument("--bundle", required=True, help="`ondevice pairs export --precision both` folder")
     s.add_argument("--catalog", type=int, default=100000)
     s.add_argument("--queries", type=int, default=20)
