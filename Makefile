@@ -4,7 +4,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ondevice-installed
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: install demo test lint clean
+.PHONY: install web-install demo test lint clean
+
+# The web demo's tests need node + npm (onnxruntime-node/-web, pinned in web_demo/package-lock.json) and Debian's
+# chromium, which Playwright (PyPI, in the dev extra) drives; nothing is downloaded from a browser CDN.
+# ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's postinstall would fetch GPU binaries from an unreachable
+# host; the CPU binaries ship in the package itself.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+WEB_STAMP := web_demo/node_modules/.ondevice-installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,16 +20,24 @@ $(STAMP): pyproject.toml
 	$(PIP) -e ".[train,eval,export,pairs,dev,bench]"
 	touch $(STAMP)
 
-install: $(STAMP)
+$(WEB_STAMP): web_demo/package.json web_demo/package-lock.json
+	command -v node >/dev/null && command -v npm >/dev/null || { apt-get update -q && $(APT_INSTALL) nodejs npm; }
+	command -v chromium >/dev/null || { apt-get update -q && $(APT_INSTALL) chromium; }
+	cd web_demo && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund
+	touch $@
+
+install: $(STAMP) $(WEB_STAMP)
+
+web-install: $(WEB_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/ondevice demo $(DEMO_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(WEB_STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks
+	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks web_demo/tools
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info web_demo/node_modules web_demo/site

@@ -1,13 +1,16 @@
 """Build the pretrained default bundle shipped in the package (ondevice/pretrained/<name>/) from a student dir.
 
-    .venv/bin/python benchmarks/make_pretrained.py --student ~/.cache/ondevice/runs/default-student \
-        --quality benchmarks/results/distill_quality-<time>.json
+    # 1. choose the binarizer on STS-B dev and stage the int8 bundle beside the student
+    .venv/bin/python benchmarks/make_pretrained.py --student RUN/student
+    # 2. measure it (benchmarks/distill_quality.py --student RUN/student --bundle RUN/student-bundle), then ship it
+    .venv/bin/python benchmarks/make_pretrained.py --student RUN/student \
+        --choice benchmarks/results/make_pretrained-<time>.json --quality benchmarks/results/distill_quality-<time>.json
 
-Fits 2048-bit binarizers (`--methods`) on the student's vectors of Wikipedia sentences the student did not train
-on... (any sentences: a binarizer is unsupervised; default the 50,000 after the training corpus's cap), picks the one
-with the best STS-B *dev* Spearman of Hamming similarity, exports the student with it as an int8 bundle
-(golden files included), and copies it into the package with the chosen numbers in its model card. The choice and
-every method's dev score go into `benchmarks/results/make_pretrained-<time>.json`.
+Step 1 fits 2048-bit binarizers (`--methods`) on the student's vectors of 50,000 Wikipedia sentences past the
+training prefix (a binarizer is unsupervised), picks the one with the best STS-B *dev* Spearman of Hamming
+similarity, saves it beside the student and exports the student with it as an int8 bundle with golden files.
+Step 2 exports again with the measured scores in the manifest and model card and copies the bundle into
+`ondevice/pretrained/<name>/`. Each step writes `benchmarks/results/make_pretrained-<time>.json`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class Codes:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--student", type=Path, required=True)
-    p.add_argument("--quality", type=Path, default=None, help="distill_quality results JSON of this student (model card)")
+    p.add_argument("--choice", type=Path, default=None, help="step 2: the step-1 results JSON (binarizer already chosen)")
+    p.add_argument("--quality", type=Path, default=None, help="step 2: distill_quality results JSON of the bundle (model card)")
     p.add_argument("--name", default="default")
     p.add_argument("--bits", type=int, default=2048)
     p.add_argument("--methods", nargs="+", default=["random", "pca", "threshold"])
@@ -55,19 +59,26 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     student = Student.load(a.student)
-    lines = read_corpus(a.data / WIKI_RELPATH)
-    fit = lines[a.fit_offset : a.fit_offset + a.fit_sentences] or lines[-a.fit_sentences :]
-    vectors = student.encode(fit)
-    rows, best = {}, None
-    for method in a.methods:
-        bits = student.dim if method == "threshold" else a.bits
-        binarizer = Binarizer.fit(vectors, method=method, bits=bits, seed=a.seed)
-        dev = round(sts_spearman(Codes(student, binarizer), a.data, "stsb", "dev"), 2)
-        rows[method] = {"bits": bits, "stsb_dev_hamming": dev}
-        print(method, rows[method], flush=True)
-        if bits == a.bits and (best is None or dev > rows[best[0]]["stsb_dev_hamming"]):
-            best = (method, binarizer)
-    method, binarizer = best
+    if a.choice is None:
+        lines = read_corpus(a.data / WIKI_RELPATH)
+        fit = lines[a.fit_offset : a.fit_offset + a.fit_sentences] or lines[-a.fit_sentences :]
+        vectors = student.encode(fit)
+        rows, best = {}, None
+        for method in a.methods:
+            bits = student.dim if method == "threshold" else a.bits
+            binarizer = Binarizer.fit(vectors, method=method, bits=bits, seed=a.seed)
+            dev = round(sts_spearman(Codes(student, binarizer), a.data, "stsb", "dev"), 2)
+            rows[method] = {"bits": bits, "stsb_dev_hamming": dev}
+            print(method, rows[method], flush=True)
+            if bits == a.bits and (best is None or dev > rows[best[0]]["stsb_dev_hamming"]):
+                best = (method, binarizer)
+        method, binarizer = best
+        binarizer_dir = a.student.parent / f"{a.student.name}-binarizer"
+        binarizer.save(binarizer_dir)  # step 2 and benchmarks/bundle.py use this one
+    else:
+        choice = read_json(a.choice, "make_pretrained step-1 results")
+        rows, method, binarizer_dir = choice["binarizers"], choice["chosen"], Path(choice["binarizer_dir"])
+        binarizer = Binarizer.load(binarizer_dir)
     evaluation = {"binarizer_choice_on_stsb_dev": rows, "chosen": method}
     if a.quality:
         q = read_json(a.quality, "quality results")
@@ -77,16 +88,18 @@ def main(argv=None) -> int:
     export(student, binarizer, staging, ExportConfig(precision="int8", golden=True, torchscript=a.torchscript, seed=a.seed),
            student_dir=a.student, evaluation=evaluation)
     Bundle.load(staging)  # checksums and a full load before anything is copied into the package
-    target = ROOT / a.name
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(staging, target)
-    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
-    Bundle.load(target)
-    result = {**run_metadata(0), "student_dir": str(a.student), "package_dir": str(target.relative_to(ROOT.parents[1])),
+    size = sum(f.stat().st_size for f in staging.rglob("*") if f.is_file())
+    result = {**run_metadata(0), "student_dir": str(a.student), "binarizer_dir": str(binarizer_dir), "bundle_dir": str(staging),
               "bytes": size, "binarizers": rows, "chosen": method, "quality_file": str(a.quality) if a.quality else None}
+    if a.choice is not None:
+        target = ROOT / a.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(staging, target)
+        Bundle.load(target)
+        result["package_dir"] = str(target.relative_to(ROOT.parents[1]))
     out = results_path("make_pretrained")
     write_json(out, result)
-    print(f"pretrained bundle {target} ({size / 1e6:.2f} MB), binarizer {method}; results {out}")
+    print(f"bundle {result.get('package_dir', staging)} ({size / 1e6:.2f} MB), binarizer {method}; results {out}")
     return 0
 
 

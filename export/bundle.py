@@ -10,7 +10,6 @@ import dataclasses
 import json
 import platform
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -28,7 +27,17 @@ from ondevice import __version__
 from ondevice._deps import require
 from ondevice.bits import BIT_ORDER, code_bytes, pack
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, read_json, sha256_file, write_json, write_text
+from ondevice.io import (
+    atomic_path,
+    check_out_dir,
+    clean_stale_temps,
+    read_json,
+    sha256_file,
+    temp_name,
+    write_json,
+    write_text,
+)
+from ondevice.onnxproto import external_tensors
 from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECISIONS, Bundle
 from ondevice.student import Student
 
@@ -73,11 +82,16 @@ def training_summary(student_dir: Path | None, student: Student) -> dict[str, An
         return summary
     if (student_dir / "distill_config.json").is_file():
         cfg = read_json(student_dir / "distill_config.json", "distill config")
+        cfg = cfg if isinstance(cfg, dict) else {}
         summary.update({k: cfg.get(k) for k in ("corpus", "max_sentences", "epochs", "batch_size", "lr", "seed",
                                                   "vocab_size", "freeze_embeddings") if k in cfg})
     log = student_dir / "train_log.jsonl"
     if log.is_file():
-        lines = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
+        try:
+            lines = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            lines = []  # a damaged log only costs the model card its training summary
+        lines = [x for x in lines if isinstance(x, dict)]
         if lines:
             summary["epochs_done"] = lines[-1].get("epoch")
             summary["held_out_cosine_to_teacher"] = lines[-1].get("held_out_cosine")
@@ -106,7 +120,12 @@ def _write_binarizer(directory: Path, binarizer) -> dict[str, Any]:
 
 
 def _state(student: Student) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy().astype(np.float32) for k, v in student.model.state_dict().items()}
+    state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in student.model.state_dict().items()}
+    bad = [k for k, v in state.items() if not np.isfinite(v).all()]
+    if bad:
+        raise OndeviceError(f"the student has NaN or inf weights (in {bad[0]}); export a finite student "
+                            "(an earlier checkpoint, or retrain with a lower --lr)")
+    return state
 
 
 def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str]) -> dict[str, Any]:
@@ -160,6 +179,9 @@ def _manifest(student: Student, binarizer_cfg: dict, precision: str, training: d
 
 
 def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
+    links = sorted(p for p in directory.rglob("*") if p.is_symlink())
+    if links:  # the runtime refuses links (they can point anywhere), so never write a bundle with one
+        raise OndeviceError(f"{links[0]} is a symbolic link; a bundle must hold its files itself")
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
     return {p.relative_to(directory).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files}
 
@@ -171,6 +193,8 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     A, c = binarizer.affine()
     reference = build_graph(student.config, state, A, c).SerializeToString()
     graph = build_int8_graph(student.config, state, A, c).SerializeToString() if precision == "int8" else reference
+    if external_tensors(graph):  # Bundle.load refuses these; fail here with the cause rather than there
+        raise OndeviceError("the exported graph refers to external data files; please report this with the student config")
     with atomic_path(directory / ONNX_FILE) as tmp:
         tmp.write_bytes(graph)
     if config.torchscript:
@@ -235,10 +259,12 @@ def export(student: Student, binarizer, out: str | Path, config: ExportConfig | 
     if binarizer.dim != student.config.output_dim:
         raise OndeviceError(f"binarizer expects {binarizer.dim}-d vectors but the student gives "
                             f"{student.config.output_dim}-d; fit the binarizer on this student's embeddings")
-    out = Path(out)
+    out = check_out_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     training = training_summary(Path(student_dir) if student_dir else None, student)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    clean_stale_temps(out.parent, out.name)  # staging folders of killed exports
+    staging = out.parent / temp_name(out.name)
+    staging.mkdir(mode=0o700)
     try:
         precisions = list(PRECISIONS) if config.precision == "both" else [config.precision]
         for p in precisions:

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from ondevice import __version__
-from ondevice.bits import BIT_ORDER, code_bytes, pack
+from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
+from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, read_json, write_json
 
 METHODS = ("threshold", "random", "pca", "ae", "ae-sp")
 CONFIG = "binarizer.json"
@@ -82,6 +82,10 @@ def check_bits(method: str, bits: int, dim: int) -> None:
         raise OndeviceError(f"unknown binarization method {method!r}; choose one of {', '.join(METHODS)}")
     if not isinstance(bits, (int, np.integer)) or isinstance(bits, bool) or bits < 1:
         raise OndeviceError(f"bits must be a positive integer, got {bits!r}")
+    if bits > MAX_BITS:
+        raise OndeviceError(f"bits must be at most {MAX_BITS:,} ({MAX_BITS // 8:,} bytes per code), got {bits:,}")
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 1:
+        raise OndeviceError(f"embedding dim must be a positive integer, got {dim!r}")
     if method not in methods_for(int(bits), dim):
         why = f"gives exactly {dim} bits (the input dim)" if method == "threshold" else f"gives at most {dim} bits"
         raise OndeviceError(
@@ -260,7 +264,7 @@ class Binarizer:
         """Write binarizer.json + binarizer.safetensors (no pickle) into `directory`."""
         from safetensors.numpy import save_file
 
-        directory = Path(directory)
+        directory = check_out_dir(directory)
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"projection": self._A, "offset": self._c}
         tensors.update({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self.extras.items()})

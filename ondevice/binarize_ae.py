@@ -56,10 +56,14 @@ class AEConfig:
 
     def validate(self) -> None:
         """Reject values that cannot train."""
-        if self.epochs < 1 or self.batch_size < 2 or self.sp_triplets < 1:
-            raise OndeviceError("epochs must be >= 1, batch_size >= 2 and sp_triplets >= 1")
-        if not (self.lr > 0 and math.isfinite(self.lr)) or self.sp_lambda < 0:
-            raise OndeviceError(f"lr must be > 0 and sp_lambda >= 0, got lr={self.lr}, sp_lambda={self.sp_lambda}")
+        from ondevice.checks import check_float, check_int
+
+        check_int(self.epochs, "epochs", 1, 100_000)
+        check_int(self.batch_size, "batch_size", 2, 1 << 20)
+        check_int(self.sp_triplets, "sp_triplets", 1, 1 << 24)
+        check_int(self.threads, "threads", 0, 4096)
+        check_float(self.lr, "lr", 0.0, 100.0, lo_open=True)
+        check_float(self.sp_lambda, "sp_lambda", 0.0, 1e6)  # NaN would silently switch the SP loss off
         for name, value, allowed in (("decoder_input", self.decoder_input, DECODER_INPUTS),
                                      ("sp_relax", self.sp_relax, RELAXATIONS), ("init", self.init, INITS),
                                      ("sp_sampling", self.sp_sampling, SAMPLINGS)):

@@ -14,6 +14,9 @@ from ondevice.errors import OndeviceError
 BIT_ORDER = "little"
 
 
+MAX_BITS = 65_536  # 8 KiB per code; far beyond any useful sentence code, small enough to never exhaust memory
+
+
 def code_bytes(bits: int) -> int:
     """Bytes per packed code of `bits` bits."""
     return (bits + 7) // 8

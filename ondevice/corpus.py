@@ -21,8 +21,11 @@ def default_data_dir() -> Path:
     return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
+MAX_LINE_CHARS = 10_000  # a sentence is far shorter; longer lines are cut (the teacher reads ~256 word pieces)
+
+
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """Yield stripped, non-empty lines of a text or .gz file."""
+    """Yield stripped, non-empty lines of a text or .gz file, each cut to MAX_LINE_CHARS characters."""
     path = Path(path)
     if not path.is_file():
         raise OndeviceError(f"corpus not found: {path}; pass --corpus FILE (one sentence per line, .gz allowed)")
@@ -31,7 +34,10 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     opener = gzip.open if gz else open
     try:
         with opener(path, "rb") as fh, io.TextIOWrapper(fh, encoding="utf-8", errors="replace") as text:
-            for line in text:
+            for number, line in enumerate(_bounded_lines(text), 1):
+                if "\0" in line:
+                    raise OndeviceError(f"corpus {path} line {number} holds a NUL byte: it is a binary file, "
+                                        "not text; give one sentence per line (UTF-8, .gz allowed)")
                 line = line.strip()
                 if line:
                     yield line
@@ -39,9 +45,23 @@ def iter_lines(path: str | Path) -> Iterator[str]:
         raise OndeviceError(f"cannot read corpus {path}: {exc}; check the file is complete") from None
 
 
+def _bounded_lines(text: io.TextIOBase) -> Iterator[str]:
+    """Lines cut to MAX_LINE_CHARS without ever holding a longer line in memory (a binary file may have none)."""
+    while True:
+        line = text.readline(MAX_LINE_CHARS)
+        if not line:
+            return
+        if not line.endswith("\n"):  # cut: skip the rest of this line
+            while (rest := text.readline(1 << 16)) and not rest.endswith("\n"):
+                pass
+        yield line
+
+
 def read_corpus(paths: str | Path | Sequence[str | Path], limit: int | None = None,
                 exclude: Collection[str] = ()) -> list[str]:
     """Read up to `limit` sentences from one file or several (in order), skipping any line in `exclude`."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise OndeviceError(f"the number of sentences to read must be >= 1, got {limit!r}")
     files = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if not files:
         raise OndeviceError("no corpus given; pass --corpus FILE [FILE ...]")

@@ -14,7 +14,7 @@ import numpy as np
 from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, sha256_text, write_json, write_text
+from ondevice.io import check_out_dir, dataclass_from_dict, read_json, sha256_text, write_json, write_text
 from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss
 from ondevice.teacher import BACKENDS
@@ -37,6 +37,7 @@ class DistillConfig:
     teacher_batch_size: int = 64
     teacher_backend: str = "torch"  # torch | onnx (same vectors, faster) | onnx-int8 (another, faster teacher)
     word_vectors: str = "glove-6b-50d"  # packaged GloVe, a file, "teacher" (teacher-derived) or "random"
+    allow_pickle: bool = False  # gensim's pickled formats (.kv/.model/.wv) run code when loaded; see README
     embedding_dim: int = 0  # for "teacher"/"random" word vectors (0 = 50, GloVe's); files give their own
     vocab_size: int = 50000
     max_tokens: int = 128
@@ -56,25 +57,32 @@ class DistillConfig:
     corpus_sha256: str = ""  # filled in by `distill`: what was read, wherever the file lives
 
     def validate(self) -> None:
-        """Reject impossible values with a one-line error naming the flag."""
+        """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
+        from ondevice.checks import check_float, check_int
+
+        check_int(self.epochs, "--epochs", 1, 100_000)
+        check_int(self.batch_size, "--batch-size", 1, 1 << 20)
+        check_int(self.teacher_batch_size, "--teacher-batch-size", 1, 65_536)
+        check_float(self.lr, "--lr", 0.0, 100.0, lo_open=True)
+        check_int(self.hidden_size, "--hidden", 1, 8192)
+        check_int(self.vocab_size, "--vocab-size", 1, 10_000_000)
+        check_int(self.max_tokens, "--max-tokens", 1, 100_000)
+        check_float(self.clip_grad_norm, "--clip-grad-norm", 0.0, 1e9)
+        check_float(self.checkpoint_minutes, "--checkpoint-minutes", 0.0, 1e6)
+        check_int(self.threads, "--threads", 0, 4096)
+        check_int(self.seed, "--seed", 0, 2**32 - 1)
+        check_int(self.warmup_steps, "--warmup-steps", 0, 1 << 40)
+        check_int(self.embedding_dim, "--embedding-dim", 0, 4096)
+        if self.max_sentences is not None:
+            check_int(self.max_sentences, "--max-sentences", 2, 1 << 40)
         checks = [
-            (self.epochs >= 1, "--epochs must be >= 1"),
-            (self.batch_size >= 1, "--batch-size must be >= 1"),
-            (self.lr > 0, "--lr must be > 0"),
-            (self.hidden_size >= 1, "--hidden must be >= 1"),
-            (self.vocab_size >= 1, "--vocab-size must be >= 1"),
-            (self.max_tokens >= 1, "--max-tokens must be >= 1"),
-            (0 < self.val_fraction < 0.5, "--val-fraction must be in (0, 0.5)"),
-            (self.max_sentences is None or self.max_sentences >= 2, "--max-sentences must be >= 2"),
+            (isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 0.5,
+             "--val-fraction must be in (0, 0.5)"),
             (self.pooling in POOLINGS, f"--pooling must be one of {', '.join(POOLINGS)}"),
-            (self.threads >= 0, "--threads must be >= 0"),
             (self.lr_schedule in LR_SCHEDULES, f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}"),
-            (self.warmup_steps >= 0, "--warmup-steps must be >= 0"),
-            (0 <= self.embedding_dim <= 4096, "--embedding-dim must be in 0..4096"),
             (self.embedding_dim == 0 or self.word_vectors in SPECS,
              "--embedding-dim applies to --word-vectors teacher|random only (a file gives its own dimension)"),
             (self.teacher_backend in BACKENDS, f"--teacher-backend must be one of {', '.join(BACKENDS)}"),
-            (self.teacher_batch_size >= 1, "--teacher-batch-size must be >= 1"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -128,7 +136,7 @@ def initial_embeddings(config: DistillConfig, counts: dict[str, int], teacher, p
         return vocab, matrix
     from ondevice.wordvectors import embedding_matrix, load_word_vectors
 
-    kv = load_word_vectors(config.word_vectors)
+    kv = load_word_vectors(config.word_vectors, allow_pickle=config.allow_pickle)
     vocab = build_vocab(counts, lambda t: t in kv.key_to_index, config.vocab_size)
     return vocab, embedding_matrix(kv, vocab)
 
@@ -175,6 +183,43 @@ def _save_checkpoint(out: Path, student: Student, opt, state: dict) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _complete(folder: Path) -> bool:
+    """Whether a checkpoint folder was fully written (state.json is written last)."""
+    return all((folder / n).is_file() for n in ("model.safetensors", "optimizer.safetensors", "state.json"))
+
+
+def recover_checkpoint(out: Path) -> bool:
+    """Finish a checkpoint swap that a kill interrupted; True when `out` then holds a checkpoint.
+
+    A save writes .checkpoint.tmp, renames checkpoint -> .checkpoint.old, .checkpoint.tmp -> checkpoint, then deletes
+    .checkpoint.old. Killed between the renames, the complete .tmp is the newest state and .old the one before.
+    """
+    tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
+    if not final.exists():
+        for candidate in (tmp, old):
+            if candidate.is_dir() and _complete(candidate):
+                candidate.rename(final)
+                break
+    if final.exists():
+        if old.exists():  # the new checkpoint is in place; the previous one is no longer needed
+            shutil.rmtree(old, ignore_errors=True)
+        return True
+    return False
+
+
+def _diverged(out: Path, what: str) -> OndeviceError:
+    kept = ("the last good checkpoint is kept: continue with --resume and a lower --lr (or --clip-grad-norm)"
+            if (out / CHECKPOINT).exists() else "no checkpoint was written yet: rerun with a lower --lr")
+    return OndeviceError(f"training diverged {what}; {kept}; check the word vectors and teacher vectors are finite")
+
+
+def _check_finite(model, out: Path, where: str) -> None:
+    torch = require("torch", "train")
+    bad = [n for n, p in model.state_dict().items() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise _diverged(out, f"{where}: NaN or inf weights in {bad[0]}")
+
+
 def _load_checkpoint(out: Path, student: Student, opt) -> dict:
     st = require("safetensors.torch", "train")
     folder = out / CHECKPOINT
@@ -208,10 +253,15 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     torch = require("torch", "train")
     from ondevice.teacher import Teacher, cached_vectors
+    from ondevice.wordvectors import DEFAULT, refuse_pickle
 
     config.validate()
-    out = Path(out_dir)
+    if str(config.word_vectors) not in (DEFAULT, *SPECS) and Path(config.word_vectors).is_file():
+        refuse_pickle(Path(config.word_vectors), config.allow_pickle)  # before minutes of teacher work
+    out = check_out_dir(out_dir)
     ckpt = out / CHECKPOINT
+    if out.is_dir():
+        recover_checkpoint(out)
     if ckpt.exists() and not resume:
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not ckpt.exists():
@@ -273,6 +323,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     train_len = lengths[train_idx]
 
     def checkpoint(epoch: int, step: int) -> None:
+        _check_finite(model, out, f"at epoch {epoch + 1}, batch {step}")  # never replace a good checkpoint with NaN
         _save_checkpoint(out, student, opt, {"epoch": epoch, "step": step, "log": state["log"]})
 
     last_ckpt = time.monotonic()
@@ -288,6 +339,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
                 x, lens = pad_ids([train_ids[i] for i in b])
                 pred = model(torch.from_numpy(x), torch.from_numpy(lens))
                 loss = cosine_loss(pred, torch.from_numpy(train_t[b]))
+                if not bool(torch.isfinite(loss)):  # stop before NaN reaches the weights, checkpoint or student
+                    raise _diverged(out, f"at epoch {epoch + 1}, batch {step + 1}: the loss is {loss.item()}")
                 for group in opt.param_groups:
                     group["lr"] = lr_at(config, epoch * len(batches) + step, total_steps)
                 opt.zero_grad(set_to_none=True)
@@ -310,7 +363,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             if progress:
                 print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, held-out cosine to teacher {val:.4f}", flush=True)
             epoch, step = epoch + 1, 0
-            checkpoint(epoch, step)
+            checkpoint(epoch, step)  # checks the weights are finite before the student is saved too
             last_ckpt = time.monotonic()
             student.save(out)
             write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))

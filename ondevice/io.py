@@ -7,7 +7,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,15 +23,87 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ONDEVICE_CACHE", Path.home() / ".cache" / "ondevice"))
 
 
+# Our temp names: ".NAME.<pid>-<random>.tmp" beside the target. The pid tells a later run whether the writer is
+# still alive; a name without one (older ondevice: ".NAME.<8 random chars>.tmp") counts as stale after an hour.
+_LEGACY_STALE_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # another user's live process, or an impossible pid
+        return True
+    return True
+
+
+def temp_name(target: str) -> str:
+    """A fresh temp name for `target` in the naming that `clean_stale_temps` recognizes."""
+    return f".{target}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def clean_stale_temps(folder: str | os.PathLike, target: str) -> list[Path]:
+    """Remove temp files/dirs of ours for `target` in `folder` left by a killed run; returns what was removed."""
+    folder = Path(folder)
+    pattern = re.compile(rf"^\.{re.escape(target)}\.(?:(\d+)-[0-9a-f]{{8}}|[A-Za-z0-9_]{{8}})\.tmp$")
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.match(entry.name)
+        if not m:
+            continue
+        try:
+            if m.group(1) is not None:
+                if int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+                    continue
+            elif time.time() - entry.lstat().st_mtime < _LEGACY_STALE_S:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+        except OSError:  # vanished meanwhile or not ours to delete: leave it
+            continue
+    return removed
+
+
+def check_out_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`path` as a file to (over)write; a directory there is a one-line error."""
+    path = Path(path)
+    if path.is_dir():
+        raise OndeviceError(f"{flag} {path} is a directory; give a file path")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise OndeviceError(f"{flag} {path}: {path.parent} is a file, not a directory")
+    return path
+
+
+def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`path` as a directory to write into; an existing file there is a one-line error."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            raise OndeviceError(f"{flag} {path}: {p} is a file, not a directory; choose another {flag}")
+        if p.exists():
+            break
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
-    path = Path(path)
+    path = check_out_file(path, "output")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    clean_stale_temps(path.parent, path.name)
+    tmp = path.parent / temp_name(path.name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     try:
-        yield Path(tmp)
+        yield tmp
         with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -93,10 +168,17 @@ def sha256_text(lines: Any) -> str:
     return h.hexdigest()
 
 
-def dataclass_from_dict(cls: type, data: dict, what: str) -> Any:
-    """Build dataclass `cls` from `data`, rejecting unknown keys with a one-line error."""
-    names = {f.name for f in dataclasses.fields(cls)}
+def dataclass_from_dict(cls: type, data: Any, what: str) -> Any:
+    """Build dataclass `cls` from `data`, rejecting non-objects, unknown and missing keys with a one-line error."""
+    if not isinstance(data, dict):
+        raise OndeviceError(f"{what} must be a JSON object, got {type(data).__name__}; re-create it")
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields}
     unknown = sorted(set(data) - names)
     if unknown:
         raise OndeviceError(f"{what} has unknown keys {unknown}; it was written by another ondevice version")
+    required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise OndeviceError(f"{what} lacks {missing}; it is incomplete, re-create it")
     return cls(**data)

@@ -7,8 +7,9 @@
     distances, ids = bundle.search("a query", k=10)
 
 A bundle is a folder whose manifest.json lists the sha256 and size of every other file; loading checks them all
-before it parses anything, so a missing, truncated or modified file is a one-line OndeviceError. Nothing in a
-bundle is unpickled. An InferenceSession's run() is thread-safe and the tokenizer is pure, so one Bundle may be
+before it parses anything, so a missing, truncated or modified file is a one-line OndeviceError. The files it
+parses are parsed from the bytes that were hashed; symbolic links and ONNX external data (files no checksum
+covers) are refused; one probe run checks the vocabulary fits the graph. Nothing in a bundle is unpickled. An InferenceSession's run() is thread-safe and the tokenizer is pure, so one Bundle may be
 shared by many threads.
 """
 
@@ -16,16 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import numpy as np
 
-from ondevice.bits import BIT_ORDER, code_bytes
+from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError
-from ondevice.tokenizer import Tokenizer
+from ondevice.onnxproto import external_tensors
+from ondevice.tokenizer import Tokenizer, as_texts
 
 FORMAT = "ondevice-bundle"
 FORMAT_VERSION = 1
@@ -35,6 +39,12 @@ PRECISIONS = ("fp32", "int8")
 # Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
 REQUIRED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.json", "binarizer.safetensors")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates and line breaks are never in our file names
+MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes, like most file systems)
+MAX_DIM = 65_536
+MAX_K = 1 << 20  # neighbours per query in `search`
+# files the runtime parses: their bytes are hashed and then parsed from memory, never read a second time
+PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json")
 
 
 class CodeIndex(Protocol):
@@ -67,9 +77,13 @@ def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
 
 def _safe_name(path: Path, name: Any) -> Path:
     """The file `name` inside bundle `path`, refusing anything that could point outside it."""
-    if not isinstance(name, str) or not name or "\\" in name:
-        raise _bundle_error(path, f"manifest lists an invalid file name {name!r}; the manifest is corrupt")
+    if not isinstance(name, str) or not name or "\\" in name or any(unicodedata.category(c) in _CONTROL for c in name):
+        raise _bundle_error(path, f"manifest lists an invalid file name {name[:80] if isinstance(name, str) else name!r}; "
+                                  "the manifest is corrupt")
     parts = PurePosixPath(name).parts
+    if len(name) > MAX_NAME or any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
+        raise _bundle_error(path, f"manifest lists a file name of {len(name):,} characters ({name[:40]!r}...); "
+                                  "the manifest is corrupt")
     if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or name == MANIFEST:
         raise _bundle_error(path, f"manifest lists an unsafe file name {name!r}; refusing to load it")
     return path.joinpath(*parts)
@@ -101,9 +115,10 @@ def read_manifest(path: Path) -> dict:
     missing = [n for n in REQUIRED if n not in files]
     if missing:
         raise _bundle_error(path, f"{MANIFEST} does not list {', '.join(missing)}; re-export the bundle")
-    for key in ("dim", "bits", "code_bytes"):
-        if not isinstance(manifest.get(key), int) or manifest[key] < 1:
-            raise _bundle_error(path, f"{MANIFEST} has no valid {key!r}; re-export the bundle")
+    for key, top in (("dim", MAX_DIM), ("bits", MAX_BITS), ("code_bytes", code_bytes(MAX_BITS))):
+        value = manifest.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise _bundle_error(path, f"{MANIFEST} has no valid {key!r} (an integer in 1..{top}); re-export the bundle")
     if manifest["code_bytes"] != code_bytes(manifest["bits"]) or manifest.get("bit_order") != BIT_ORDER:
         raise _bundle_error(path, f"{MANIFEST} describes codes this ondevice cannot read "
                                   f"(bits {manifest['bits']}, code_bytes {manifest['code_bytes']}, "
@@ -113,23 +128,47 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
+def _no_symlink(path: Path, name: str) -> None:
+    """Refuse `name` if it, or any folder between the bundle and it, is a symlink (it could point anywhere)."""
+    current = path
+    for part in PurePosixPath(name).parts:
+        current = current / part
+        if current.is_symlink():
+            raise _bundle_error(path, f"{name} is a symbolic link ({current.name} -> {os.readlink(current)}); a bundle "
+                                      "must hold its files itself: copy the real files in")
+
+
 def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
-    """Check the size and sha256 of every listed file; returns the bytes of encoder.onnx (verified once, used once)."""
+    """Check the size and sha256 of every listed file; returns the verified bytes of the files the runtime parses."""
     kept: dict[str, bytes] = {}
+    if (path / MANIFEST).is_symlink():
+        _no_symlink(path, MANIFEST)
     for name, entry in sorted(manifest["files"].items()):
         file = _safe_name(path, name)
-        if not file.is_file():
-            raise _bundle_error(path, f"{name} is missing; re-export the bundle or copy it completely")
-        size = file.stat().st_size
-        if size != entry["bytes"]:
-            state = "truncated" if size < entry["bytes"] else "longer than expected"
-            raise _bundle_error(path, f"{name} is {state} ({size} bytes, manifest says {entry['bytes']}); "
-                                      "copy the bundle again")
-        data = file.read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        try:
+            _no_symlink(path, name)
+            if not file.is_file():
+                raise _bundle_error(path, f"{name} is missing; re-export the bundle or copy it completely")
+            size = file.stat().st_size
+            if size != entry["bytes"]:
+                state = "truncated" if size < entry["bytes"] else "longer than expected"
+                raise _bundle_error(path, f"{name} is {state} ({size} bytes, manifest says {entry['bytes']}); "
+                                          "copy the bundle again")
+            data = file.read_bytes()
+        except OSError as exc:
+            raise _bundle_error(path, f"cannot read {name} ({exc.strerror or type(exc).__name__}); "
+                                      "copy the bundle again") from None
+        if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise _bundle_error(path, f"{name} fails its sha256 check (modified or corrupted); copy the bundle again")
-        if name == ONNX_FILE:
+        if name in PARSED:
             kept[name] = data
+    try:
+        external = external_tensors(kept[ONNX_FILE]) if ONNX_FILE in kept else []
+    except OndeviceError as exc:
+        raise _bundle_error(path, f"{ONNX_FILE} is not a valid ONNX model ({exc}); re-export the bundle") from None
+    if external:
+        raise _bundle_error(path, f"{ONNX_FILE} keeps tensor {external[0]!r} in an external data file, which no checksum "
+                                  "covers; re-export the bundle with `ondevice export` (weights inside the graph)")
     return kept
 
 
@@ -165,15 +204,30 @@ class Bundle:
         manifest = read_manifest(path)
         if precision is not None and manifest["precision"] != precision:
             raise _bundle_error(path, f"is a {manifest['precision']} bundle, not {precision}; load it without precision=")
-        model = verify_files(path, manifest)[ONNX_FILE]
-        tokenizer = Tokenizer.load(path)
-        session = _session(path, model, threads)
+        files = verify_files(path, manifest)
+        try:
+            tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], f"bundle {path}")
+        except OndeviceError as exc:
+            raise OndeviceError(f"{exc} (re-export the bundle)") from None
+        session = _session(path, files[ONNX_FILE], threads)
         shapes = {o.name: o.shape for o in session.get_outputs()}
         if shapes.get("embedding", [None, None])[1:] != [manifest["dim"]] or \
                 shapes.get("code", [None, None])[1:] != [manifest["code_bytes"]]:
             raise _bundle_error(path, f"{ONNX_FILE} outputs {shapes} do not match the manifest's dim "
                                       f"{manifest['dim']} / code_bytes {manifest['code_bytes']}; re-export the bundle")
-        return cls(path, manifest, tokenizer, session)
+        bundle = cls(path, manifest, tokenizer, session)
+        bundle._probe()
+        return bundle
+
+    def _probe(self) -> None:
+        """Run the graph once on the highest token id: a vocabulary larger than the graph's embedding table, or
+        weights that give NaN, fail here at load rather than on the first rare word an app encodes."""
+        top = len(self.tokenizer) - 1
+        ids = np.array([[top, 1, 0]], dtype=np.int64)  # the last id, [UNK], and a [PAD] beyond the length
+        emb, _ = self.run_ids(ids, np.array([2], dtype=np.int64), what="vocab.txt against the graph's embedding table")
+        if not np.isfinite(emb).all():
+            raise _bundle_error(self.path, f"{ONNX_FILE} gives NaN or inf vectors; its weights are broken, re-export it "
+                                           "from a finite student")
 
     @property
     def dim(self) -> int:
@@ -194,20 +248,31 @@ class Bundle:
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, precision={self.precision!r}, dim={self.dim}, bits={self.bits})"
 
-    def run_ids(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def run_ids(self, ids: np.ndarray, lengths: np.ndarray, what: str = "") -> tuple[np.ndarray, np.ndarray]:
         """The graph on token ids: (embeddings float32 (n, dim), codes uint8 (n, code_bytes))."""
-        emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
+        try:
+            emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first.split("Status Message:")[-1].strip()[:200]
+            check = f" (checking {what})" if what else ""
+            raise _bundle_error(self.path, f"{ONNX_FILE} failed to run{check}: {first}; the bundle's files do not fit "
+                                           "together, re-export it") from None
         return emb, code
 
     def embed(self, texts: str | Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings and codes of `texts` in one pass, in input order (a str is one text)."""
-        texts = _as_texts(texts)
+        texts = as_texts(texts)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise OndeviceError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not texts:
+            return np.zeros((0, self.dim), np.float32), np.zeros((0, self.code_bytes), np.uint8)
         if len(texts) == 1:  # the on-device hot path: one sentence, no sorting or scatter
             return self.run_ids(*self.tokenizer.batch(texts))
         emb = np.zeros((len(texts), self.dim), dtype=np.float32)
         codes = np.zeros((len(texts), self.code_bytes), dtype=np.uint8)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
-        for start in range(0, len(order), max(1, batch_size)):
+        for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             emb[idx], codes[idx] = self.run_ids(*self.tokenizer.batch([texts[i] for i in idx]))
         return emb, codes
@@ -243,8 +308,8 @@ class Bundle:
         """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded."""
         if self.index is None:
             raise OndeviceError("no index attached; call bundle.index_texts(catalog) or bundle.attach_index(index) first")
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
+            raise OndeviceError(f"k must be an integer in 1..{MAX_K:,}, got {k!r}")
         return self.index.search(self.codes(texts), int(k))
 
     # Pair head (optional, `ondevice pairs export`); the logic lives in ondevice.pairs.runtime.
@@ -267,15 +332,3 @@ class Bundle:
     def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
         """Hamming top-`shortlist` from the attached index, then the pair head's top-k: (keys, catalog ids)."""
         return self.pair_head().search_rerank(query, vectors, k, shortlist)
-
-
-def _as_texts(texts: str | Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        return [texts]
-    if isinstance(texts, (bytes, bytearray)) or not hasattr(texts, "__iter__"):
-        raise OndeviceError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
-    out = list(texts)
-    bad = [type(t).__name__ for t in out if not isinstance(t, str)]
-    if bad:
-        raise OndeviceError(f"texts must all be str, got a {bad[0]}; decode bytes first")
-    return out

@@ -16,6 +16,7 @@ from ondevice.tokenizer import PAD_ID, Tokenizer
 POOLINGS = ("mean", "max", "last", "meanmax")
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
 
 
 @dataclass
@@ -35,6 +36,28 @@ class StudentConfig:
     @property
     def pooled_dim(self) -> int:
         return (4 if self.pooling == "meanmax" else 2) * self.hidden_size
+
+    def validate(self, where: str = "student config") -> None:
+        """Reject impossible fields (wrong types, 0, absurd sizes) before anything is allocated."""
+        from ondevice.checks import check_int
+        from ondevice.tokenizer import MAX_TOKENS
+
+        try:
+            check_int(self.vocab_size, "vocab_size", 2, 10_000_000)
+            check_int(self.embedding_dim, "embedding_dim", 1, 4096)
+            check_int(self.hidden_size, "hidden_size", 1, 8192)
+            check_int(self.output_dim, "output_dim", 1, 65_536)
+            check_int(self.max_tokens, "max_tokens", 1, MAX_TOKENS)
+            check_int(self.format_version, "format_version", 1, 1)
+            if self.vocab_size * self.embedding_dim > MAX_EMBEDDING_VALUES:
+                raise OndeviceError(f"vocab_size x embedding_dim is {self.vocab_size * self.embedding_dim:,}, "
+                                    f"more than {MAX_EMBEDDING_VALUES:,}")
+        except OndeviceError as exc:
+            raise OndeviceError(f"{where}: {exc}; the file is corrupt or from another version") from None
+        if self.pooling not in POOLINGS:
+            raise OndeviceError(f"{where}: unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
+        if not isinstance(self.teacher, dict) or not isinstance(self.word_vectors, str):
+            raise OndeviceError(f"{where}: 'teacher' must be an object and 'word_vectors' a string")
 
 
 def _torch():
@@ -112,10 +135,14 @@ class Student:
     def dim(self) -> int:
         return self.config.output_dim
 
-    def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        """Sentence vectors, float32 (len(texts), output_dim), in input order."""
+    def encode(self, texts: str | Sequence[str], batch_size: int = 256) -> np.ndarray:
+        """Sentence vectors, float32 (len(texts), output_dim), in input order (a str is one text)."""
+        from ondevice.checks import check_int
+        from ondevice.tokenizer import as_texts
+
         torch = _torch()
-        texts = [texts] if isinstance(texts, str) else list(texts)
+        texts = as_texts(texts)
+        batch_size = check_int(batch_size, "batch_size", 1, 1 << 20)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         self.model.eval()
@@ -132,10 +159,12 @@ class Student:
 
     def save(self, directory: str | Path) -> None:
         """Write config.json, model.safetensors, vocab.txt and tokenizer.json (no pickle)."""
+        from ondevice.io import atomic_path, check_out_dir
+
         st = require("safetensors.torch", "train")
-        directory = Path(directory)
+        check_finite(self.model.state_dict(), "the student")
+        directory = check_out_dir(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        from ondevice.io import atomic_path
 
         with atomic_path(directory / WEIGHTS) as tmp:
             st.save_file({k: v.detach().contiguous() for k, v in self.model.state_dict().items()}, str(tmp))
@@ -150,12 +179,42 @@ class Student:
         if not (directory / CONFIG).is_file() or not (directory / WEIGHTS).is_file():
             raise OndeviceError(f"{directory} is not a student dir (needs {CONFIG} and {WEIGHTS}); run `ondevice distill` first")
         config = dataclass_from_dict(StudentConfig, read_json(directory / CONFIG, "student config"), "student config")
+        config.validate(f"{directory / CONFIG}")
         tokenizer = Tokenizer.load(directory)
         if len(tokenizer) != config.vocab_size:
             raise OndeviceError(f"vocab.txt has {len(tokenizer)} tokens but config says {config.vocab_size}; the student dir is inconsistent")
+        weights = directory / WEIGHTS
+        _check_shapes(config, weights)  # before the model is allocated: a corrupt config must not cost gigabytes
         model = build_model(config)
         try:
-            model.load_state_dict(st.load_file(str(directory / WEIGHTS)))
+            model.load_state_dict(st.load_file(str(weights)))
         except (require("safetensors", "train").SafetensorError, RuntimeError, OSError, ValueError) as exc:  # bad header, shapes
-            raise OndeviceError(f"cannot load {directory / WEIGHTS}: {str(exc).splitlines()[0]}; the file is corrupt or from another config") from None
+            raise OndeviceError(f"cannot load {weights}: {str(exc).splitlines()[0]}; the file is corrupt or from another config") from None
+        check_finite(model.state_dict(), str(weights))
         return cls(config, tokenizer, model)
+
+
+def check_finite(state: dict, what: str) -> None:
+    """Refuse weights with NaN or inf: they would give NaN vectors with no error anywhere downstream."""
+    torch = _torch()
+    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise OndeviceError(f"{what} has NaN or inf weights (in {bad[0]}); use an earlier checkpoint or retrain")
+
+
+def _check_shapes(config: StudentConfig, weights: Path) -> None:
+    """The tensor names and shapes in the safetensors header must be exactly those `config` describes."""
+    torch = _torch()
+    safetensors = require("safetensors", "train")
+    with torch.device("meta"):  # shapes without memory
+        expected = {k: tuple(v.shape) for k, v in build_model(config).state_dict().items()}
+    try:
+        with safetensors.safe_open(str(weights), framework="pt") as fh:
+            found = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}  # noqa: SIM118 - a safetensors handle, not a dict
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt headers
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise OndeviceError(f"cannot read {weights}: {first}; the file is corrupt, re-create it") from None
+    if found != expected:
+        diff = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
+        raise OndeviceError(f"{weights} does not match {CONFIG} (first difference: {diff[0]} is "
+                            f"{found.get(diff[0])}, config implies {expected.get(diff[0])}); the student dir is inconsistent")

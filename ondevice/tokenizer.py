@@ -29,6 +29,7 @@ from ondevice.io import write_text
 PAD, UNK = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1
 SPEC_VERSION = 1
+MAX_TOKENS = 1 << 20  # tokens kept per text: far beyond any sentence
 
 
 def _simple_lower(ch: str) -> str:
@@ -131,22 +132,63 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         """Read vocab.txt and tokenizer.json written by `save`."""
-        from ondevice.io import read_json
-
         directory = Path(directory)
-        spec = read_json(directory / "tokenizer.json", "tokenizer spec")
-        if spec.get("version") != SPEC_VERSION:
+        files = {}
+        for name in ("tokenizer.json", "vocab.txt"):
+            path = directory / name
+            if not path.is_file():
+                raise OndeviceError(f"{name} not found in {directory}; re-create the student")
+            files[name] = path.read_bytes()
+        return cls.from_bytes(files["vocab.txt"], files["tokenizer.json"], str(directory))
+
+    @classmethod
+    def from_bytes(cls, vocab: bytes, spec: bytes, where: str = "tokenizer") -> Tokenizer:
+        """Build from the bytes of vocab.txt and tokenizer.json (a bundle parses exactly the bytes it hashed)."""
+        import json
+
+        try:
+            raw = json.loads(spec.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise OndeviceError(f"tokenizer.json in {where} is not valid JSON ({type(exc).__name__}); re-create it") from None
+        if not isinstance(raw, dict):
+            raise OndeviceError(f"tokenizer.json in {where} must be a JSON object; re-create it")
+        if raw.get("version") != SPEC_VERSION:
             raise OndeviceError(
-                f"tokenizer spec version {spec.get('version')} in {directory} is not supported "
+                f"tokenizer spec version {raw.get('version')!r} in {where} is not supported "
                 f"(this ondevice reads version {SPEC_VERSION}); upgrade ondevice or re-export"
             )
-        path = directory / "vocab.txt"
-        if not path.is_file():
-            raise OndeviceError(f"vocab.txt not found in {directory}; re-create the student")
-        vocab = path.read_text(encoding="utf-8").split("\n")
-        if vocab and vocab[-1] == "":
-            vocab.pop()
-        return cls(vocab, max_tokens=int(spec["max_tokens"]))
+        max_tokens = raw.get("max_tokens")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
+            raise OndeviceError(f"tokenizer.json in {where} has max_tokens {max_tokens!r}; it must be an integer "
+                                f"in 1..{MAX_TOKENS}; re-create it")
+        differ = [k for k, v in vars(TokenizerSpec(max_tokens=max_tokens)).items() if k in raw and raw[k] != v]
+        if differ:  # another rule set would give other ids: refuse rather than tokenize differently
+            raise OndeviceError(f"tokenizer.json in {where} describes rules this ondevice does not implement "
+                                f"({', '.join(differ)}); re-export with this ondevice")
+        try:
+            lines = vocab.decode("utf-8").split("\n")
+        except UnicodeDecodeError as exc:
+            raise OndeviceError(f"vocab.txt in {where} is not UTF-8 (byte {exc.start}); re-create it") from None
+        if lines and lines[-1] == "":
+            lines.pop()
+        if len(set(lines)) != len(lines):
+            seen: set[str] = set()
+            dup = next(t for t in lines if t in seen or seen.add(t))
+            raise OndeviceError(f"vocab.txt in {where} lists {dup!r} twice; re-create it")
+        return cls(lines, max_tokens=max_tokens)
+
+
+def as_texts(texts: str | Sequence[str]) -> list[str]:
+    """`texts` as a list of str (a str is one text); anything else is a one-line error."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, bytearray, memoryview)) or not hasattr(texts, "__iter__") or isinstance(texts, dict):
+        raise OndeviceError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+    out = list(texts)
+    bad = [type(t).__name__ for t in out if not isinstance(t, str)]
+    if bad:
+        raise OndeviceError(f"texts must all be str, got a {bad[0]}; decode bytes first")
+    return out
 
 
 def count_tokens(texts: Iterable[str], max_tokens: int | None = None) -> dict[str, int]:

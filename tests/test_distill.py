@@ -166,6 +166,7 @@ def test_several_corpus_files_and_evaluation_text_is_dropped(tiny_teacher, tmp_p
     a.write_text("the cat sat\nthe dog ran\n")
     b.write_text("a test sentence\nthe sun\n")
     monkeypatch.setattr(data, "held_out_texts", lambda d: {"a test sentence"})
+    monkeypatch.setenv("ONDEVICE_DATA", str(tmp_path))  # any existing folder: the test must not depend on ../shared
     cfg = DistillConfig(corpus=[str(a), str(b)])
     assert distill_mod.read_sentences(cfg) == ["the cat sat", "the dog ran", "the sun"]
     cfg.exclude_eval = False

@@ -11,6 +11,7 @@ HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embedding
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.binarize import METHODS
     from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, SAMPLINGS, AEConfig
+    from ondevice.checks import finite_float
 
     d = AEConfig()
     src = p.add_argument_group("input (one of)")
@@ -25,15 +26,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="binarizer directory to write")
     p.add_argument("--codes-out", help="also write the packed uint8 codes of the input as this .npy")
-    p.add_argument("--threshold", type=float, default=None, help="threshold method: the cut s (default 0)")
+    p.add_argument("--threshold", type=finite_float, default=None, help="threshold method: the cut s (default 0)")
     ae = p.add_argument_group("autoencoder (ae, ae-sp)")
     ae.add_argument("--epochs", type=int, default=d.epochs)
     ae.add_argument("--batch-size", type=int, default=d.batch_size)
-    ae.add_argument("--lr", type=float, default=d.lr)
+    ae.add_argument("--lr", type=finite_float, default=d.lr)
     ae.add_argument("--decoder-input", choices=DECODER_INPUTS, default=d.decoder_input,
                     help="decoder reads a bit as -1/+1 (pm1) or 0/1 (01)")
     ae.add_argument("--init", choices=INITS, default=d.init, help="encoder start")
-    ae.add_argument("--sp-lambda", type=float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
+    ae.add_argument("--sp-lambda", type=finite_float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
     ae.add_argument("--sp-relax", choices=RELAXATIONS, default=d.sp_relax, help="differentiable Hamming distance")
     ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
     ae.add_argument("--sp-sampling", choices=SAMPLINGS, default=d.sp_sampling,
@@ -49,6 +50,8 @@ def load_input(a: argparse.Namespace):
 
     from ondevice.errors import OndeviceError
 
+    if a.max_sentences is not None and a.max_sentences < 1:
+        raise OndeviceError(f"--max-sentences must be >= 1, got {a.max_sentences}")
     given = [name for name in ("embeddings", "student", "teacher") if getattr(a, name)]
     if len(given) != 1:
         raise OndeviceError("give exactly one input: --embeddings X.npy, --student DIR --corpus FILE, or --teacher --corpus FILE")
@@ -79,11 +82,21 @@ def run(a: argparse.Namespace) -> int:
     import numpy as np
 
     from ondevice.binarize import Binarizer, as_embeddings, check_bits
-    from ondevice.io import atomic_path
+    from ondevice.io import atomic_path, check_out_dir, check_out_file
 
+    check_out_dir(a.out)  # fail before any encoding or training work
+    check_bits(a.method, a.bits, a.bits)  # the range of --bits; the input's dim is checked once it is read
+    if a.codes_out:
+        check_out_file(a.codes_out, "--codes-out")
+    if a.method in ("ae", "ae-sp"):
+        from ondevice.binarize_ae import AEConfig
+
+        AEConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
+                 sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
+                 threads=a.threads).validate()
     x = load_input(a)
     if np.ndim(x) == 2:
-        check_bits(a.method, a.bits, x.shape[1])  # fail before any training or encoding work
+        check_bits(a.method, a.bits, x.shape[1])  # fail before any training
     hyper: dict = {"progress": not a.quiet}
     if a.method == "threshold" and a.threshold is not None:
         hyper["threshold"] = a.threshold

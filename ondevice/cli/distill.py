@@ -8,6 +8,7 @@ HELP = "distill a Hugging Face teacher into a GloVe-initialized BiLSTM student (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.checks import finite_float
     from ondevice.distill import DistillConfig as C
 
     d = C(corpus="")
@@ -25,7 +26,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher-backend", default=d.teacher_backend, choices=["torch", "onnx", "onnx-int8"],
                    help="torch; onnx: ONNX Runtime fp32 (same vectors to 1e-4, same cache); onnx-int8: faster, another teacher")
     p.add_argument("--word-vectors", default=d.word_vectors,
-                   help="'glove-6b-50d' (packaged), a word-vectors file, 'teacher' (made from the teacher) or 'random'")
+                   help="'glove-6b-50d' (packaged), a word-vectors file (word2vec/GloVe text or binary, .vec), "
+                        "'teacher' (made from the teacher) or 'random'")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="accept gensim pickles (.kv/.model/.wv) as --word-vectors: loading one RUNS ANY CODE it holds; "
+                        "only for files you made yourself")
     p.add_argument("--embedding-dim", type=int, default=d.embedding_dim,
                    help="dimension of 'teacher'/'random' word vectors (0 = 50)")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="most frequent corpus words kept")
@@ -35,13 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--freeze-embeddings", action="store_true")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="paper: 1024")
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--lr", type=finite_float, default=d.lr)
     p.add_argument("--lr-schedule", default=d.lr_schedule, choices=["constant", "cosine"])
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear LR warmup steps")
-    p.add_argument("--clip-grad-norm", type=float, default=d.clip_grad_norm, help="0 = off")
-    p.add_argument("--val-fraction", type=float, default=d.val_fraction, help="held out for the cosine report")
+    p.add_argument("--clip-grad-norm", type=finite_float, default=d.clip_grad_norm, help="0 = off")
+    p.add_argument("--val-fraction", type=finite_float, default=d.val_fraction, help="held out for the cosine report")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
-    p.add_argument("--checkpoint-minutes", type=float, default=d.checkpoint_minutes)
+    p.add_argument("--checkpoint-minutes", type=finite_float, default=d.checkpoint_minutes)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
 
@@ -55,6 +60,7 @@ def config_from_args(a: argparse.Namespace):
         exclude_eval=not a.keep_eval_text, train_splits=a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
         teacher_backend=a.teacher_backend, word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
+        allow_pickle=a.allow_pickle,
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
         lr_schedule=a.lr_schedule, warmup_steps=a.warmup_steps,

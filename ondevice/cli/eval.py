@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wiki sentences used to fit +METHOD:BITS binarizers")
     p.add_argument("--reference", default=None, help="encoder name whose float top-10 is the retrieval reference "
                                                      "(default: the first teacher)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="let glove:FILE be a gensim pickle (.kv/.model/.wv): loading it RUNS ANY CODE it holds; "
+                        "only for files you made yourself")
     p.add_argument("--no-cache", action="store_true", help="do not read or write ~/.cache/ondevice/eval")
     p.add_argument("--no-speed", action="store_true", help="skip the encode-speed measurement")
     p.add_argument("--no-plots", action="store_true", help="write report.json and report.md only")
@@ -39,7 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
     from ondevice.eval import evaluate, markdown_table, write_report
+    from ondevice.io import check_out_dir
 
+    check_out_dir(a.out)
     if a.merge:
         from ondevice.eval.report import merge_reports
         from ondevice.io import read_json
@@ -62,7 +67,7 @@ def run(a: argparse.Namespace) -> int:
 
     report = evaluate(a.encoder or list(DEFAULT_ENCODERS), tasks=tasks, data_dir=a.data, seed=a.seed,
                       cache_root=not a.no_cache, queries=a.queries, measure_speed=not a.no_speed,
-                      fit_sentences=a.fit_sentences, reference=a.reference, log=log)
+                      fit_sentences=a.fit_sentences, reference=a.reference, log=log, allow_pickle=a.allow_pickle)
     paths = write_report(report, Path(a.out), command=_command(), plots=not a.no_plots)
     print(markdown_table(report))
     print(f"wrote {', '.join(str(p) for p in paths)}")

@@ -104,10 +104,11 @@ class GloveAverageEncoder:
 
     kind = "glove"
 
-    def __init__(self, word_vectors: str = "glove-6b-50d"):
-        from ondevice.wordvectors import DEFAULT
+    def __init__(self, word_vectors: str = "glove-6b-50d", allow_pickle: bool = False):
+        from ondevice.wordvectors import DEFAULT, refuse_pickle
 
         self.spec = str(word_vectors)
+        self.allow_pickle = allow_pickle
         self._kv = None
         if self.spec == DEFAULT:
             from ondevice._deps import require
@@ -119,6 +120,7 @@ class GloveAverageEncoder:
             path = Path(self.spec)
             if not path.is_file():
                 raise OndeviceError(f"word vectors not found: {path}; give a word vectors file or '{DEFAULT}'")
+            refuse_pickle(path, allow_pickle)  # before anything is cached under this encoder's name
             self._files = {path.name: sha256_file(path)}
             self.model_bytes = path.stat().st_size
 
@@ -132,7 +134,7 @@ class GloveAverageEncoder:
         if self._kv is None:
             from ondevice.wordvectors import load_word_vectors
 
-            self._kv = load_word_vectors(self.spec)
+            self._kv = load_word_vectors(self.spec, allow_pickle=self.allow_pickle)
         kv = self._kv
         index, vectors = kv.key_to_index, kv.vectors
         out = np.zeros((len(texts), kv.vector_size), dtype=np.float32)
@@ -143,9 +145,9 @@ class GloveAverageEncoder:
         return out
 
 
-def glove_average_encoder(word_vectors: str = "glove-6b-50d") -> GloveAverageEncoder:
-    """The GloVe-average baseline encoder (`.encode(texts) -> float32`)."""
-    return GloveAverageEncoder(word_vectors)
+def glove_average_encoder(word_vectors: str = "glove-6b-50d", allow_pickle: bool = False) -> GloveAverageEncoder:
+    """The GloVe-average baseline encoder (`.encode(texts) -> float32`); pickled vectors only with `allow_pickle`."""
+    return GloveAverageEncoder(word_vectors, allow_pickle)
 
 
 class BundleEncoder:

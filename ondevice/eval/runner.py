@@ -108,7 +108,7 @@ def _task_hashes(task: str, data_dir: Path) -> dict[str, str]:
 
 
 def _to_views(encoders: Mapping[str, Any] | Sequence[str], cache: EncodingCache, seed: int,
-              fit_texts: Callable[[], list[str]], log: Callable[[str], None]) -> list[Any]:
+              fit_texts: Callable[[], list[str]], log: Callable[[str], None], allow_pickle: bool = False) -> list[Any]:
     """Views from specs: "NAME=SPEC" strings, {name: "SPEC" | EncoderSpec | object with .encode}."""
     specs: list[EncoderSpec] = []
     objects: dict[str, Any] = {}
@@ -118,6 +118,7 @@ def _to_views(encoders: Mapping[str, Any] | Sequence[str], cache: EncodingCache,
             specs.append(value)
         elif isinstance(value, str):
             spec = parse_encoder_spec(value if name is None else f"{name}={value}")
+            spec.allow_pickle = allow_pickle
             specs.append(spec)
         elif hasattr(value, "encode") and name is not None:
             objects[name] = value
@@ -152,12 +153,13 @@ def _fit_sentences(data_dir: Path, n: int) -> Callable[[], list[str]]:
 def evaluate(encoders: Mapping[str, Any] | Sequence[str], tasks: Sequence[str] | None = None,
              data_dir: str | Path | None = None, seed: int = 0, cache_root: str | Path | None | bool = True,
              queries: int = 1000, k: int = 10, measure_speed: bool = True, fit_sentences: int = FIT_SENTENCES,
-             reference: str | None = None, log: Callable[[str], None] = print) -> dict:
+             reference: str | None = None, log: Callable[[str], None] = print, allow_pickle: bool = False) -> dict:
     """Evaluate every encoder (and its binary codes) on `tasks`; returns the report dict (see report.py).
 
     `encoders`: {"name": "teacher" | "glove" | "student:DIR+random:2048" | ... | object with .encode}.
     `cache_root`: True = the default cache (~/.cache/ondevice/eval), None/False = no cache, or a folder.
     `reference`: the view whose float top-k retrieval is compared against (default: the first teacher).
+    `allow_pickle`: let glove:FILE be a gensim pickle (.kv/.model/.wv), which runs code when loaded.
     """
     from ondevice.corpus import default_data_dir
 
@@ -169,7 +171,7 @@ def evaluate(encoders: Mapping[str, Any] | Sequence[str], tasks: Sequence[str] |
         raise OndeviceError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
     root = default_cache_root() if cache_root is True else (None if cache_root in (None, False) else cache_root)
     cache = EncodingCache(root)
-    views = _to_views(encoders, cache, seed, _fit_sentences(data_path, fit_sentences), log)
+    views = _to_views(encoders, cache, seed, _fit_sentences(data_path, fit_sentences), log, allow_pickle)
     if not views:
         raise OndeviceError("no encoders to evaluate; pass --encoder at least once")
 

@@ -119,6 +119,7 @@ class EncoderSpec:
     precision: str | None = None  # bundle precision (fp32 / int8) in a two-precision export
     binarizer_dirs: tuple[str, ...] = ()
     fit: tuple[tuple[str, int], ...] = ()  # (method, bits) fitted on the fly
+    allow_pickle: bool = False  # glove:FILE may be a gensim pickle (runs code when loaded); see README
 
 
 SPEC_HELP = (
@@ -176,7 +177,7 @@ def build_encoder(spec: EncoderSpec) -> Any:
     if spec.kind == "teacher":
         return TeacherEncoder(spec.arg, pooling=spec.pooling)
     if spec.kind == "glove":
-        return GloveAverageEncoder(spec.arg)
+        return GloveAverageEncoder(spec.arg, allow_pickle=spec.allow_pickle)
     if spec.kind == "student":
         return StudentEncoder(spec.arg)
     return BundleEncoder(spec.arg, precision=spec.precision)

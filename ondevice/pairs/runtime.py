@@ -106,9 +106,9 @@ class PairScorer:
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of the text pairs (a[i], b[i])."""
-        from ondevice.runtime import _as_texts
+        from ondevice.tokenizer import as_texts
 
-        a, b = _as_texts(a), _as_texts(b)
+        a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
         uniq = list(dict.fromkeys([*a, *b]))
@@ -125,9 +125,9 @@ class PairScorer:
         if isinstance(candidates, np.ndarray):
             vec = self._vectors(candidates, "candidate vectors")
         else:
-            from ondevice.runtime import _as_texts
+            from ondevice.tokenizer import as_texts
 
-            vec = self.bundle.encode(_as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
+            vec = self.bundle.encode(as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
         if not len(vec):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
         key = self.rank_key(self.logits(self.bundle.encode([query]), vec))

@@ -1,0 +1,82 @@
+"""A demo app's catalog: sentences, their packed codes from a bundle, and the bundle files the app reads.
+
+Shared by `android_demo/tools/make_catalog.py` and `web_demo/tools/make_catalog.py`. A catalog folder holds
+
+    sentences.jsonl  one JSON string per line (row i), ASCII-escaped so no line reader splits inside one
+    codes.npy        uint8 (n, code_bytes): row i = the code of sentence i, from the bundle's encoder
+    catalog.json     count, code_bytes, bits, precision, the sha256 of the encoder.onnx that made the codes,
+                     and the size + sha256 of sentences.jsonl and codes.npy
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, sha256_file, write_json, write_text
+from ondevice.runtime import Bundle
+
+
+def read_sentences(path: str | Path) -> list[str]:
+    """Catalog text: one sentence per line (blank lines skipped), or .jsonl with one JSON string per line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OndeviceError(f"{path} not found; pass a text file with one sentence per line") from None
+    except UnicodeDecodeError:
+        raise OndeviceError(f"{path} is not UTF-8 text; convert it to UTF-8") from None
+    if path.suffix == ".jsonl":
+        out = []
+        for number, line in enumerate(text.split("\n"), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise OndeviceError(f"{path}: line {number} is not JSON; write one JSON string per line") from None
+        if not all(isinstance(s, str) for s in out):
+            raise OndeviceError(f"{path}: every line must be a JSON string")
+        return out
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def copy_bundle_files(bundle: Bundle, out: str | Path, names: Sequence[str], optional: Sequence[str] = ()) -> list[str]:
+    """Copy `names` (required) and `optional` (when present) from a loaded bundle into a fresh folder `out`."""
+    out = Path(out)
+    missing = [n for n in names if not (bundle.path / n).is_file()]
+    if missing:
+        raise OndeviceError(f"{bundle.path} has no {', '.join(missing)}; re-export it with `ondevice export`")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    copied = []
+    for name in [*names, *optional]:
+        if (bundle.path / name).is_file():
+            shutil.copyfile(bundle.path / name, out / name)
+            copied.append(name)
+    return copied
+
+
+def write_catalog(bundle: Bundle, sentences: Sequence[str], out: str | Path) -> dict[str, Any]:
+    """Encode `sentences` with `bundle` and write the catalog folder `out`; returns catalog.json's content."""
+    if not sentences:
+        raise OndeviceError("no sentences: the catalog needs at least one")
+    codes = np.ascontiguousarray(bundle.codes(list(sentences)), dtype=np.uint8)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "sentences.jsonl", "".join(json.dumps(s) + "\n" for s in sentences))
+    with atomic_path(out / "codes.npy") as tmp, open(tmp, "wb") as fh:
+        np.lib.format.write_array(fh, codes, version=(1, 0), allow_pickle=False)
+    files = {name: {"sha256": sha256_file(out / name), "bytes": (out / name).stat().st_size}
+             for name in ("sentences.jsonl", "codes.npy")}
+    info = {"count": len(sentences), "code_bytes": bundle.code_bytes, "bits": bundle.bits,
+            "encoder_sha256": bundle.manifest["files"]["encoder.onnx"]["sha256"], "precision": bundle.precision,
+            "files": files}
+    write_json(out / "catalog.json", info)
+    return info

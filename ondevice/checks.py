@@ -1,0 +1,43 @@
+"""Range checks for numeric settings: one line naming the flag; NaN, inf, bools and absurd sizes rejected."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+
+
+def check_int(value: Any, flag: str, lo: int, hi: int) -> int:
+    """`value` as an int in [lo, hi], else a one-line error naming `flag`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise OndeviceError(f"{flag} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise OndeviceError(f"{flag} must be between {lo:,} and {hi:,}, got {value:,}")
+    return int(value)
+
+
+def check_float(value: Any, flag: str, lo: float, hi: float, lo_open: bool = False) -> float:
+    """`value` as a finite float in [lo, hi] (or (lo, hi] with `lo_open`), else a one-line error naming `flag`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise OndeviceError(f"{flag} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise OndeviceError(f"{flag} must be a finite number, got {value}")
+    if value < lo or value > hi or (lo_open and value == lo):
+        raise OndeviceError(f"{flag} must be {'>' if lo_open else '>='} {lo:g} and <= {hi:g}, got {value:g}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a float that is not NaN or inf (those would silently switch a feature off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value

@@ -1,0 +1,77 @@
+// The demo page: load and verify a bundle and a catalog, then encode typed text and search it.
+import * as ort from "onnxruntime-web";
+import { Encoder, loadBundle, loadCatalog } from "./ondevice.js";
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const assets = new URL(params.get("assets") || "assets/", location.href);
+const TOP_K = 10;
+
+function reader(base) {
+  return async (name) => {
+    const res = await fetch(new URL(name, base), { cache: "no-store" });
+    if (!res.ok) throw new Error(`${new URL(name, base).pathname}: HTTP ${res.status}; build the site with tools/make_catalog.py`);
+    return new Uint8Array(await res.arrayBuffer());
+  };
+}
+
+async function start() {
+  ort.env.wasm.numThreads = 1; // the .wasm file is found beside the bundled module (vendor/)
+  $("status").textContent = "Verifying the bundle (SHA-256)…";
+  const bundle = await loadBundle(reader(new URL("bundle/", assets)));
+  $("status").textContent = "Verifying the catalog…";
+  const catalog = await loadCatalog(reader(new URL("catalog/", assets)), bundle.manifest);
+  const t0 = performance.now();
+  const encoder = await Encoder.create(ort, bundle, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+  await encoder.encode("warm up");
+  const loadMs = performance.now() - t0;
+  const m = bundle.manifest;
+  $("info").textContent = [
+    `bundle: ${m.precision}, ${m.dim}-d embedding, ${m.bits}-bit codes, vocabulary ${bundle.tokenizer.vocab.length}`,
+    `student: ${JSON.stringify(m.student)}`,
+    `verified (size + SHA-256): ${bundle.verified.join(", ")}; catalog ${catalog.verified.join(", ")}`,
+    `catalog: ${catalog.info.count} sentences; session created in ${loadMs.toFixed(0)} ms`,
+    `onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""}, wasm, ${ort.env.wasm.numThreads} thread`,
+  ].join("\n");
+  $("status").textContent = `Ready: ${m.precision} bundle verified, ${catalog.info.count.toLocaleString("en")} ` +
+    `catalog sentences of ${m.bits} bits.`;
+  window.ondeviceDemo = { ort, bundle, catalog, encoder, search };
+  $("query").disabled = $("go").disabled = false;
+  $("query").focus();
+  document.body.dataset.state = "ready";
+
+  async function search(text) {
+    const a = performance.now();
+    const { code } = await encoder.encode(text);
+    const b = performance.now();
+    const { ids, distances } = catalog.index.search(code, TOP_K);
+    const c = performance.now();
+    return { code, ids, distances, encodeMs: b - a, searchMs: c - b };
+  }
+
+  $("search").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const text = $("query").value;
+    const r = await search(text);
+    const list = $("results");
+    list.replaceChildren(...Array.from(r.ids, (row, i) => {
+      const li = document.createElement("li");
+      li.dataset.row = String(row);
+      li.dataset.distance = String(r.distances[i]);
+      li.innerHTML = '<span class="rank"></span><span class="dist"></span><span class="text"></span>';
+      li.children[0].textContent = `${i + 1}.`;
+      li.children[1].textContent = `d = ${r.distances[i]}`;
+      li.children[2].textContent = catalog.sentences[row];
+      return li;
+    }));
+    $("timing").textContent = `encode ${r.encodeMs.toFixed(2)} ms · search ${r.searchMs.toFixed(2)} ms ` +
+      `over ${catalog.info.count.toLocaleString("en")} codes`;
+    list.dataset.query = text;
+  });
+}
+
+start().catch((err) => {
+  document.body.dataset.state = "error";
+  $("status").textContent = `Error: ${err.message}`;
+  console.error(err);
+});

@@ -1,0 +1,90 @@
+// Unit checks of ondevice.js on a real bundle folder: verification failures, .npy parsing, popcount, ties.
+//   node test/unit.mjs BUNDLE_DIR      -> one "ok NAME" / "FAIL NAME: why" line per check, then failed=N
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { HammingIndex, OndeviceError, Tokenizer, loadBundle, parseNpy, popcount32, sha256Hex } from "../ondevice.js";
+
+const dir = process.argv[2];
+const files = (name) => new Uint8Array(readFileSync(join(dir, name)));
+let failed = 0;
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e && e.message}`);
+  }
+}
+
+async function rejects(read, pattern) {
+  try {
+    await loadBundle(read);
+  } catch (e) {
+    if (!(e instanceof OndeviceError)) throw new Error(`not an OndeviceError: ${e}`);
+    if (!pattern.test(e.message)) throw new Error(`unexpected message: ${e.message}`);
+    if (e.message.includes("\n")) throw new Error("message is not one line");
+    return;
+  }
+  throw new Error("loaded a bad bundle");
+}
+
+const manifestWith = (edit) => (name) => {
+  if (name !== "manifest.json") return files(name);
+  const m = JSON.parse(new TextDecoder().decode(files(name)));
+  edit(m);
+  return new TextEncoder().encode(JSON.stringify(m));
+};
+
+await check("loads and verifies", async () => {
+  const b = await loadBundle(async (n) => files(n));
+  if (b.verified.length !== 3 || b.tokenizer.vocab.length < 3) throw new Error("unexpected bundle");
+});
+await check("sha256 matches a known digest", async () => {
+  const got = await sha256Hex(new TextEncoder().encode("abc"));
+  if (got !== "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") throw new Error(got);
+});
+await check("tampered encoder.onnx", () => rejects(async (n) => {
+  const b = files(n);
+  if (n === "encoder.onnx") b[b.length >> 1] ^= 1;
+  return b;
+}, /encoder\.onnx fails its sha256 check/));
+await check("truncated vocab.txt", () => rejects(async (n) => (n === "vocab.txt" ? files(n).subarray(1) : files(n)),
+  /vocab\.txt is truncated/));
+await check("format_version 2", () => rejects(async (n) => manifestWith((m) => { m.format_version = 2; })(n),
+  /format version 2 is not supported/));
+await check("unsafe file name", () => rejects(async (n) => manifestWith((m) => {
+  m.files["../secret"] = { sha256: "0".repeat(64), bytes: 1 };
+})(n), /unsafe file name/));
+await check("not a manifest", () => rejects(async (n) => (n === "manifest.json" ? new TextEncoder().encode("[]") : files(n)),
+  /not an ondevice-bundle manifest/));
+await check("tokenizer spec version", async () => {
+  try {
+    new Tokenizer("[PAD]\n[UNK]\n", { version: 2, max_tokens: 8 });
+  } catch (e) {
+    if (/spec version 2/.test(e.message)) return;
+  }
+  throw new Error("accepted spec version 2");
+});
+await check("popcount32", () => {
+  for (const [x, n] of [[0, 0], [1, 1], [0xffffffff, 32], [0x80000000, 1], [0x55555555, 16], [0x12345678, 13]]) {
+    if (popcount32(x) !== n) throw new Error(`popcount32(${x}) = ${popcount32(x)}`);
+  }
+});
+await check("ties go to the smaller row, k > n pads nothing", () => {
+  const codes = new Uint8Array([0, 3, 0, 1, 2, 0]); // 6 codes of 1 byte
+  const r = new HammingIndex(codes, 1).search(new Uint8Array([0]), 10);
+  const want = [[0, 2, 5, 3, 4, 1], [0, 0, 0, 1, 1, 2]];
+  if (String(Array.from(r.ids)) !== String(want[0]) || String(Array.from(r.distances)) !== String(want[1])) {
+    throw new Error(`${Array.from(r.ids)} / ${Array.from(r.distances)}`);
+  }
+});
+await check("npy int64 and float32", () => {
+  const ids = parseNpy(files("golden/topk_ids.npy"));
+  const emb = parseNpy(files("golden/embeddings.npy"));
+  if (ids.shape.length !== 2 || !(emb.data instanceof Float32Array) || ids.data.some((x) => !Number.isInteger(x) || x < 0)) {
+    throw new Error("bad parse");
+  }
+});
+console.log(`failed=${failed}`);

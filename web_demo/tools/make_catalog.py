@@ -1,0 +1,85 @@
+"""Build the web demo as a static site: the page, ONNX Runtime Web, a bundle and a catalog of packed codes.
+
+    .venv/bin/python web_demo/tools/make_catalog.py --bundle my-bundle --sentences catalog.txt [--out web_demo/site]
+    .venv/bin/python web_demo/tools/serve.py web_demo/site          # then open http://127.0.0.1:8000/
+
+Writes OUT/ (any static file server can serve it; nothing runs on the server):
+    index.html, app.js, ondevice.js, style.css      the page (copied from web_demo/)
+    vendor/onnxruntime-web/                          ort.wasm.bundle.min.mjs + ort-wasm-simd-threaded.wasm
+                                                     (from web_demo/node_modules: run `npm ci` in web_demo first)
+    assets/bundle/   manifest.json, encoder.onnx, tokenizer.json, vocab.txt (+ binarizer files, README.md)
+    assets/catalog/  sentences.jsonl, codes.npy, catalog.json (ondevice/catalog.py, shared with android_demo)
+
+The page verifies each bundle file it reads against manifest.json (size and SHA-256, Web Crypto) and the catalog
+files against catalog.json before using them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from ondevice.catalog import copy_bundle_files, read_sentences, write_catalog
+from ondevice.errors import OndeviceError
+
+WEB = Path(__file__).resolve().parents[1]
+PAGE_FILES = ("index.html", "app.js", "ondevice.js", "style.css")
+ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
+ORT_FILES = ("ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm")
+BUNDLE_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt")
+OPTIONAL = ("binarizer.json", "binarizer.safetensors", "README.md")
+DEFAULT_OUT = WEB / "site"
+
+__all__ = ["build", "copy_page", "main", "read_sentences"]
+
+
+def copy_page(out: Path) -> None:
+    """The page and the ONNX Runtime Web files it imports, into `out`."""
+    missing = [n for n in ORT_FILES if not (ORT_DIST / n).is_file()]
+    if missing:
+        raise OndeviceError(f"onnxruntime-web is not installed ({ORT_DIST / missing[0]} missing); "
+                            f"run `npm ci` in {WEB}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in PAGE_FILES:
+        shutil.copyfile(WEB / name, out / name)
+    vendor = out / "vendor" / "onnxruntime-web"
+    vendor.mkdir(parents=True, exist_ok=True)
+    for name in ORT_FILES:
+        shutil.copyfile(ORT_DIST / name, vendor / name)
+
+
+def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, precision: str | None = None) -> dict:
+    """Write the site to `out`; returns catalog.json's content."""
+    from ondevice.runtime import Bundle
+
+    bundle = Bundle.load(bundle_dir, precision=precision)  # verifies every checksum before anything is copied
+    if not sentences:
+        raise OndeviceError("no sentences: the catalog needs at least one")
+    out = Path(out)
+    copy_page(out)
+    copy_bundle_files(bundle, out / "assets" / "bundle", BUNDLE_FILES, OPTIONAL)
+    return write_catalog(bundle, sentences, out / "assets" / "catalog")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bundle", required=True, type=Path, help="folder written by `ondevice export`")
+    p.add_argument("--sentences", required=True, type=Path, help="catalog text: one sentence per line, or .jsonl")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="site folder to write")
+    p.add_argument("--precision", choices=("fp32", "int8"), default=None,
+                   help="which bundle of an `--precision both` export to use (default: int8)")
+    a = p.parse_args(argv)
+    try:
+        info = build(a.bundle, read_sentences(a.sentences), a.out, a.precision)
+    except OndeviceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {a.out} ({info['count']} sentences, {info['bits']}-bit {info['precision']} codes); "
+          f"serve it with: .venv/bin/python web_demo/tools/serve.py {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
