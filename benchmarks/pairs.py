@@ -150,7 +150,8 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
         out["dse"]["ratio_to_cross_encoder"] = round(out["dse"]["chosen"]["test"][head] / out["cross_encoder"][head], 4)
     out["dse"]["config"] = json.loads(((run / sel["chosen_dir"]) if sel else run).joinpath("dse_config.json").read_text())
     sra = Student.load(a.student)
-    out["sra_student_cosine"] = _cosine_metrics(spec, sra.encode, dev, test)
+    out["sra_student_cosine"] = ({"note": "not measured in this run (--skip-sra-cosine)"} if a.skip_sra_cosine
+                                 else _cosine_metrics(spec, sra.encode, dev, test))
     if a.skip_bi_encoder:
         out["bi_encoder_teacher_cosine"] = {"note": "not measured in this run (--skip-bi-encoder)"}
     else:
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--teacher", default=None, help="cross-encoder teacher dir (its row is skipped without one)")
     q.add_argument("--run", required=True)
     q.add_argument("--skip-bi-encoder", action="store_true", help="leave out the all-MiniLM-L6-v2 cosine row")
+    q.add_argument("--skip-sra-cosine", action="store_true", help="leave out the SRA student's cosine row")
     q.add_argument("--student", required=True, help="the SRA student the DSE run started from")
     q.add_argument("--corpus", default=None, help="sentences to fit the 256-bit random projection on (default: task train)")
     q.add_argument("--threads", type=int, default=0)
