@@ -31,7 +31,8 @@ from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import CHECKPOINT, DistillConfig, distill
 from ondevice.eval import glove_average_encoder, sts_spearman
 from ondevice.eval.data import read_snli_sentences, read_stsb
-from ondevice.eval.retrieval import recall_at_k, sample_queries, topk
+from ondevice.eval.metrics import recall_at_k
+from ondevice.eval.retrieval import sample_queries, topk
 from ondevice.io import cache_dir, write_json
 from ondevice.student import Student
 from ondevice.teacher import Teacher, cached_vectors

@@ -1,21 +1,26 @@
-"""Exact Hamming k-NN: ondevice kernels vs FAISS IndexBinaryFlat vs numpy, plus the machine's read bandwidth.
+"""Exact Hamming top-10 on device-sized catalogs: ondevice vs FAISS IndexBinaryFlat vs numpy, the whole grid.
 
-    .venv/bin/python benchmarks/hamming_knn.py                 # the full run recorded in BENCHMARKS.md
-    .venv/bin/python benchmarks/hamming_knn.py --n 100000      # a quick look
+    .venv/bin/python benchmarks/hamming_knn.py                              # every size x width x thread count
+    .venv/bin/python benchmarks/hamming_knn.py --bits 64 256 --sizes 1000 10000   # part of the grid
+    .venv/bin/python benchmarks/hamming_knn.py --report benchmarks/results/hamming_grid-*.json   # combine runs
 
-Every library runs in its own subprocess (Numba and FAISS each bring an OpenMP runtime, and fresh processes keep
-one library's caches and threads from disturbing another). Each timing is the median of --repeats runs after one
-warm-up run. Random codes, k=10. Read bandwidth is a multi-threaded Numba sum over a buffer larger than any cache,
-measured in the same run, so "% of bandwidth" compares like with like; the ondevice worker also runs that sum over
-the very codes buffer it searches ("% of buffer sum"), because where a fresh buffer's pages land moves its read
-speed by 10-20% against the probe's. Rates (codes/s, GB/s, G words/s) come from
-wall-clock time; "CPU ms" is the process CPU time per call summed over threads, which stays meaningful when other
-jobs share the machine (it includes OpenMP threads spinning while they wait for work).
+One query (k=10) over catalogs of --sizes codes at --bits widths, with 1 and 2 threads (FAISS through
+omp_set_num_threads; ondevice through `threads=`, which may use fewer where a thread's share would be too small,
+and also with its default, threads=None, chosen from the work size). Plus: a 100-query batch on 1M x 1024-bit codes
+(2 threads), the machine's read bandwidth (a Numba parallel sum over 512 MB, per thread count) and its popcount
+peak (XOR + popcount over an L1-resident buffer, per thread count).
+
+Each library runs in its own worker process per width (FAISS's OpenMP threads keep spinning after a call and
+would slow whatever ran next in the same process), on the same random codes (same seed), one after the other
+within a minute, so the ratios compare like with like as far as a shared machine allows. Each cell is the median of its repeats after one warm-up call; repeats adapt
+to the cell's time (--budget seconds per cell, at least 3). The run writes one results JSON (commit, command, CPU
+model, library versions, load averages) and, with --plot, a plot of time vs catalog size.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -23,34 +28,51 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+WIDTHS = [64, 256, 1024, 2048]
+THREADS = [1, 2]
 BANDWIDTH_BYTES = 512 << 20
+K = 10
 
 
-def _median_ms(fn, repeats: int) -> tuple[float, float]:
-    """Median wall-clock and median process CPU milliseconds (all threads) of `repeats` calls after a warm-up."""
-    fn()  # warm-up: JIT compilation, page faults, thread start
-    wall, cpu = [], []
-    for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def _codes(n: int, nbytes: int, seed: int):
-    import numpy as np
+def _meta(argv: list[str]) -> dict:
+    import faiss
+    import numba
+    import numpy
 
-    return np.random.default_rng(seed).integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=False).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True, check=False).stdout.strip())
+    return {"commit": commit + ("-dirty" if dirty else ""), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": _cpu_model(),
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
+            "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg()}
 
 
-# ------------------------------------------------------------------------------------------------ workers
+# ------------------------------------------------------------------------------------------------ probes
 
 
-def _sum_kernel():
+def _probes(threads: list[int], repeats: int) -> dict:
+    """Read bandwidth (parallel sum over 512 MB) and popcount peak (L1-resident XOR/popcount), per thread count."""
+    import numba
     import numpy as np
     from numba import njit, prange
+    from ondevice.kernels.intrinsics import row_distance
 
     @njit(parallel=True, cache=False)
     def total(a):
@@ -59,201 +81,298 @@ def _sum_kernel():
             s += a[i]
         return s
 
-    return total
+    @njit(parallel=True, cache=False)
+    def popcount_peak(buf, q, reps, nthreads):
+        # each thread XOR/popcounts its own 16 KB buffer (in L1) against a 64-byte query, reps times, 8 words at once
+        out = np.zeros(nthreads, np.int64)
+        for t in prange(nthreads):
+            acc = 0
+            for _ in range(reps):
+                for r in range(256):
+                    acc += row_distance(buf[t], r * 64, q, 0, 64, 0)
+            out[t] = acc
+        return out
+
+    buf = np.ones(BANDWIDTH_BYTES // 8, np.uint64)
+    rng = np.random.default_rng(0)
+    pbuf = rng.integers(0, 256, (max(threads), 16384), dtype=np.uint8)
+    q = rng.integers(0, 256, 64, dtype=np.uint8)
+    out = {"read_gbps": {}, "popcount_gwords": {}}
+    for t in threads:
+        numba.set_num_threads(t)
+        wall = _median(lambda: total(buf), repeats)
+        out["read_gbps"][t] = buf.nbytes / wall / 1e9
+        reps = 2000
+        wall = _median(lambda t=t, reps=reps: popcount_peak(pbuf, q, reps, t), repeats)
+        out["popcount_gwords"][t] = t * reps * 16384 / 8 / wall / 1e9
+    return out
 
 
-def worker_bandwidth(cfg: dict) -> list[dict]:
+def _median(fn, repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+
+def worker(cfg: dict) -> dict:
+    """One width: every size, thread count and library, interleaved; returns {"cells": [...], ...}."""
+    import faiss
     import numba
     import numpy as np
+    from ondevice.kernels import hamming
 
-    total = _sum_kernel()
-    buf = np.ones(BANDWIDTH_BYTES // 8, np.uint64)
-    out = []
-    for threads in cfg["threads"]:
-        numba.set_num_threads(threads)
-        ms, cpu = _median_ms(lambda: total(buf), cfg["repeats"])
-        out.append({"threads": threads, "ms": ms, "cpu_ms": cpu, "gbps": buf.nbytes / ms / 1e6,
-                    "gbps_per_cpu": buf.nbytes / cpu / 1e6})
-    return out
+    bits, sizes, budget, libs = cfg["bits"], sorted(cfg["sizes"]), cfg["budget"], cfg["libs"]
+    nbytes = bits // 8
+    rng = np.random.default_rng(bits)
+    # uint64 draws are several times faster than uint8 ones; a prefix of random codes is a random catalog.
+    codes = rng.integers(0, 2**63, (sizes[-1] * nbytes + 7) // 8, dtype=np.int64).view(np.uint8)[: sizes[-1] * nbytes]
+    codes = codes.reshape(sizes[-1], nbytes)
+    queries = rng.integers(0, 256, (cfg["batch"], nbytes), dtype=np.uint8)
+    q1 = queries[:1]
+    index = faiss.IndexBinaryFlat(bits) if "faiss" in libs else None
+    cells = []
 
-
-def worker_knn(cfg: dict) -> list[dict]:
-    import numpy as np
-
-    lib, n, nbytes, k = cfg["lib"], cfg["n"], cfg["bits"] // 8, cfg["k"]
-    codes = _codes(n, nbytes, 0)
-    queries_all = _codes(max(nq for nq, _ in cfg["runs"]), nbytes, 1)
-    out = []
-    if lib == "ondevice":
-        import numba
-        from ondevice.kernels.hamming import knn, resolve_path
-
-        path = resolve_path()
-        total = _sum_kernel()
-        words = codes.reshape(-1).view(np.uint64) if codes.nbytes % 8 == 0 else None
-        for nq, threads in cfg["runs"]:
-            q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda q=q, t=threads: knn(codes, q, k, threads=t), cfg["repeats"])
-            row = {"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu, "path": path}
-            if nq == 1 and words is not None:
-                # The same sum as the bandwidth probe, over the very buffer the scan reads: the speed of light for
-                # this scan. Page placement makes a fresh 128 MB buffer read 10-20% slower or faster than the probe's.
-                numba.set_num_threads(threads)
-                sum_ms, _ = _median_ms(lambda: total(words), cfg["repeats"])
-                row["buffer_gbps"] = codes.nbytes / sum_ms / 1e6
-            out.append(row)
-    elif lib == "faiss":
-        import faiss
-
-        index = faiss.IndexBinaryFlat(cfg["bits"])
-        index.add(codes)
-        for nq, threads in cfg["runs"]:
+    # Process warm-up before the first timed cell: the first few hundred calls of a fresh process run slower
+    # (measured: the first cell of every worker up to 2x), which would bias whichever cell comes first.
+    warm_db = codes[: sizes[0]]
+    warm = {"ondevice": lambda: hamming.knn(warm_db, q1, K, threads=1),
+            "numpy": lambda: hamming.knn(warm_db, q1, K, path="numpy")}
+    if "faiss" in libs:
+        index.add(warm_db)
+        warm["faiss"] = lambda: index.search(q1, K)
+    until = time.perf_counter() + 0.5
+    while time.perf_counter() < until:
+        for lib in libs:
+            warm[lib]()
+    if index is not None:
+        index.reset()
+    added = 0
+    for n in sizes:
+        db = codes[:n]
+        if index is not None:
+            index.add(codes[added:n])  # the FAISS index holds exactly the first n codes
+        added = n
+        for threads in cfg["threads"]:
+            calls = {}
+            if "ondevice" in libs:
+                calls["ondevice"] = lambda db=db, t=threads: hamming.knn(db, q1, K, threads=t)
+                if threads == max(cfg["threads"]):
+                    calls["ondevice-auto"] = lambda db=db: hamming.knn(db, q1, K)
+            if "faiss" in libs:
+                calls["faiss"] = lambda: index.search(q1, K)
+            if "numpy" in libs and threads == 1 and bits % 64 == 0:
+                # numpy's fastest exact route: bitwise_count over the XOR (8 MB steps), partition, lexsort
+                calls["numpy"] = lambda db=db: hamming.knn(db, q1, K, path="numpy")
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
             faiss.omp_set_num_threads(threads)
-            q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda q=q: index.search(q, k), cfg["repeats"])
-            out.append({"nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu})
-    elif lib == "numpy":
-        def search(q):  # numpy's fastest exact route: bitwise_count over the XOR, then argpartition
-            dist = np.bitwise_count(codes ^ q).sum(axis=1, dtype=np.int32)
-            top = np.argpartition(dist, k)[:k]
-            return top[np.lexsort((top, dist[top]))]
+            cells += _interleaved(calls, budget, {"n": n, "bits": bits, "threads": threads, "nq": 1},
+                                  plan=hamming.plan_threads(n, nbytes, 1, threads))
+        if n == cfg.get("batch_n") and libs != ["numpy"]:
+            t = max(cfg["threads"])
+            numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
+            faiss.omp_set_num_threads(t)
+            calls = {"ondevice": lambda db=db, t=t: hamming.knn(db, queries, K, threads=t)} if "ondevice" in libs else \
+                {"faiss": lambda: index.search(queries, K)}
+            cells += _interleaved(calls, budget, {"n": n, "bits": bits, "threads": t, "nq": len(queries)})
+        print(f"  {bits} bits: {n:,} codes done", file=sys.stderr, flush=True)
+    return {"cells": cells, "path": hamming.resolve_path(), "parallel_min_bytes": hamming.parallel_min_bytes()}
 
-        for nq, threads in cfg["runs"]:
-            q = queries_all[:nq]
-            ms, cpu = _median_ms(lambda q=q: [search(row) for row in q], cfg["repeats"])
-            out.append({"nq": nq, "threads": 1, "ms": ms, "cpu_ms": cpu})
+
+def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None) -> list[dict]:
+    """Median wall and CPU time per call of each library: blocks of calls, libraries taking turns (A B C A B C).
+
+    Blocks rather than single calls: FAISS's OpenMP threads spin for a while after each call, which would slow a
+    call of another library made right after it; within a block only its first call can see that.
+    """
+    first = {}
+    for name, fn in calls.items():
+        t0 = time.perf_counter()
+        fn()  # warm-up: compilation, page faults, thread start
+        first[name] = time.perf_counter() - t0
+    per_round = sum(first.values())
+    rounds = int(max(3, min(300, budget / max(per_round, 1e-6))))
+    blocks = min(3, rounds)
+    wall = {name: [] for name in calls}
+    cpu = {name: [] for name in calls}
+    for b in range(blocks):
+        for name, fn in calls.items():
+            for _ in range(rounds // blocks + (b < rounds % blocks)):
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn()
+                wall[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
+    out = []
+    for name in calls:
+        row = {**key, "lib": name, "ms": statistics.median(wall[name]) * 1e3, "cpu_ms": statistics.median(cpu[name]) * 1e3,
+               "repeats": rounds, "p25_ms": statistics.quantiles(wall[name], n=4)[0] * 1e3}
+        if name == "ondevice" and plan is not None:
+            row["ondevice_threads_used"] = plan
+        out.append(row)
     return out
 
 
-# ------------------------------------------------------------------------------------------------ driver
-
-
-def run_worker(cfg: dict) -> list[dict]:
-    """Run one worker in a fresh Python process and return its results."""
+def run_worker(cfg: dict) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], capture_output=True, text=True,
                           check=False)
+    sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"worker {cfg} failed:\n{proc.stderr}")
+        raise SystemExit(f"worker {cfg} failed (exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _row(lib: str, n: int, bits: int, nq: int, threads: int, ms: float, cpu_ms: float,
-         buffer_gbps: float | None = None) -> dict:
-    nbytes = bits // 8
-    sec = ms / 1e3
-    return {"lib": lib, "n": n, "bits": bits, "nq": nq, "threads": threads, "ms": ms, "cpu_ms": cpu_ms,
-            "buffer_gbps": buffer_gbps,
-            "gwords_per_cpu": n * nq * nbytes / 8 / (cpu_ms / 1e3) / 1e9,
-            "codes_per_s": n * nq / sec, "gbps": n * nbytes / sec / 1e9, "gwords": n * nq * nbytes / 8 / sec / 1e9}
+# ------------------------------------------------------------------------------------------------ report
 
 
-def _fmt_rate(x: float) -> str:
-    return f"{x / 1e9:.2f} G" if x >= 1e9 else f"{x / 1e6:.0f} M"
+def report(results: list[dict]) -> str:
+    """The grid as markdown tables, from one or more results files."""
+    cells = [c for r in results for c in r["cells"]]
+    probes = results[0]["probes"]
+    bw = {int(k): v for k, v in probes["read_gbps"].items()}
+    lines = ["Read bandwidth: " + ", ".join(f"{t} thread(s) {g:.1f} GB/s" for t, g in sorted(bw.items()))
+             + "; popcount peak: " + ", ".join(f"{t} thread(s) {g:.1f} G words/s"
+                                               for t, g in sorted(probes["popcount_gwords"].items())), ""]
+
+    def get(lib, n, bits, t, nq=1):
+        return next((c for c in cells if (c["lib"], c["n"], c["bits"], c["threads"], c["nq"]) == (lib, n, bits, t, nq)),
+                    None)
+
+    widths = sorted({c["bits"] for c in cells})
+    sizes = sorted({c["n"] for c in cells})
+    threads = sorted({c["threads"] for c in cells})
+    lines += [("One query, k=10: milliseconds (ondevice / FAISS IndexBinaryFlat ratio = FAISS ms / ondevice ms; "
+               "% = ondevice read speed as a share of the read-bandwidth probe at the same thread count)"), "",
+              ("| codes | bits | threads | ondevice ms | FAISS ms | numpy ms | FAISS / ondevice | ondevice default "
+               "threads ms | % of read BW |"), "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    worst = None
+    for bits in widths:
+        for n in sizes:
+            for t in threads:
+                o, f = get("ondevice", n, bits, t), get("faiss", n, bits, t)
+                if o is None:
+                    continue
+                npy, auto = get("numpy", n, bits, 1), get("ondevice-auto", n, bits, t)
+                ratio = f["ms"] / o["ms"] if f else None
+                if ratio is not None and (worst is None or ratio < worst[0]):
+                    worst = (ratio, n, bits, t)
+                pct = 100 * n * bits / 8 / (o["ms"] / 1e3) / 1e9 / bw[t] if n >= 1_000_000 else None
+                row = [f"{n:,}", str(bits), str(t), f"{o['ms']:.4f}", f"{f['ms']:.4f}" if f else "",
+                       f"{npy['ms']:.3f}" if npy and t == 1 else "", f"{ratio:.2f}x" if ratio else "",
+                       f"{auto['ms']:.4f}" if auto else "", f"{pct:.0f}%" if pct else ""]
+                lines.append("| " + " | ".join(row) + " |")
+    if worst:
+        lines += ["", (f"Smallest FAISS / ondevice ratio in the grid: {worst[0]:.2f}x ({worst[1]:,} codes, "
+                       f"{worst[2]} bits, {worst[3]} thread(s))")]
+    for c in cells:
+        if c["nq"] > 1 and c["lib"] == "ondevice":
+            f = get("faiss", c["n"], c["bits"], c["threads"], c["nq"])
+            gw = c["n"] * c["nq"] * c["bits"] / 64 / (c["ms"] / 1e3) / 1e9
+            peak = probes["popcount_gwords"].get(str(c["threads"]), probes["popcount_gwords"].get(c["threads"]))
+            lines += ["", (f"{c['nq']}-query batch, {c['n']:,} x {c['bits']} bits, {c['threads']} threads: ondevice "
+                           f"{c['ms']:.1f} ms = {gw:.1f} G 64-bit words compared/s (popcount peak {peak:.1f}); FAISS "
+                           f"{f['ms']:.1f} ms ({f['ms'] / c['ms']:.2f}x)")]
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [c for r in results for c in r["cells"] if c["nq"] == 1]
+    widths = sorted({c["bits"] for c in cells})
+    fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 4), sharey=True, squeeze=False)
+    styles = {"ondevice": "C0", "faiss": "C1", "numpy": "C2"}
+    for ax, bits in zip(axes[0], widths):
+        for lib, color in styles.items():
+            for t, dash in ((1, "-"), (2, "--")):
+                pts = sorted((c["n"], c["ms"]) for c in cells if c["lib"] == lib and c["bits"] == bits and c["threads"] == t)
+                if pts:
+                    ax.plot(*zip(*pts), dash, color=color, marker="o", ms=3, label=f"{lib}, {t} thread{'s' * (t > 1)}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{bits}-bit codes, one query, k=10")
+        ax.set_xlabel("catalog size (codes)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("ms per query (median)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ------------------------------------------------------------------------------------------------ main
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--n", type=int, default=1_000_000, help="database codes for the main table")
-    p.add_argument("--bits", type=int, nargs="+", default=[256, 1024, 2048])
-    p.add_argument("--batch", type=int, default=100, help="queries in the batch rows")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=7, help="timed runs per cell (median), after one warm-up")
-    p.add_argument("--scaling", type=int, nargs="*", default=[10_000, 100_000, 1_000_000, 10_000_000],
-                   help="database sizes of the scaling table (256 bits, 2 threads); empty to skip")
-    p.add_argument("--no-numpy", action="store_true", help="skip the (slow) numpy baseline")
-    p.add_argument("--json", help="also write all rows to this JSON file")
+    p.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    p.add_argument("--bits", type=int, nargs="+", default=WIDTHS)
+    p.add_argument("--threads", type=int, nargs="+", default=THREADS)
+    p.add_argument("--libs", nargs="+", default=["ondevice", "faiss", "numpy"])
+    p.add_argument("--batch", type=int, default=100, help="queries in the batch measurement")
+    p.add_argument("--batch-n", type=int, default=1_000_000, help="catalog size of the batch measurement (at 1024 bits)")
+    p.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell (repeats adapt, >= 3)")
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--plot", action="store_true", help="also plot time vs catalog size (PNG beside the JSON)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="first measure this machine's thread crossover (kernels.hamming.calibrate) and store it")
+    p.add_argument("--report", nargs="+", help="print the grid of these results files (and --plot it) instead")
     a = p.parse_args(argv)
     if a.worker:
         cfg = json.loads(a.worker)
-        result = worker_bandwidth(cfg) if cfg["lib"] == "bandwidth" else worker_knn(cfg)
-        print(json.dumps(result))
+        if cfg.get("calibrate"):
+            from ondevice.kernels import hamming
+
+            print(json.dumps(hamming.calibrate()))
+            return 0
+        print(json.dumps(_probes(cfg["threads"], 7) if cfg.get("probes") else worker(cfg)))
+        return 0
+    if a.report:
+        results = [json.loads(Path(f).read_text()) for f in a.report]
+        print(report(results))
+        if a.plot:
+            out = Path(a.report[-1]).with_suffix(".png")
+            plot(results, out)
+            print(f"\nplot: {out}")
         return 0
 
+    meta = _meta(argv)
     started = time.time()
-    print(f"# Hamming k-NN benchmark: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, k={a.k}, median of {a.repeats} after warm-up", flush=True)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# load average at start: {load:.2f}", flush=True)
-    bw_rows = run_worker({"lib": "bandwidth", "threads": a.threads, "repeats": a.repeats})
-    bw = {r["threads"]: r["gbps"] for r in bw_rows}
-    print("\nRead bandwidth (Numba parallel sum over 512 MB): "
-          + ", ".join(f"{r['threads']} thread{'s' * (r['threads'] > 1)}: {r['gbps']:.1f} GB/s "
-                      f"({r['gbps_per_cpu']:.1f} GB per CPU-second)" for r in bw_rows), flush=True)
-
-    rows: list[dict] = []
-    runs = [[nq, t] for nq in (1, a.batch) for t in a.threads]
-    path = None
+    print(f"# {meta['cpu_model']}, {meta['cpus']} CPUs, load {meta['load_average_start'][0]:.2f}", flush=True)
+    calibration = run_worker({"calibrate": True}) if a.calibrate else None
+    if calibration:
+        print(f"# calibrated: a thread pays from {calibration['crossover_bytes']} bytes of work; "
+              f"parallel_min_bytes = {calibration['parallel_min_bytes']}", flush=True)
+    probes = run_worker({"probes": True, "threads": a.threads})
+    cells, extra = [], {}
     for bits in a.bits:
-        for lib in ("ondevice", "faiss") + (() if a.no_numpy else ("numpy",)):
-            lib_runs = [[1, 1]] if lib == "numpy" else runs  # numpy is single-threaded and far too slow for batches
-            res = run_worker({"lib": lib, "n": a.n, "bits": bits, "k": a.k, "runs": lib_runs, "repeats": a.repeats})
-            for r in res:
-                rows.append(_row(lib, a.n, bits, r["nq"], r["threads"], r["ms"], r["cpu_ms"], r.get("buffer_gbps")))
-                path = r.get("path", path)
-            print(f"  measured {lib} at {bits} bits", file=sys.stderr, flush=True)
-
-    def find(lib, bits, nq, t, n=a.n):
-        return next((r for r in rows if (r["lib"], r["bits"], r["nq"], r["threads"], r["n"]) == (lib, bits, nq, t, n)), None)
-
-    print(f"\n{a.n:,} codes, ondevice popcount path: {path}\n")
-    print("| bits | queries | threads | library | ms | CPU ms | codes/s | GB/s | G words/s | % of read BW "
-          "| % of buffer sum | vs FAISS |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for bits in a.bits:
-        for nq in (1, a.batch):
-            for t in a.threads:
-                for lib in ("ondevice", "faiss", "numpy"):
-                    r = find(lib, bits, nq, t)
-                    if r is None:
-                        continue
-                    f = find("faiss", bits, nq, t)
-                    pct = f"{100 * r['gbps'] / bw[r['threads']]:.0f}%" if nq == 1 else ""
-                    buf_pct = f"{100 * r['gbps'] / r['buffer_gbps']:.0f}%" if r["buffer_gbps"] else ""
-                    ratio = f"{f['ms'] / r['ms']:.2f}x" if f else ""
-                    print(f"| {bits} | {nq} | {r['threads']} | {lib} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
-                          f"{_fmt_rate(r['codes_per_s'])} | "
-                          f"{r['gbps']:.2f} | {r['gwords']:.2f} | {pct} | {buf_pct} | {ratio} |")
-
-    if a.scaling:
-        t = max(a.threads)
-        print(f"\nScaling at 256 bits, {t} threads (ms; G words/s in brackets)\n")
-        print(f"| codes | ondevice 1 query | FAISS 1 query | ratio | ondevice {a.batch} queries | "
-              f"FAISS {a.batch} queries | ratio |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for n in a.scaling:
-            for lib in ("ondevice", "faiss"):
-                if find(lib, 256, 1, t, n) and find(lib, 256, a.batch, t, n):
-                    continue  # already measured for the main table
-                res = run_worker({"lib": lib, "n": n, "bits": 256, "k": a.k, "runs": [[1, t], [a.batch, t]],
-                                  "repeats": a.repeats})
-                rows.extend(_row(lib, n, 256, r["nq"], r["threads"], r["ms"], r["cpu_ms"]) for r in res)
-            cells = []
-            for nq in (1, a.batch):
-                o, f = find("ondevice", 256, nq, t, n), find("faiss", 256, nq, t, n)
-                cells += [f"{o['ms']:.2f} ({o['gwords']:.1f})", f"{f['ms']:.2f} ({f['gwords']:.1f})",
-                          f"{f['ms'] / o['ms']:.2f}x"]
-            print(f"| {n:,} | " + " | ".join(cells) + " |", flush=True)
-
-    if 1024 in a.bits and 2 in a.threads:
-        print("\nTargets (1024 bits, 2 threads):")
-        o1, f1 = find("ondevice", 1024, 1, 2), find("faiss", 1024, 1, 2)
-        ob, fb = find("ondevice", 1024, a.batch, 2), find("faiss", 1024, a.batch, 2)
-        checks = [
-            ("single query >= 90% of read bandwidth (512 MB probe)", 100 * o1["gbps"] / bw[2], 90, "%"),
-            ("single query >= 90% of a sum over the same codes buffer", 100 * o1["gbps"] / o1["buffer_gbps"], 90, "%"),
-            ("single query >= 2x FAISS", f1["ms"] / o1["ms"], 2, "x"),
-            (f"{a.batch}-query batch >= 4x FAISS", fb["ms"] / ob["ms"], 4, "x"),
-            (f"{a.batch}-query batch >= 15 G words/s", ob["gwords"], 15, " G words/s"),
-        ]
-        for name, value, target, unit in checks:
-            print(f"  {'MET ' if value >= target else 'MISS'} {name}: {value:.2f}{unit}")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\n# finished in {time.time() - started:.0f} s; load average at end: {load:.2f}")
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"bandwidth_gbps": bw, "rows": rows}, fh, indent=1)
+        for lib in a.libs:  # one process per library: FAISS's OpenMP threads spin after each call and would slow
+            # whatever runs next in the same process, and each library gets the machine alone while it is timed
+            res = run_worker({"bits": bits, "sizes": a.sizes, "threads": a.threads, "budget": a.budget, "libs": [lib],
+                              "batch": a.batch, "batch_n": a.batch_n if bits == 1024 else None})
+            cells += res["cells"]
+            if lib == "ondevice":
+                extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
+    result = {**meta, **extra, "load_average_end": os.getloadavg(), "seconds": round(time.time() - started, 1),
+              "k": K, "probes": probes, "calibration": calibration, "cells": cells}
+    out_dir = Path(a.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = out_dir / f"hamming_grid-{stamp}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(report([result]))
+    if a.plot:
+        plot([result], out.with_suffix(".png"))
+    print(f"\n# {result['seconds']:.0f} s; results: {out}")
     return 0
 
 

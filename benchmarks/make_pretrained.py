@@ -50,11 +50,12 @@ def main(argv=None) -> int:
     p.add_argument("--quality", type=Path, default=None, help="step 2: distill_quality results JSON of the bundle (model card)")
     p.add_argument("--name", default="default")
     p.add_argument("--bits", type=int, default=2048)
-    p.add_argument("--methods", nargs="+", default=["random", "pca", "threshold"])
+    p.add_argument("--methods", nargs="+", default=["random", "ae-sp", "threshold"])
     p.add_argument("--fit-sentences", type=int, default=50000)
     p.add_argument("--fit-offset", type=int, default=1_100_000, help="skip this many wiki lines (the training prefix)")
     p.add_argument("--data", type=Path, default=default_data_dir())
     p.add_argument("--torchscript", action="store_true", help="ship encoder.pt too (larger)")
+    p.add_argument("--golden-count", type=int, default=64, help="golden sentences shipped (they cost ~2.3 KB each)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
 
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
         evaluation["measured"] = {"results_file": a.quality.name, "commit": q.get("commit"),
                                   "scores_x100": q["scores_x100"], "sentences_per_second": q["sentences_per_second"]}
     staging = a.student.parent / f"{a.student.name}-bundle"
-    export(student, binarizer, staging, ExportConfig(precision="int8", golden=True, torchscript=a.torchscript, seed=a.seed),
+    export(student, binarizer, staging, ExportConfig(precision="int8", golden=True, golden_count=a.golden_count,
+                                                 torchscript=a.torchscript, seed=a.seed),
            student_dir=a.student, evaluation=evaluation)
     Bundle.load(staging)  # checksums and a full load before anything is copied into the package
     size = sum(f.stat().st_size for f in staging.rglob("*") if f.is_file())

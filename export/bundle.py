@@ -55,6 +55,7 @@ class ExportConfig:
     golden_extra: tuple[str, ...] = ()
     with_weights: bool = False
     torchscript: bool = True  # encoder.pt beside encoder.onnx; off for a bundle that must stay small
+    golden_count: int = 1000  # generated golden sentences (the hard cases and --golden-sentences come on top)
     seed: int = 0
 
     def validate(self) -> None:
@@ -202,7 +203,9 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
         save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
     student.tokenizer.save(directory)
     binarizer_cfg = _write_binarizer(directory, binarizer)
-    if config.with_weights:
+    # Weights ship once: with --precision both only the fp32 folder gets them (the Java forward pass is fp32 anyway).
+    weights_here = config.with_weights and not (config.precision == "both" and precision == "int8")
+    if weights_here:
         from safetensors.numpy import save_file
 
         with atomic_path(directory / "student.safetensors") as tmp:
@@ -217,13 +220,19 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     checks = _checks(student, binarizer, bundle, sentences)
     golden = None
     if config.golden:
-        texts = golden_mod.golden_sentences(student.tokenizer, seed=config.seed, extra=config.golden_extra)
+        texts = golden_mod.golden_sentences(student.tokenizer, n=config.golden_count, seed=config.seed,
+                                                extra=config.golden_extra)
         # golden values are the fp32 model's, so fp32 runtimes (ONNX, TorchScript, a Java forward pass on
         # student.safetensors) check tightly against any bundle; int8 runtimes within the tolerances in `checks`
         run_ids = bundle.run_ids if precision == "fp32" else _reference_runner(reference)
         golden = golden_mod.write_golden(directory, texts, student.tokenizer, run_ids, seed=config.seed)
 
     manifest = _manifest(student, binarizer_cfg, precision, training, evaluation, checks, golden)
+    if config.with_weights:
+        manifest["weights"] = ("student.safetensors: fp32 student weights for runtimes with their own forward pass"
+                               if weights_here else "not in this folder: the fp32 weights are in ../fp32/student.safetensors")
+    if precision == "int8":
+        manifest["int8_rows_per_run"] = 1  # the int8 LSTM quantizes activations per run: run one sentence at a time
     manifest["files"] = _file_table(directory)
     write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
     manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),

@@ -35,6 +35,10 @@ def model_card(manifest: dict) -> str:
          "`encoder.pt` where present (TorchScript, `forward(ids, lengths) -> (embedding, code)`). Test against `golden/` if "
          "present: its values are the fp32 model's; an int8 graph matches them within the export checks below."),
         "",
+        *([("int8: run `encoder.onnx` on **one sentence per call**; its int8 LSTM quantizes activations over a "
+            "whole call, so a batched sentence's code would depend on the other sentences of the batch."), ""]
+          if manifest.get("int8_rows_per_run") == 1 else []),
+        *([f"Weights: {manifest['weights']}.", ""] if manifest.get("weights") else []),
         "## Inputs and outputs", "",
         "| name | type |", "|---|---|",
         *[f"| {k} (input) | {v} |" for k, v in manifest["inputs"].items()],

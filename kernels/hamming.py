@@ -1,48 +1,48 @@
-"""Exact Hamming k-NN and range search over packed binary codes, multi-threaded with Numba.
+"""Exact Hamming k-NN and range search over packed binary codes: Numba kernels, serial or multi-threaded.
 
 Codes are uint8 rows in ondevice's bit order (see ondevice.bits); any whole number of bytes per code works and
 nothing is copied or padded up front: kernels read rows in place with unaligned loads (memmaps included).
 
 How the scan is organised (the reasons are in BENCHMARKS.md):
-- The database is cut into one contiguous chunk per thread; each chunk keeps its own top-k heap per query and the
-  heaps are merged at the end, so threads never share state.
+- Small searches run on the calling thread with no thread pool (serial kernels): below a few megabytes of work,
+  starting a parallel region costs more than it saves. `plan_threads` picks the thread count from the work size;
+  the crossover is measured per machine by `calibrate()` (a default is used until then).
+- Larger databases are cut into one contiguous chunk per thread; each chunk keeps its own top-k heap per query and
+  the heaps are merged at the end, so threads never share state.
 - A chunk is scanned in L1-sized tiles and every query of the batch runs over a tile before the next tile is read,
   so a batch reads the database from memory once.
-- Few queries ("rows" kernel): each row's distance is one fully unrolled XOR/popcount/reduce, bound by memory.
+- Few queries ("rows"/"rows8" kernels): each row's distance is one fully unrolled XOR/popcount/reduce (8 rows at a
+  time for 64/128/256-bit and multiple-of-512-bit codes), bound by memory.
 - Many queries ("blocks" kernel): each tile is first interleaved 8 rows at a time, word by word, into a small
   per-thread buffer; a query then compares 8 rows per vector instruction with no horizontal sums.
-- Each distance is compared with the heap's current k-th best (a vector compare in the blocks kernel), so heap
-  bookkeeping runs only for real candidates. Ties are broken by the smaller id.
+- Each distance is compared with the heap's current k-th best, so heap bookkeeping runs only for real candidates.
+  Ties are broken by the smaller id.
+- Kernels are compiled with Numba's on-disk cache (`cache=True`): a new process loads them instead of compiling.
+  Loading Numba itself still costs about half a second, so `oneshot_path` lets a one-shot command (the CLI) search
+  small databases with plain numpy instead (the "numpy" path: same results, no Numba import).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import sys
+import threading
 from collections.abc import Iterator
 
 import numpy as np
-from numba import njit, prange
-from ondevice.kernels.intrinsics import (
-    LANES,
-    block_distances,
-    load_word,
-    prefetch,
-    row_distance,
-    rows8_distances,
-    rows8_query_words,
-    rows8_supports,
-)
 
-PATHS = ("native", "portable")
+PATHS = ("native", "portable", "numpy")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
-TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
+LANES = 8  # rows per block in the kernels; chunk edges fall on multiples of it
 BLOCKS_MIN_QUERIES = 4  # below this the interleaving pass costs more than it saves
-PREFETCH_BYTES = 2048  # single-query scans ask for the rows 2 KB ahead: ~10% faster than the hardware prefetcher alone
-MIN_CHUNK_BYTES = 256 << 10  # a thread's share below this costs more to hand out than to scan (~30 us)
+DEFAULT_PARALLEL_MIN_BYTES = 2 << 20  # work (code bytes x queries) per thread below which fewer threads are faster
 QUERY_SLICE_HEAP_BYTES = 64 << 20  # top-k heap memory per kernel call; larger batches are cut into slices
-_FAR = 1 << 62  # admission threshold of a heap that is not full yet
+SCRATCH_KEEP_WORDS = 1 << 18  # kernel scratch up to this size (2 MB) is kept per thread and reused across calls
+ONESHOT_NUMPY_BYTES = 256 << 20  # oneshot_path: work below this is cheaper in numpy than loading Numba (~0.7 s)
+CALIBRATION_NAME = "hamming_threads.json"
 
 
 def _host_features() -> tuple[str, str]:
@@ -64,9 +64,23 @@ def host_path() -> str:
     return "portable"
 
 
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEY = os.environ.encodekey(PATH_ENV) if isinstance(_ENV_DATA, dict) else None
+
+
+def _env_path() -> str | None:
+    if _ENV_KEY is not None:  # os.environ.get costs ~1 us (key encoding, a KeyError), a fifth of a small search
+        raw = _ENV_DATA.get(_ENV_KEY)
+        return None if raw is None else os.environ.decodevalue(raw)
+    return os.environ.get(PATH_ENV)
+
+
 def resolve_path(path: str | None = None) -> str:
-    """'native' or 'portable' from the argument, else $ONDEVICE_HAMMING_PATH, else `auto` (see host_path)."""
-    choice = (path or os.environ.get(PATH_ENV) or "auto").lower()
+    """'native', 'portable' or 'numpy' from the argument, else $ONDEVICE_HAMMING_PATH, else `auto` (see host_path)."""
+    choice = path or _env_path()
+    if not choice:  # the common case, kept cheap: it runs on every search
+        return host_path()
+    choice = choice.lower()
     if choice == "auto":
         return host_path()
     if choice not in PATHS:
@@ -74,249 +88,87 @@ def resolve_path(path: str | None = None) -> str:
     return choice
 
 
-# ---------------------------------------------------------------------------------------------- top-k heaps
-# One max-heap of (distance, id) per (chunk, query) "slot", stored flat: slot s owns [s*k, s*k + k).
-# The root is the worst kept pair, so a candidate only needs comparing with the root.
+def kernels_loaded() -> bool:
+    """Whether this process has already loaded the Numba kernels (then they are the fastest path for any size)."""
+    return "ondevice.kernels._scan" in sys.modules
 
 
-@njit(cache=True)
-def _better(d1, i1, d2, i2):
-    return d1 < d2 or (d1 == d2 and i1 < i2)
+def oneshot_path(n: int, nbytes: int, nq: int) -> str | None:
+    """Path for a search that runs once in a fresh process: 'numpy' when that beats loading Numba, else None (auto)."""
+    if os.environ.get(PATH_ENV) or kernels_loaded() or n * nbytes * max(1, nq) > ONESHOT_NUMPY_BYTES:
+        return None
+    return "numpy"
 
 
-@njit(cache=True)
-def _sift_down(hd, hi, base, size, d, i):
-    """Put (d, i) at the root of the heap hd/hi[base : base+size] and restore the heap order."""
-    pos = 0
-    while True:
-        c = 2 * pos + 1
-        if c >= size:
-            break
-        if c + 1 < size and _better(hd[base + c], hi[base + c], hd[base + c + 1], hi[base + c + 1]):
-            c += 1  # the worse child moves up
-        if not _better(d, i, hd[base + c], hi[base + c]):
-            break
-        hd[base + pos] = hd[base + c]
-        hi[base + pos] = hi[base + c]
-        pos = c
-    hd[base + pos] = d
-    hi[base + pos] = i
+# ---------------------------------------------------------------------------------------------- threads
 
 
-@njit(cache=True)
-def _offer(hd, hi, hn, slot, k, d, i):
-    """Keep (d, i) in slot's top-k heap if it is among the k best seen so far."""
-    base = slot * k
-    n = hn[slot]
-    if n < k:
-        pos = n
-        while pos > 0:
-            parent = (pos - 1) // 2
-            if not _better(hd[base + parent], hi[base + parent], d, i):
-                break
-            hd[base + pos] = hd[base + parent]
-            hi[base + pos] = hi[base + parent]
-            pos = parent
-        hd[base + pos] = d
-        hi[base + pos] = i
-        hn[slot] = n + 1
-    elif _better(d, i, hd[base], hi[base]):
-        _sift_down(hd, hi, base, k, d, i)
+_SCAN: list = []  # the ondevice.kernels._scan module once imported (importing it loads Numba)
 
 
-@njit(cache=True)
-def _threshold(hd, hn, slot, k, strict):
-    """Largest distance that can still enter the slot's heap; `strict` when later rows have larger ids."""
-    if hn[slot] < k:
-        return _FAR
-    return hd[slot * k] - strict
+def _scan():
+    if not _SCAN:
+        from ondevice.kernels import _scan as scan
+
+        _SCAN.append(scan)
+    return _SCAN[0]
 
 
-@njit(parallel=True, cache=True)
-def _merge(hd, hi, hn, nchunks, k, out_d, out_i):
-    """Merge each query's per-chunk heaps (size k) into sorted (distance, id) rows of out_*, -1 padded."""
-    nq = out_d.shape[0]
-    for q in prange(nq):
-        md = np.empty(k, np.int64)
-        mi = np.empty(k, np.int64)
-        mn = np.zeros(1, np.int64)
-        for c in range(nchunks):
-            slot = c * nq + q
-            for j in range(hn[slot]):
-                _offer(md, mi, mn, 0, k, hd[slot * k + j], hi[slot * k + j])
-        n = mn[0]
-        for end in range(n - 1, 0, -1):  # heapsort: move the worst to the end, shrink, repeat
-            d = md[end]
-            i = mi[end]
-            md[end] = md[0]
-            mi[end] = mi[0]
-            _sift_down(md, mi, 0, end, d, i)
-        for j in range(n):
-            out_d[q, j] = md[j]
-            out_i[q, j] = mi[j]
-        for j in range(n, out_d.shape[1]):
-            out_d[q, j] = -1
-            out_i[q, j] = -1
+_KERNELS: dict = {}
 
 
-# ---------------------------------------------------------------------------------------------- scan kernels
+def _kernels(nbytes: int, path: str):
+    """The compiled kernels for one width and Numba path (imports Numba on first use)."""
+    found = _KERNELS.get((nbytes, path))
+    if found is None:
+        found = _KERNELS[nbytes, path] = _scan().kernels(nbytes, PATHS.index(path))
+    return found
 
 
-class _Kernels:
-    """The scan kernels compiled for one code width (bytes) and popcount path; the width is a compile-time constant."""
+@functools.cache
+def default_threads() -> int:
+    """Most threads a search uses: every thread Numba was started with (NUMBA_NUM_THREADS, default: all cores)."""
+    import numba
 
-    def __init__(self, nbytes: int, pop: int):
-        self.nbytes = nbytes
-        self.tile_rows = max(LANES, TILE_BYTES // nbytes // LANES * LANES)
-        self.words = (nbytes + 7) // 8  # 64-bit words per row in the interleaved buffer, tail zero-padded
-        self.rows, self.blocks, self.range_rows, self.rows8 = _build(nbytes, pop, self.tile_rows)
+    return numba.config.NUMBA_NUM_THREADS
 
 
-def _build(NB: int, POP: int, TILE: int):  # upper case: compile-time constants frozen into the kernels
-    W = (NB + 7) // 8
-    FULL, TAIL = divmod(NB, 8)
-    QW = rows8_query_words(FULL)  # words per query in the rows8 pattern
+def calibration_file():
+    """Where `calibrate` stores this machine's measured thread crossover."""
+    from ondevice.io import cache_dir
 
-    @njit(parallel=True, cache=True)
-    def rows(codes, queries, k, ids, strict, bounds, hd, hi, hn):
-        nq = queries.shape[0]
-        has_ids = ids.shape[0] > 0
-        for c in prange(bounds.shape[0] - 1):
-            cand_r = np.empty(TILE, np.int64)
-            cand_d = np.empty(TILE, np.int64)
-            for start in range(bounds[c], bounds[c + 1], TILE):
-                stop = min(start + TILE, bounds[c + 1])
-                for q in range(nq):
-                    slot = c * nq + q
-                    thr = _threshold(hd, hn, slot, k, strict)
-                    # Branch-free pass: every row is written, only rows within thr advance the cursor.
-                    nc = 0
-                    for r in range(start, stop):
-                        for j in range((NB + 63) // 64):
-                            prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
-                        d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
-                        cand_r[nc] = r
-                        cand_d[nc] = d
-                        nc += d <= thr
-                    for j in range(nc):
-                        if cand_d[j] <= thr:  # thr drops as the heap fills
-                            r = cand_r[j]
-                            _offer(hd, hi, hn, slot, k, cand_d[j], ids[r] if has_ids else r)
-                            thr = _threshold(hd, hn, slot, k, strict)
-
-    @njit(parallel=True, cache=True)
-    def blocks(codes, qwords, k, ids, strict, bounds, hd, hi, hn):
-        nq = qwords.shape[0] // W
-        has_ids = ids.shape[0] > 0
-        for c in prange(bounds.shape[0] - 1):
-            buf = np.zeros(TILE * W, np.uint64)
-            cand_d = np.empty(TILE, np.int64)  # 8 distances per candidate block
-            cand_b = np.empty(TILE // LANES, np.int64)
-            cand_m = np.empty(TILE // LANES, np.int64)
-            for start in range(bounds[c], bounds[c + 1], TILE):
-                nrows = min(TILE, bounds[c + 1] - start)
-                for j in range(nrows):  # interleave: word w of row j -> buf[(j // 8) * 8W + 8w + j % 8]
-                    src = (start + j) * NB
-                    dst = (j >> 3) * (W * LANES) + (j & 7)
-                    for w in range(FULL):
-                        buf[dst + LANES * w] = load_word(codes, src + 8 * w, 8)
-                    if TAIL > 0:
-                        buf[dst + LANES * FULL] = load_word(codes, src + 8 * FULL, TAIL)
-                nblk = (nrows + LANES - 1) // LANES
-                last = (1 << (nrows - (nblk - 1) * LANES)) - 1  # lanes past the tile's end hold stale rows
-                for q in range(nq):
-                    slot = c * nq + q
-                    thr = _threshold(hd, hn, slot, k, strict)
-                    nc = 0
-                    for b in range(nblk):  # no branch, no call: the query words stay in registers
-                        m = block_distances(buf, b * W * LANES, qwords, q * W, W, POP, thr, cand_d, nc * LANES)
-                        cand_b[nc] = b
-                        cand_m[nc] = m
-                        nc += m != 0
-                    for j in range(nc):
-                        b = cand_b[j]
-                        m = cand_m[j]
-                        if b == nblk - 1:
-                            m &= last
-                        for lane in range(LANES):
-                            d = cand_d[j * LANES + lane]
-                            if (m >> lane) & 1 and d <= thr:  # thr drops as the heap fills
-                                r = start + b * LANES + lane
-                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
-                                thr = _threshold(hd, hn, slot, k, strict)
-
-    @njit(parallel=True, cache=True)
-    def range_rows(codes, queries, radius, ids, bounds, counts, cursor, out_d, out_i, fill):
-        nq = queries.shape[0]
-        has_ids = ids.shape[0] > 0
-        for c in prange(bounds.shape[0] - 1):
-            for start in range(bounds[c], bounds[c + 1], TILE):
-                stop = min(start + TILE, bounds[c + 1])
-                for q in range(nq):
-                    slot = c * nq + q
-                    for r in range(start, stop):
-                        d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
-                        if d < radius:
-                            if fill:
-                                p = cursor[slot]
-                                out_d[p] = d
-                                out_i[p] = ids[r] if has_ids else r
-                                cursor[slot] = p + 1
-                            else:
-                                counts[slot] += 1
-
-    @njit(parallel=True, cache=True)
-    def rows8(codes, qpattern, k, ids, strict, bounds, hd, hi, hn):
-        nq = qpattern.shape[0] // QW
-        has_ids = ids.shape[0] > 0
-        for c in prange(bounds.shape[0] - 1):
-            cand_d = np.empty(TILE, np.int64)
-            cand_b = np.empty(TILE // LANES, np.int64)
-            cand_m = np.empty(TILE // LANES, np.int64)
-            for start in range(bounds[c], bounds[c + 1], TILE):
-                nrows = min(TILE, bounds[c + 1] - start)
-                nblk = nrows // LANES
-                for q in range(nq):
-                    slot = c * nq + q
-                    thr = _threshold(hd, hn, slot, k, strict)
-                    nc = 0
-                    for b in range(nblk):
-                        for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
-                            prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
-                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
-                                            cand_d, nc * LANES)
-                        cand_b[nc] = b
-                        cand_m[nc] = m
-                        nc += m != 0
-                    for j in range(nc):
-                        m = cand_m[j]
-                        for lane in range(LANES):
-                            d = cand_d[j * LANES + lane]
-                            if (m >> lane) & 1 and d <= thr:
-                                r = start + cand_b[j] * LANES + lane
-                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
-                                thr = _threshold(hd, hn, slot, k, strict)
-                    # qpattern starts with the query's own words, so it doubles as the query row here.
-                    for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
-                        d = row_distance(codes, r * NB, qpattern, q * QW * 8, NB, POP)
-                        if d <= thr:
-                            _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
-                            thr = _threshold(hd, hn, slot, k, strict)
-
-    return rows, blocks, range_rows, (rows8 if TAIL == 0 and rows8_supports(FULL) else None)
+    return cache_dir() / "kernels" / CALIBRATION_NAME
 
 
-_KERNELS: dict[tuple[int, int], _Kernels] = {}
+_PARALLEL_MIN_BYTES: list[int] = []
 
 
-def _kernels(nbytes: int, path: str) -> _Kernels:
-    key = (nbytes, PATHS.index(path))
-    if key not in _KERNELS:
-        _KERNELS[key] = _Kernels(*key)
-    return _KERNELS[key]
+def parallel_min_bytes() -> int:
+    """Work per thread (code bytes x queries) below which an extra thread does not pay: measured or the default."""
+    if not _PARALLEL_MIN_BYTES:
+        value = DEFAULT_PARALLEL_MIN_BYTES
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            data = json.loads(calibration_file().read_text())
+            if int(data["parallel_min_bytes"]) > 0:
+                value = int(data["parallel_min_bytes"])
+        _PARALLEL_MIN_BYTES.append(value)
+    return _PARALLEL_MIN_BYTES[0]
 
 
-# ---------------------------------------------------------------------------------------------- public API
+def plan_threads(n: int, nbytes: int, nq: int = 1, threads: int | None = None) -> int:
+    """Threads (= database chunks) a search of nq queries over n codes uses; 1 means the serial kernels.
+
+    `threads` is an upper bound (None: default_threads()); within it the count follows the work size, one thread
+    per `parallel_min_bytes` of code bytes x queries, so a small search never pays for waking a thread pool.
+    """
+    if threads == 1:
+        return 1
+    pmb = _PARALLEL_MIN_BYTES[0] if _PARALLEL_MIN_BYTES else parallel_min_bytes()
+    work = n * nbytes * nq
+    if work < 2 * pmb:  # the common small case, decided without further calls
+        return 1
+    cap = default_threads() if threads is None else threads
+    return int(max(1, min(cap, work // pmb, n // LANES)))
 
 
 @contextlib.contextmanager
@@ -324,7 +176,7 @@ def _numba_threads(threads: int) -> Iterator[None]:
     import numba
 
     before = numba.get_num_threads()
-    want = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+    want = max(1, min(threads, default_threads()))
     if want == before:  # setting costs a few microseconds, which matters for small databases
         yield
         return
@@ -335,16 +187,29 @@ def _numba_threads(threads: int) -> Iterator[None]:
         numba.set_num_threads(before)
 
 
-def default_threads() -> int:
-    """Threads used when none are asked for: every thread Numba was started with."""
-    import numba
+_SCRATCH = threading.local()
 
-    return numba.config.NUMBA_NUM_THREADS
+
+def _scratch(words: int) -> np.ndarray:
+    """An int64 work array of at least `words` entries: this thread's cached one when small enough."""
+    if words > SCRATCH_KEEP_WORDS:
+        return np.empty(words, np.int64)
+    cached = getattr(_SCRATCH, "array", None)
+    if cached is None or cached.shape[0] < words:
+        cached = _SCRATCH.array = np.empty(max(words, 1 << 12), np.int64)
+    return cached  # kernels initialise everything they read, so it is never cleared
+
+
+# ---------------------------------------------------------------------------------------------- input checks
+
+
+_U8 = np.dtype(np.uint8)
 
 
 def _check_codes(codes: np.ndarray, what: str) -> np.ndarray:
-    codes = np.asarray(codes)  # a memmap becomes a plain ndarray view, no copy
-    if codes.dtype != np.uint8 or codes.ndim != 2:
+    if type(codes) is not np.ndarray:
+        codes = np.asarray(codes)  # a memmap becomes a plain ndarray view, no copy
+    if (codes.dtype is not _U8 and codes.dtype != _U8) or codes.ndim != 2:
         raise ValueError(f"{what} must be a 2-d uint8 array of packed codes, got {codes.dtype} {codes.shape}")
     if codes.shape[1] == 0:
         raise ValueError(f"{what} have zero bytes per code")
@@ -359,78 +224,125 @@ def _prepare(codes, queries, ids, threads):
     if queries.shape[1] != codes.shape[1]:
         raise ValueError(f"queries have {queries.shape[1]} bytes per code, the database {codes.shape[1]}")
     if ids is None:
-        ids = np.empty(0, np.int64)
+        ids = _NO_IDS
     else:
         ids = np.asarray(ids)
         if ids.dtype != np.int64 or ids.shape != (codes.shape[0],):
             raise ValueError(f"ids must be int64 of shape ({codes.shape[0]},), got {ids.dtype} {ids.shape}")
-        ids = np.ascontiguousarray(ids)
-    threads = default_threads() if threads is None else int(threads)
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
-    n = codes.shape[0]
-    nchunks = max(1, min(threads, n // LANES, n * codes.shape[1] // MIN_CHUNK_BYTES))
+        if not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids)
+    if threads is not None:
+        threads = int(threads)
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+    return codes, queries, ids, threads
+
+
+_NO_IDS = np.empty(0, np.int64)
+_NO_IDS.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=64)
+def _one_chunk(n: int) -> np.ndarray:
+    bounds = np.array((0, n), np.int64)
+    bounds.flags.writeable = False
+    return bounds
+
+
+def _bounds(n: int, nchunks: int) -> np.ndarray:
+    if nchunks == 1:
+        return _one_chunk(n)
     # Chunk edges on multiples of 8 rows keep every chunk's blocks whole except the last one's.
     bounds = np.arange(nchunks + 1, dtype=np.int64) * (n // LANES) // nchunks * LANES
     bounds[-1] = n
-    return codes, queries, ids, threads, bounds
+    return bounds
+
+
+# ---------------------------------------------------------------------------------------------- public API
 
 
 def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | None = None,
         ids_ascending: bool | None = None, threads: int | None = None,
         path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest codes per query: (int32 distances, int64 ids), each (nq, k), sorted, ties by smaller id, -1 padded."""
-    codes, queries, ids, threads, bounds = _prepare(codes, queries, ids, threads)
+    """Exact k nearest codes per query: (int32 distances, int64 ids), each (nq, k), sorted, ties by smaller id, -1 padded.
+
+    threads=None chooses the thread count from the work size (see plan_threads); path picks the popcount path
+    ('native', 'portable') or plain numpy ('numpy'); all give identical results.
+    """
+    codes, queries, ids, threads = _prepare(codes, queries, ids, threads)
     k = int(k)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    n = codes.shape[0]
     nq, nb = queries.shape
+    kk = min(k, n)  # heaps never need more than n entries
+    if kk == 0 or nq == 0:
+        return np.full((nq, k), -1, np.int32), np.full((nq, k), -1, np.int64)
+    path = resolve_path(path)
+    if path == "numpy":
+        return _knn_numpy(codes, queries, k, ids)
     if ids_ascending is None:
         ids_ascending = ids.size < 2 or bool(np.all(ids[1:] > ids[:-1]))
-    kk = min(k, codes.shape[0])  # heaps never need more than n entries
-    out_d = np.full((nq, k), -1, np.int32)
-    out_i = np.full((nq, k), -1, np.int64)
-    if kk == 0 or nq == 0:
-        return out_d, out_i
-    kern = _kernels(nb, resolve_path(path))
-    nchunks = len(bounds) - 1
     strict = 1 if ids_ascending else 0
+    kern = _kernels(nb, path)
+    nchunks = plan_threads(n, nb, nq, threads)
+    out_d = np.empty((nq, k), np.int32)
+    out_i = np.empty((nq, k), np.int64)
+    bounds = _bounds(n, nchunks)
+    if nchunks == 1 and nq < BLOCKS_MIN_QUERIES:  # the hot path of small searches: one call, nothing else
+        scan = kern.rows8_serial or kern.rows_serial
+        scan(codes, queries, kk, ids, strict, bounds,
+             _scratch(nq * (2 * kk + 1 + kern.query_words) + kern.serial_temp + 2 * kk), out_d, out_i)
+        return out_d, out_i
     # Queries go in slices so the per-thread heaps stay small (threads x slice x k x 16 bytes) for any batch.
     step = max(BLOCKS_MIN_QUERIES, min(nq, QUERY_SLICE_HEAP_BYTES // (16 * kk * nchunks)))
-    with _numba_threads(threads):
+    if nchunks == 1:  # no thread pool at all; the serial kernels also write the sorted result
+        if nq <= step:  # the usual case, without slicing
+            scan = kern.blocks_serial if nq >= BLOCKS_MIN_QUERIES else (kern.rows8_serial or kern.rows_serial)
+            scratch = _scratch(nq * (2 * kk + 1 + kern.query_words) + kern.serial_temp + 2 * kk)
+            scan(codes, queries, kk, ids, strict, bounds, scratch, out_d, out_i)
+            return out_d, out_i
+        words = _scan().scratch_words
         for q0 in range(0, nq, step):
             q = queries[q0 : q0 + step]
             m = len(q)
-            hd = np.empty(nchunks * m * kk, np.int64)
-            hi = np.empty(nchunks * m * kk, np.int64)
-            hn = np.zeros(nchunks * m, np.int64)
-            if m >= BLOCKS_MIN_QUERIES:
-                qwords = np.zeros((m, kern.words * 8), np.uint8)
-                qwords[:, :nb] = q
-                kern.blocks(codes, qwords.view(np.uint64).reshape(-1), kk, ids, strict, bounds, hd, hi, hn)
-            elif kern.rows8 is not None:
-                words = q.view(np.uint64)
-                reps = rows8_query_words(nb // 8) // (nb // 8)
-                qpattern = (np.tile(words, (1, reps)) if reps > 1 else words).reshape(-1)
-                kern.rows8(codes, qpattern, kk, ids, strict, bounds, hd, hi, hn)
-            else:
-                kern.rows(codes, q, kk, ids, strict, bounds, hd, hi, hn)
-            _merge(hd, hi, hn, nchunks, kk, out_d[q0 : q0 + m], out_i[q0 : q0 + m])
+            scan = kern.blocks_serial if m >= BLOCKS_MIN_QUERIES else (kern.rows8_serial or kern.rows_serial)
+            scan(codes, q, kk, ids, strict, bounds, _scratch(words(nb, kern.tile_rows, 1, m, kk)),
+                 out_d[q0 : q0 + m], out_i[q0 : q0 + m])
+        return out_d, out_i
+    merge, words = _scan().merge, _scan().scratch_words
+    with _numba_threads(nchunks):
+        for q0 in range(0, nq, step):
+            q = queries[q0 : q0 + step]
+            m = len(q)
+            o_d, o_i = out_d[q0 : q0 + m], out_i[q0 : q0 + m]
+            scratch = _scratch(words(nb, kern.tile_rows, nchunks, m, kk))
+            scan = kern.blocks if m >= BLOCKS_MIN_QUERIES else (kern.rows8 or kern.rows)
+            scan(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
+            hd, hi, hn = np.split(scratch[: nchunks * m * (2 * kk + 1)], [nchunks * m * kk, 2 * nchunks * m * kk])
+            merge(hd, hi, hn, nchunks, kk, o_d, o_i)
     return out_d, out_i
 
 
 def range_search(codes: np.ndarray, queries: np.ndarray, radius: int, *, ids: np.ndarray | None = None,
                  threads: int | None = None, path: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All codes with distance < radius (as FAISS): (lims int64 (nq+1,), int32 distances, int64 ids), by (distance, id)."""
-    codes, queries, ids, threads, bounds = _prepare(codes, queries, ids, threads)
+    codes, queries, ids, threads = _prepare(codes, queries, ids, threads)
     nq, nb = queries.shape
-    nchunks = len(bounds) - 1
+    n = codes.shape[0]
+    radius = int(radius)
+    path = resolve_path(path)
+    if path == "numpy":
+        return _range_numpy(codes, queries, radius, ids)
+    nchunks = plan_threads(n, nb, nq, threads)
+    bounds = _bounds(n, nchunks)
     counts = np.zeros(nchunks * nq, np.int64)
     empty_d = np.empty(0, np.int64)
-    kern = _kernels(nb, resolve_path(path))
-    with _numba_threads(threads):
+    kern = _kernels(nb, path)
+    scan = kern.range_rows if nchunks > 1 else kern.range_rows_serial
+    with _numba_threads(nchunks) if nchunks > 1 else contextlib.nullcontext():
         # Two passes (count, then fill) keep the kernel free of allocation; range search is not the hot path.
-        kern.range_rows(codes, queries, int(radius), ids, bounds, counts, counts, empty_d, empty_d, False)
+        scan(codes, queries, radius, ids, bounds, counts, counts, empty_d, empty_d, False)
         per = counts.reshape(nchunks, nq)
         lims = np.zeros(nq + 1, np.int64)
         np.cumsum(per.sum(axis=0), out=lims[1:])
@@ -439,7 +351,103 @@ def range_search(codes: np.ndarray, queries: np.ndarray, radius: int, *, ids: np
         cursor = np.ascontiguousarray(starts).reshape(-1)
         out_d = np.empty(lims[-1], np.int64)
         out_i = np.empty(lims[-1], np.int64)
-        kern.range_rows(codes, queries, int(radius), ids, bounds, counts, cursor, out_d, out_i, True)
+        scan(codes, queries, radius, ids, bounds, counts, cursor, out_d, out_i, True)
     qidx = np.repeat(np.arange(nq), np.diff(lims))
     order = np.lexsort((out_i, out_d, qidx))
     return lims, out_d[order].astype(np.int32), out_i[order]
+
+
+# ---------------------------------------------------------------------------------------------- numpy path
+
+_NUMPY_ROWS_BYTES = 8 << 20  # database bytes per numpy step, so temporaries stay small for any database
+
+
+def _distances_numpy(codes: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """int64 Hamming distances of one query to every row, in steps of a few MB (np.bitwise_count)."""
+    n, nb = codes.shape
+    if nb % 8 == 0:
+        codes, query = codes.view(np.uint64), query.view(np.uint64)
+    dist = np.empty(n, np.int64)
+    step = max(1, _NUMPY_ROWS_BYTES // nb)
+    for s in range(0, n, step):
+        np.bitwise_count(codes[s : s + step] ^ query).sum(axis=1, dtype=np.int64, out=dist[s : s + step])
+    return dist
+
+
+def _knn_numpy(codes, queries, k, ids):
+    n = codes.shape[0]
+    kk = min(k, n)
+    out_d = np.full((len(queries), k), -1, np.int32)
+    out_i = np.full((len(queries), k), -1, np.int64)
+    for qi in range(len(queries)):
+        dist = _distances_numpy(codes, queries[qi])
+        if kk < n:  # every row tied with the k-th best is a candidate, so ties still go to the smaller id
+            cand = np.flatnonzero(dist <= np.partition(dist, kk - 1)[kk - 1])
+        else:
+            cand = np.arange(n)
+        cid = ids[cand] if ids.size else cand
+        order = np.lexsort((cid, dist[cand]))[:kk]
+        out_d[qi, :kk] = dist[cand[order]]
+        out_i[qi, :kk] = cid[order]
+    return out_d, out_i
+
+
+def _range_numpy(codes, queries, radius, ids):
+    lims, all_d, all_i = [0], [], []
+    for qi in range(len(queries)):
+        dist = _distances_numpy(codes, queries[qi])
+        hit = np.flatnonzero(dist < radius)
+        hid = ids[hit] if ids.size else hit
+        order = np.lexsort((hid, dist[hit]))
+        all_d.append(dist[hit[order]].astype(np.int32))
+        all_i.append(hid[order].astype(np.int64))
+        lims.append(lims[-1] + len(hit))
+    return np.array(lims, np.int64), np.concatenate(all_d), np.concatenate(all_i)
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+
+
+def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes: int = 64 << 20) -> dict:
+    """Measure where a second thread starts to pay on this machine (single query, k=10) and store it.
+
+    Databases from 64 KB to `max_bytes` are searched serially and with default_threads() threads; the first of two
+    sizes in a row where threads are at least 10% faster (75th percentile of `repeats` calls), halved, becomes
+    `parallel_min_bytes` (the work each thread needs); without one, `max_bytes`.
+    Returns the measurements; with save=True writes them to calibration_file() for every later process.
+    """
+    import statistics
+    import time
+
+    threads = default_threads()
+    rng = np.random.default_rng(0)
+    rows = []
+    crossover = None
+    size = 64 << 10
+    while size <= max_bytes:
+        codes = rng.integers(0, 256, (size // nbytes, nbytes), dtype=np.uint8)
+        query = codes[:1].copy()
+        timings = {}
+        for t in (1, threads):
+            knn(codes, query, 10, threads=t)
+            samples = []
+            for _ in range(max(2, repeats)):  # quantiles need two samples
+                t0 = time.perf_counter()
+                knn(codes, query, 10, threads=t)
+                samples.append(time.perf_counter() - t0)
+            # the 75th percentile, not the median: on a shared machine a thread pool's cost is in its tail
+            timings[t] = statistics.quantiles(samples, n=4)[2]
+        rows.append({"bytes": size, "serial_s": timings[1], "threaded_s": timings[threads]})
+        wins = threads > 1 and timings[threads] <= 0.9 * timings[1]
+        if wins and crossover is not None:
+            break  # two sizes in a row: a real crossover, not one lucky measurement
+        crossover = size if wins else None
+        size *= 2
+    result = {"threads": threads, "nbytes": nbytes, "crossover_bytes": crossover,
+              "parallel_min_bytes": (crossover // 2) if crossover else max_bytes, "measurements": rows}
+    if save:
+        from ondevice.io import write_json
+
+        write_json(calibration_file(), result)
+        _PARALLEL_MIN_BYTES.clear()
+    return result

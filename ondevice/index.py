@@ -8,21 +8,26 @@
 
 Memory: n * code_bytes for the codes plus 8 bytes per id, nothing else is kept; searches read the codes in place.
 
-File format (version 1, little-endian): a 128-byte header, then the codes (n rows of code_bytes, at offset 128),
-then the int64 ids (at a 64-byte aligned offset). The header holds magic b"ONDVIDX\\0", version, bits, code_bytes,
-bit order (0 = "little", the only one), flags (bit 0: ids strictly ascending), count, both offsets, the file size,
-the sha256 of the codes and ids bytes, and a crc32 of the header itself. Files are written to a temporary name and
-renamed, so a reader sees the old file or the new one, never a mix.
+File format (version 2, little-endian): a 256-byte header, then the codes (n rows of code_bytes, at offset 256),
+then the int64 ids (at the next 64-byte aligned offset). The header holds magic b"ONDVIDX\\0", version, bits,
+code_bytes, bit order (0 = "little", the only one), flags (bit 0: ids strictly ascending), count, both offsets, the
+file size, the sha256 of the codes and ids bytes, the identity of the encoder that made the codes (encoder sha256,
+binarizer sha256, precision; zeros when unknown) and a crc32 of the header itself. Version 1 files (128-byte header,
+no encoder identity) are still read. Files are written to a temporary name and renamed, so a reader sees the old
+file or the new one, never a mix.
 
-What loading checks: the magic, version, header crc and the file size implied by the count are always checked (a
-truncated or foreign file is a one-line OndeviceError); the sha256 over all data is checked when `verify` is true,
-which is the default for `mmap=False` (the bytes are read anyway) and off by default for `mmap=True`, because
-checking it means reading every code. `HammingIndex.load(path, verify=True)` or `ondevice index info --verify`
-checks a memory-mapped file in full.
+What loading checks, always: the magic, version, header crc, that the offsets and the file size are exactly the
+ones the count implies, and that the ids are valid (>= 0, no duplicates, strictly ascending when the header says
+so); a truncated, foreign or inconsistent file is a one-line OndeviceError. The sha256 over the codes and ids is
+checked only when `verify` is true: the default for `mmap=False` (the bytes are read anyway) but NOT for the default
+memory-mapped load, because checking it means reading every code. A memory-mapped index is therefore searched
+without its codes being checksummed (`index.verified` says which); `HammingIndex.load(path, verify=True)` or
+`ondevice index info --verify` checks it in full (the CLI's `search` does so itself for files up to 64 MB).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import struct
@@ -36,18 +41,89 @@ from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
 
 MAGIC = b"ONDVIDX\0"
-VERSION = 1
-HEADER_BYTES = 128
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+HEADER_BYTES = 256  # version 2; version 1 files have a 128-byte header
+_HEADER_BYTES = {1: 128, 2: 256}
 _BIT_ORDERS = {0: "little"}
 _FLAG_ASCENDING = 1
+_KNOWN_FLAGS = _FLAG_ASCENDING
 # magic, version, bits, code_bytes, bit order, flags, count, codes offset, ids offset, file size, sha256
 _HEAD = struct.Struct("<8sIIIBB2xQQQQ32s")
+# version 2 adds: encoder sha256, binarizer sha256, precision code, 3 reserved zero bytes
+_IDENT = struct.Struct("<32s32sB3x")
 _CRC = struct.Struct("<I")
+_PRECISIONS = {0: "", 1: "fp32", 2: "int8", 3: "float"}  # "float": a torch student, "": unknown
+_MAX_RESULT_ENTRIES = 1 << 27  # k beyond the index size pads with -1; refuse padding beyond ~1.6 GB of output
+MAX_BITS = 1 << 16  # 8 KB codes; far above any binarizer's width, and it bounds what a header can make us allocate
 _CHUNK = 16 << 20  # bytes per write/hash step, so saving never makes a second copy of the codes
 
 
 def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderId:
+    """Which encoder made an index's codes: its sha256, its binarizer's sha256 and precision ('' when unknown).
+
+    A bundle's is `Bundle.encoder_id` (sha256 of its manifest, which covers every file; `affine_sha256` of its
+    binarizer; fp32/int8); a torch student + binarizer gives the sha256 of model.safetensors, `affine_sha256` of the
+    binarizer and precision "float", so a bundle exported from them shares the binarizer identity. Codes of another binarizer are meaningless to compare; another
+    precision or export of the same binarizer gives nearly the same bits (int8 vs fp32: ~99% bit agreement).
+    """
+
+    encoder_sha256: str = ""
+    binarizer_sha256: str = ""
+    precision: str = ""
+
+    def describe(self) -> str:
+        """A short human-readable form for messages."""
+        enc = self.encoder_sha256[:12] or "unknown"
+        return f"encoder {enc}{f' ({self.precision})' if self.precision else ''}, binarizer {self.binarizer_sha256[:12] or 'unknown'}"
+
+    def mismatch(self, other: EncoderId) -> str | None:
+        """None if `other` makes codes comparable with this one's; 'binarizer' (incompatible) or 'encoder' (close)."""
+        if self.binarizer_sha256 and other.binarizer_sha256 and self.binarizer_sha256 != other.binarizer_sha256:
+            return "binarizer"
+        if (self.encoder_sha256 and other.encoder_sha256 and self.encoder_sha256 != other.encoder_sha256) or \
+                (self.precision and other.precision and self.precision != other.precision):
+            return "encoder"
+        return None
+
+
+def affine_sha256(projection: np.ndarray, offset: np.ndarray) -> str:
+    """A binarizer's identity: sha256 of its affine map (code = pack(h @ A + c > 0)) as little-endian float32."""
+    a = np.ascontiguousarray(projection, "<f4")
+    c = np.ascontiguousarray(offset, "<f4")
+    h = hashlib.sha256(b"ondevice-affine-v1")
+    h.update(np.array(a.shape + c.shape, "<i8").tobytes())
+    h.update(a.tobytes())
+    h.update(c.tobytes())
+    return h.hexdigest()
+
+
+def check_encoder(index_id: EncoderId | None, query_id: EncoderId | None, where: str) -> str | None:
+    """Compare an index's encoder with the one making queries: raise on another binarizer, return a warning or None."""
+    if index_id is None or query_id is None:
+        return None
+    kind = index_id.mismatch(query_id)
+    if kind == "binarizer":
+        raise OndeviceError(f"{where} was built with codes of another binarizer ({index_id.describe()}) than the "
+                            f"queries ({query_id.describe()}); their distances mean nothing: rebuild the index with "
+                            "this encoder or search with the one it was built with")
+    if kind == "encoder":
+        return (f"{where} was built with {index_id.describe()}, the queries come from {query_id.describe()}: "
+                "same binarizer, so results are close but not identical to searching with the same encoder")
+    return None
+
+
+def _hex(raw: bytes) -> str:
+    return raw.hex() if any(raw) else ""
+
+
+def _raw(hexdigest: str) -> bytes:
+    return bytes.fromhex(hexdigest) if hexdigest else b"\0" * 32
 
 
 def _byte_view(arr: np.ndarray) -> memoryview:
@@ -58,9 +134,13 @@ def _byte_view(arr: np.ndarray) -> memoryview:
 class HammingIndex:
     """Exact k-NN and range search by Hamming distance over packed codes, with int64 ids and a file format."""
 
-    def __init__(self, bits: int, threads: int | None = None):
-        if not isinstance(bits, (int, np.integer)) or bits < 1:
-            raise OndeviceError(f"bits must be a positive integer, got {bits!r}")
+    def __init__(self, bits: int, threads: int | None = None, encoder: EncoderId | None = None):
+        if not isinstance(bits, (int, np.integer)) or not 1 <= bits <= MAX_BITS:
+            raise OndeviceError(f"bits must be an integer from 1 to {MAX_BITS}, got {bits!r}")
+        if encoder is not None and not isinstance(encoder, EncoderId):
+            raise OndeviceError(f"encoder must be an ondevice.index.EncoderId, got {type(encoder).__name__}")
+        self.encoder = encoder  # saved in the file (format v2) and checked by Bundle.attach_index and the CLI
+        self.verified = True  # False after a memory-mapped load that did not checksum the data
         self._bits = int(bits)
         self._nbytes = code_bytes(self._bits)
         self.threads = threads
@@ -104,6 +184,17 @@ class HammingIndex:
 
     def __repr__(self) -> str:
         return f"HammingIndex(bits={self.bits}, n={len(self)})"
+
+    def warmup(self, queries: np.ndarray | int = 1) -> None:
+        """Load (or compile) the search kernels now, for `queries` (the array to search, or how many), not in the search."""
+        from ondevice.kernels.hamming import knn
+
+        if isinstance(queries, (int, np.integer)):
+            queries = np.zeros((int(queries), self._nbytes), np.uint8)
+        queries = self._check_codes(queries, "queries")  # same dtype, layout and flags as the search will see
+        if len(self) and len(queries):
+            n = min(len(self), 64)
+            knn(self._codes[:n], queries, 1, ids=self._ids[:n], ids_ascending=self._ascending, threads=1)
 
     # -- input checks ---------------------------------------------------------------------------------
     def _check_codes(self, codes, what: str) -> np.ndarray:
@@ -170,20 +261,27 @@ class HammingIndex:
         return removed
 
     # -- search ---------------------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """k nearest codes per query: (int32 distances, int64 ids), each (nq, k), by (distance, id), -1 padded."""
+    def search(self, queries: np.ndarray, k: int, threads: int | None = None,
+               path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """k nearest codes per query: (int32 distances, int64 ids), each (nq, k), by (distance, id), -1 padded.
+
+        threads=None picks the thread count from the work size; `path` forces a kernel path (see kernels.hamming).
+        """
         from ondevice.kernels.hamming import knn
 
         queries = self._check_codes(queries, "queries")
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        if k > len(self) and len(queries) * int(k) > _MAX_RESULT_ENTRIES:
+            raise OndeviceError(f"k={k} asks for more results than the index holds ({len(self)} codes) and would "
+                                f"allocate {len(queries) * int(k) * 12 / 1e9:.0f} GB of -1 padding; use k <= {len(self)}")
         if len(self) == 0:
             return np.full((len(queries), int(k)), -1, np.int32), np.full((len(queries), int(k)), -1, np.int64)
         return knn(self._codes, queries, int(k), ids=self._ids, ids_ascending=self._ascending,
-                   threads=self._threads(threads))
+                   threads=self._threads(threads), path=path)
 
-    def range_search(self, queries: np.ndarray, radius: int,
-                     threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def range_search(self, queries: np.ndarray, radius: int, threads: int | None = None,
+                     path: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes at distance < radius (FAISS semantics): (lims (nq+1,), distances, ids); query i owns lims[i]:lims[i+1]."""
         from ondevice.kernels.hamming import range_search
 
@@ -192,11 +290,12 @@ class HammingIndex:
             raise OndeviceError(f"radius must be a non-negative integer, got {radius!r}")
         if len(self) == 0:
             return np.zeros(len(queries) + 1, np.int64), np.empty(0, np.int32), np.empty(0, np.int64)
-        return range_search(self._codes, queries, int(radius), ids=self._ids, threads=self._threads(threads))
+        radius = min(int(radius), self._bits + 1)  # every code is within bits + 1; keeps radius inside int64
+        return range_search(self._codes, queries, radius, ids=self._ids, threads=self._threads(threads), path=path)
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index to `path` atomically (format version 1, see the module docstring)."""
+        """Write the index to `path` atomically (format version 2, see the module docstring)."""
         path = Path(path)
         n = len(self)
         codes_off = HEADER_BYTES
@@ -213,8 +312,10 @@ class HammingIndex:
                     fh.write(chunk)
                     digest.update(chunk)
             flags = _FLAG_ASCENDING if self._ascending else 0
+            enc = self.encoder or EncoderId()
+            precision = {v: k for k, v in _PRECISIONS.items()}.get(enc.precision, 0)
             head = _HEAD.pack(MAGIC, VERSION, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
-                              digest.digest())
+                              digest.digest()) + _IDENT.pack(_raw(enc.encoder_sha256), _raw(enc.binarizer_sha256), precision)
             fh.seek(0)
             fh.write(head + _CRC.pack(zlib.crc32(head)))
         return path
@@ -247,11 +348,33 @@ class HammingIndex:
                     digest.update(flat[start : start + _CHUNK])
             if digest.digest() != head["sha256"]:
                 raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
+        ids = ids.astype(np.int64, copy=False)
+        _check_ids(path, ids, head["ascending"])
         index._codes = codes
-        index._ids = ids.astype(np.int64, copy=False)
+        index._ids = ids
         index._ascending = head["ascending"]
         index._next_id = int(ids.max()) + 1 if n else 0
+        index.encoder = head["encoder"]
+        index.verified = bool(verify) or n == 0
         return index
+
+
+def _check_ids(path: Path, ids: np.ndarray, ascending: bool) -> None:
+    """Ids must be >= 0 (-1 marks "no result"), unique, and strictly ascending when the header says so."""
+    n = len(ids)
+    if n == 0:
+        return
+    if int(ids.min()) < 0:
+        raise OndeviceError(f"{path} stores a negative id ({int(ids.min())}); -1 means 'no result' in searches, so "
+                            "the file is corrupt or was not written by ondevice: rebuild the index")
+    step = 1 << 22  # compare in slices: a full-length boolean temporary would double the memory of a large mapped file
+    for start in range(0, n - 1, step):
+        part = ids[start : start + step + 1]
+        if ascending and not bool(np.all(part[1:] > part[:-1])):
+            raise OndeviceError(f"{path} says its ids are ascending but they are not (duplicate or out of order); "
+                                "the file is corrupt: rebuild the index")
+    if not ascending and len(np.unique(ids)) != n:
+        raise OndeviceError(f"{path} stores duplicate ids; the file is corrupt: rebuild the index")
 
 
 def read_header(path: str | os.PathLike) -> dict:
@@ -264,22 +387,38 @@ def read_header(path: str | os.PathLike) -> dict:
     actual = path.stat().st_size
     if len(raw) < 8 or raw[:8] != MAGIC:
         raise OndeviceError(f"{path} is not an ondevice index file (bad magic); build one with `ondevice index build`")
-    if len(raw) < HEADER_BYTES:
+    if len(raw) < 12:
         raise OndeviceError(f"{path} is truncated ({actual} bytes, shorter than the header); rebuild the index")
     version = struct.unpack_from("<I", raw, 8)[0]
-    if version != VERSION:
-        raise OndeviceError(f"{path} is index format version {version}; this ondevice reads version {VERSION}, "
-                            "rebuild the index with this version")
-    (crc,) = _CRC.unpack_from(raw, _HEAD.size)
-    if zlib.crc32(raw[: _HEAD.size]) != crc:
+    if version not in READABLE_VERSIONS:
+        raise OndeviceError(f"{path} is index format version {version}; this ondevice reads versions "
+                            f"{', '.join(map(str, READABLE_VERSIONS))}: upgrade ondevice or rebuild the index")
+    header_bytes = _HEADER_BYTES[version]
+    if len(raw) < header_bytes:
+        raise OndeviceError(f"{path} is truncated ({actual} bytes, shorter than the header); rebuild the index")
+    crc_at = _HEAD.size + (_IDENT.size if version >= 2 else 0)
+    (crc,) = _CRC.unpack_from(raw, crc_at)
+    if zlib.crc32(raw[:crc_at]) != crc:
         raise OndeviceError(f"{path} has a corrupt header (checksum mismatch); rebuild the index")
     _, _, bits, nb, order, flags, count, codes_off, ids_off, size, sha = _HEAD.unpack_from(raw)
+    encoder = None
+    if version >= 2:
+        enc, binz, prec = _IDENT.unpack_from(raw, _HEAD.size)
+        if prec not in _PRECISIONS:
+            raise OndeviceError(f"{path} has an unknown precision code {prec}; upgrade ondevice or rebuild the index")
+        if any(enc) or any(binz) or prec:
+            encoder = EncoderId(_hex(enc), _hex(binz), _PRECISIONS[prec])
     if _BIT_ORDERS.get(order) != BIT_ORDER:
         raise OndeviceError(f"{path} uses bit order #{order}; this ondevice reads only {BIT_ORDER!r}")
-    if bits < 1 or nb != code_bytes(bits) or ids_off < codes_off + count * nb or size != ids_off + 8 * count:
-        raise OndeviceError(f"{path} has an inconsistent header; rebuild the index")
+    # A valid crc only proves the header is what some writer wrote: check every offset against what the count implies.
+    expect_ids = _align(header_bytes + count * nb) if bits else 0
+    if not 1 <= bits <= MAX_BITS or nb != code_bytes(bits) or flags & ~_KNOWN_FLAGS or count > actual or \
+            codes_off != header_bytes or ids_off != expect_ids or size != ids_off + 8 * count:
+        raise OndeviceError(f"{path} has an inconsistent header (bits {bits}, {count} codes, offsets {codes_off}/"
+                            f"{ids_off}, size {size}); rebuild the index")
     if actual != size:
         raise OndeviceError(f"{path} is truncated or padded: the header says {count} codes ({size} bytes) but the "
                             f"file has {actual} bytes; rebuild the index")
     return {"bits": bits, "code_bytes": nb, "count": count, "codes_offset": codes_off, "ids_offset": ids_off,
-            "size": size, "sha256": sha, "ascending": bool(flags & _FLAG_ASCENDING), "version": version}
+            "size": size, "sha256": sha, "ascending": bool(flags & _FLAG_ASCENDING), "version": version,
+            "encoder": encoder}

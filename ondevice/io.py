@@ -23,6 +23,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ONDEVICE_CACHE", Path.home() / ".cache" / "ondevice"))
 
 
+def new_file_mode() -> int:
+    """The mode a plain open() gives a new file: 0o666 without the process umask."""
+    try:  # Linux says it without changing anything; os.umask can only be read by setting it (racy with threads)
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 # Our temp names: ".NAME.<pid>-<random>.tmp" beside the target. The pid tells a later run whether the writer is
 # still alive; a name without one (older ondevice: ".NAME.<8 random chars>.tmp") counts as stale after an hour.
 _LEGACY_STALE_S = 3600.0
@@ -95,12 +109,15 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+
+    The file gets the mode a plain open() would give it (0o666 minus the umask), not a private 0600.
+    """
     path = check_out_file(path, "output")
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(path.parent, path.name)
     tmp = path.parent / temp_name(path.name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the kernel applies the umask
     os.close(fd)
     try:
         yield tmp

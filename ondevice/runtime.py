@@ -190,12 +190,14 @@ def _session(path: Path, model: bytes, threads: int):
 class Bundle:
     """A loaded bundle: tokenizer + ONNX encoder (+ an optional code index for `search`)."""
 
-    def __init__(self, path: Path, manifest: dict, tokenizer: Tokenizer, session):
+    def __init__(self, path: Path, manifest: dict, tokenizer: Tokenizer, session, threads: int = 0):
         self.path = path
         self.manifest = manifest
         self.tokenizer = tokenizer
         self.session = session
+        self.threads = threads
         self.index: CodeIndex | None = None
+        self._pool = None  # threads that run int8 sentences side by side (see embed)
 
     @classmethod
     def load(cls, path: str | Path, precision: str | None = None, threads: int = 0) -> Bundle:
@@ -215,7 +217,7 @@ class Bundle:
                 shapes.get("code", [None, None])[1:] != [manifest["code_bytes"]]:
             raise _bundle_error(path, f"{ONNX_FILE} outputs {shapes} do not match the manifest's dim "
                                       f"{manifest['dim']} / code_bytes {manifest['code_bytes']}; re-export the bundle")
-        bundle = cls(path, manifest, tokenizer, session)
+        bundle = cls(path, manifest, tokenizer, session, threads)
         bundle._probe()
         return bundle
 
@@ -260,8 +262,54 @@ class Bundle:
                                            "together, re-export it") from None
         return emb, code
 
+    @property
+    def encoder_id(self):
+        """This bundle's identity as an index records it (ondevice.index.EncoderId): manifest, binarizer, precision."""
+        from ondevice.index import EncoderId
+
+        if not hasattr(self, "_encoder_id"):
+            # the parsed manifest, canonically serialized: it names the sha256 of every file of the bundle
+            canonical = json.dumps(self.manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+            manifest_sha = hashlib.sha256(canonical.encode("ascii")).hexdigest()
+            from safetensors.numpy import load as load_safetensors
+
+            from ondevice.index import affine_sha256
+
+            name = "binarizer.safetensors"
+            data = (self.path / name).read_bytes()  # small; hashed again here because these are the bytes parsed
+            if hashlib.sha256(data).hexdigest() != self.manifest["files"][name]["sha256"]:
+                raise _bundle_error(self.path, f"{name} fails its sha256 check (modified after loading); reload the bundle")
+            weights = load_safetensors(data)
+            binarizer = affine_sha256(weights["projection"], weights["offset"])
+            self._encoder_id = EncoderId(manifest_sha, binarizer, self.precision)
+        return self._encoder_id
+
+    def _embed_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """One sentence per onnxruntime run, rows spread over `threads` Python threads (onnxruntime releases the GIL)."""
+        import os
+
+        def one(text: str) -> tuple[np.ndarray, np.ndarray]:
+            return self.run_ids(*self.tokenizer.batch([text]))
+
+        workers = self.threads or os.cpu_count() or 1
+        if workers > 1 and len(texts) > 1:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ondevice-int8")
+            rows = list(self._pool.map(one, texts, chunksize=16))
+        else:
+            rows = [one(t) for t in texts]
+        return np.concatenate([r[0] for r in rows]), np.concatenate([r[1] for r in rows])
+
     def embed(self, texts: str | Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """Embeddings and codes of `texts` in one pass, in input order (a str is one text)."""
+        """Embeddings and codes of `texts` in one pass, in input order (a str is one text).
+
+        int8 bundles run one sentence per onnxruntime call: its int8 LSTM quantizes activations over the whole
+        call, so in a batch a sentence's code would depend on its neighbours.
+        One sentence per call makes every code a function of its sentence alone, for any batch_size and thread
+        count, and equal to what an app encoding one sentence at a time gets. fp32 bundles batch (exact anyway).
+        """
         texts = as_texts(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise OndeviceError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -269,6 +317,8 @@ class Bundle:
             return np.zeros((0, self.dim), np.float32), np.zeros((0, self.code_bytes), np.uint8)
         if len(texts) == 1:  # the on-device hot path: one sentence, no sorting or scatter
             return self.run_ids(*self.tokenizer.batch(texts))
+        if self.precision == "int8" and texts:
+            return self._embed_rows(texts)
         emb = np.zeros((len(texts), self.dim), dtype=np.float32)
         codes = np.zeros((len(texts), self.code_bytes), dtype=np.uint8)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
@@ -285,13 +335,26 @@ class Bundle:
         """Packed binary codes uint8 (n, code_bytes), bit order "little"."""
         return self.embed(texts, batch_size)[1]
 
-    def attach_index(self, index: CodeIndex) -> Bundle:
-        """Use `index` (any object with FAISS-style `search(codes, k)`) for `search`."""
+    def attach_index(self, index: CodeIndex, strict: bool = False) -> Bundle:
+        """Use `index` (any object with FAISS-style `search(codes, k)`) for `search`.
+
+        A HammingIndex that records its encoder is checked against this bundle: another binarizer is an error;
+        another encoder or precision with the same binarizer is a warning (an error with strict=True).
+        """
+        import warnings
+
+        from ondevice.index import check_encoder
+
         if not callable(getattr(index, "search", None)):
             raise OndeviceError(f"{type(index).__name__} has no search(queries, k) method; pass a code index")
         if getattr(index, "bits", self.bits) != self.bits:
             raise OndeviceError(f"the index holds {index.bits}-bit codes but this bundle makes {self.bits}-bit codes; "
                                 "build the index from this bundle's codes")
+        warning = check_encoder(getattr(index, "encoder", None), self.encoder_id, "the index")
+        if warning and strict:
+            raise OndeviceError(warning)
+        if warning:
+            warnings.warn(warning, stacklevel=2)
         self.index = index
         return self
 
@@ -299,7 +362,7 @@ class Bundle:
         """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i])."""
         from ondevice.index import HammingIndex
 
-        index = HammingIndex(bits=self.bits)
+        index = HammingIndex(bits=self.bits, encoder=self.encoder_id)
         index.add(self.codes(texts, batch_size))
         self.index = index
         return self

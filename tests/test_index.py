@@ -171,9 +171,9 @@ def test_bad_files_give_one_line_errors(index, tmp_path):
     for mmap in (True, False):  # the size check needs no data read
         _one_line_error(lambda mmap=mmap: HammingIndex.load(write("trunc2.odx", good[: HEADER_BYTES + 100]), mmap=mmap),
                         "truncated")
-    v2 = bytearray(good)
-    struct.pack_into("<I", v2, 8, 2)
-    _one_line_error(lambda: HammingIndex.load(write("v2.odx", bytes(v2))), "version 2")
+    v9 = bytearray(good)
+    struct.pack_into("<I", v9, 8, 9)
+    _one_line_error(lambda: HammingIndex.load(write("v9.odx", bytes(v9))), "version 9")
     hdr = bytearray(good)
     hdr[12] ^= 1  # bits field
     _one_line_error(lambda: HammingIndex.load(write("hdr.odx", bytes(hdr))), "corrupt header")
@@ -185,8 +185,113 @@ def test_bad_files_give_one_line_errors(index, tmp_path):
     assert len(HammingIndex.load(path, mmap=True)) == 300  # by default a mapped load does not read the data
     order = bytearray(good)
     order[20] = 1  # bit order, with a re-computed header crc
-    order[88:92] = struct.pack("<I", zlib.crc32(bytes(order[:88])))
+    _recrc(order)
     _one_line_error(lambda: HammingIndex.load(write("order.odx", bytes(order))), "bit order")
+
+
+_CRC_AT = 156  # format v2: the crc32 of bytes 0..155
+
+
+def _recrc(raw: bytearray) -> None:
+    raw[_CRC_AT : _CRC_AT + 4] = struct.pack("<I", zlib.crc32(bytes(raw[:_CRC_AT])))
+
+
+def _forged(good: bytes, ids=None, flags=None, offsets=None) -> bytes:
+    """`good` with other ids / flags / offsets and a header whose crc and data sha256 are valid again."""
+    import hashlib
+
+    raw = bytearray(good)
+    count, codes_off, ids_off = struct.unpack_from("<QQQ", raw, 24)
+    if ids is not None:
+        raw[ids_off : ids_off + 8 * count] = np.asarray(ids, "<i8").tobytes()
+    if flags is not None:
+        raw[21] = flags
+    nb = struct.unpack_from("<I", raw, 16)[0]
+    raw[56:88] = hashlib.sha256(bytes(raw[codes_off : codes_off + count * nb] + raw[ids_off:])).digest()
+    if offsets is not None:
+        struct.pack_into("<QQ", raw, 32, *offsets)
+    _recrc(raw)
+    return bytes(raw)
+
+
+def test_loading_validates_ids_and_offsets(tmp_path):
+    """Issue 12 item 7: a valid crc and sha256 do not make impossible ids or offsets acceptable."""
+    index = HammingIndex(64)
+    index.add(random_codes(10, bits=64, seed=3))
+    good = index.save(tmp_path / "good.odx").read_bytes()
+    ids = np.arange(10)
+
+    def load(data, **kw):
+        (tmp_path / "x.odx").write_bytes(data)
+        return HammingIndex.load(tmp_path / "x.odx", **kw)
+
+    assert load(_forged(good, ids=ids)).ids.tolist() == list(range(10))  # the forger itself is sound
+    for mmap in (True, False):
+        _one_line_error(lambda mmap=mmap: load(_forged(good, ids=[*ids[:9], -1]), mmap=mmap), "negative id")
+        _one_line_error(lambda mmap=mmap: load(_forged(good, ids=[0, 1, 2, 2, 4, 5, 6, 7, 8, 9]), mmap=mmap),
+                        "ascending but they are not")
+        _one_line_error(lambda mmap=mmap: load(_forged(good, ids=[5, 1, 2, 3, 4, 0, 6, 7, 8, 9]), mmap=mmap),
+                        "ascending but they are not")
+        _one_line_error(lambda mmap=mmap: load(_forged(good, ids=[5, 1, 2, 3, 4, 5, 6, 7, 8, 9], flags=0), mmap=mmap),
+                        "duplicate ids")
+    assert load(_forged(good, ids=[9, 1, 2, 3, 4, 5, 6, 7, 8, 0], flags=0)).search(index.codes[:1], 1)[1][0, 0] == 9
+    count = 10
+    for offsets in ((0, 384), (64, 384), (256, 512), (256, 10**15), (HEADER_BYTES, HEADER_BYTES + 8 * count)):
+        if offsets == (HEADER_BYTES, 384):
+            continue
+        _one_line_error(lambda offsets=offsets: load(_forged(good, offsets=offsets)), "inconsistent header")
+    _one_line_error(lambda: load(_forged(good, flags=0x81)), "inconsistent header")  # unknown flag bits
+
+
+def test_version_1_files_are_still_read(tmp_path):
+    """A file in the version 1 layout (128-byte header, no encoder identity) loads and searches as before."""
+    import hashlib
+
+    codes = random_codes(20, seed=4)
+    ids = np.arange(100, 120, dtype="<i8")
+    ids_off = (128 + codes.nbytes + 63) // 64 * 64
+    body = codes.tobytes() + b"\0" * (ids_off - 128 - codes.nbytes) + ids.tobytes()
+    head = struct.pack("<8sIIIBB2xQQQQ32s", b"ONDVIDX\0", 1, BITS, 25, 0, 1, 20, 128, ids_off, ids_off + 160,
+                       hashlib.sha256(codes.tobytes() + ids.tobytes()).digest())
+    head += struct.pack("<I", zlib.crc32(head))
+    path = tmp_path / "v1.odx"
+    path.write_bytes(head + b"\0" * (128 - len(head)) + body)
+    for mmap in (True, False):
+        loaded = HammingIndex.load(path, mmap=mmap, verify=True)
+        assert loaded.encoder is None and loaded.ids.tolist() == list(range(100, 120))
+        assert loaded.search(codes[7], 1)[1][0, 0] == 107
+    assert read_header(path)["version"] == 1
+
+
+def test_encoder_identity_round_trip_and_checks(tmp_path):
+    """Issue 17 item 2: the index records which encoder made its codes; another binarizer is refused."""
+    from ondevice.index import EncoderId, check_encoder
+
+    enc = EncoderId("ab" * 32, "cd" * 32, "int8")
+    index = HammingIndex(BITS, encoder=enc)
+    index.add(random_codes(5))
+    loaded = HammingIndex.load(index.save(tmp_path / "e.odx"))
+    assert loaded.encoder == enc and read_header(tmp_path / "e.odx")["encoder"] == enc
+    assert check_encoder(enc, enc, "x") is None
+    assert check_encoder(None, enc, "x") is None and check_encoder(enc, None, "x") is None
+    fp32 = EncoderId("ef" * 32, "cd" * 32, "fp32")
+    assert "same binarizer" in check_encoder(enc, fp32, "x")
+    _one_line_error(lambda: check_encoder(enc, EncoderId("ab" * 32, "00" * 31 + "11", "int8"), "x"),
+                    "another binarizer")
+    with pytest.raises(OndeviceError, match="EncoderId"):
+        HammingIndex(BITS, encoder="int8")
+
+
+def test_mapped_load_says_it_did_not_checksum(index, tmp_path, capsys):
+    path = index.save(tmp_path / "a.odx")
+    assert HammingIndex.load(path).verified is False
+    assert HammingIndex.load(path, verify=True).verified is True
+    assert HammingIndex.load(path, mmap=False).verified is True
+    assert main(["index", "info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT checksummed" in out and "verified" not in out and " ok" not in out.lower()
+    assert main(["index", "info", str(path), "--verify"]) == 0
+    assert "sha256 of codes and ids verified" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------------ FAISS interop

@@ -20,7 +20,7 @@ def _split_small_databases():
     """Production kernels keep small databases on one thread; here every database is split so chunk edges,
     per-chunk heaps and their merge are exercised on the small arrays the property tests use."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(H, "MIN_CHUNK_BYTES", 1)
+        mp.setattr(H, "_PARALLEL_MIN_BYTES", [1])
         yield
 
 
@@ -199,3 +199,35 @@ def test_bad_arguments():
         H.knn(codes, np.zeros((1, 4), np.uint8), 1, threads=0)
     with pytest.raises(ValueError, match="ids must be"):
         H.knn(codes, np.zeros((1, 4), np.uint8), 1, ids=np.arange(3))
+
+
+def test_thread_plan_and_calibration(tmp_path, monkeypatch):
+    """Small work stays on one thread; threads= is an upper bound; calibrate() stores the crossover it measured."""
+    monkeypatch.setattr(H, "_PARALLEL_MIN_BYTES", [1 << 20])
+    assert H.plan_threads(1000, 32, 1, None) == 1 and H.plan_threads(1000, 32, 1, 4) == 1
+    assert H.plan_threads(10**6, 32, 1, 1) == 1
+    assert H.plan_threads(10**6, 32, 1, 2) == 2 and H.plan_threads(10**6, 32, 1, None) == min(2, H.default_threads())
+    assert H.plan_threads(100_000, 32, 1, 64) == 3  # 3.2 MB of work: three threads' worth
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path))
+    monkeypatch.setattr(H, "_PARALLEL_MIN_BYTES", [])
+    result = H.calibrate(repeats=1, max_bytes=1 << 17)
+    assert H.calibration_file().is_file() and result["measurements"][0]["bytes"] == 1 << 16
+    assert H.parallel_min_bytes() == result["parallel_min_bytes"] > 0
+
+
+def test_numpy_path_matches_kernels():
+    """The numpy path (one-shot CLI searches) gives the kernels' exact results, ties and padding included."""
+    rng = np.random.default_rng(9)
+    for nb in (1, 9, 32):
+        codes = np.packbits(rng.random((700, nb * 8)) < 0.1, axis=1, bitorder="little")
+        queries = codes[[3, 50, 3]]
+        ids = rng.permutation(5000)[:700].astype(np.int64)
+        for k in (1, 10, 800):
+            for got, want in zip(H.knn(codes, queries, k, ids=ids, path="numpy"), reference_knn(codes, queries, k, ids)):
+                np.testing.assert_array_equal(got, want)
+        lims, d, i = H.range_search(codes, queries, 6, ids=ids, path="numpy")
+        rl, rd, ri = reference_range(codes, queries, 6, ids)
+        np.testing.assert_array_equal(lims, rl)
+        np.testing.assert_array_equal(d, rd)
+        np.testing.assert_array_equal(i, ri)
+    assert H.oneshot_path(20_000, 32, 1) in ("numpy", None)

@@ -293,3 +293,79 @@ def test_wrong_tokenizer_version_is_one_line(exported, tmp_path):
     _rehash(b, "tokenizer.json")
     with pytest.raises(OndeviceError, match="tokenizer spec version 99"):
         Bundle.load(b)
+
+
+def test_int8_codes_do_not_depend_on_batch_or_threads(exported):
+    """Issue 17 item 1: an int8 code is a function of its sentence alone (batch size, order, threads)."""
+    out = exported[2]
+    texts = [" ".join(np.random.default_rng(i).choice(WORDS, size=1 + i % 9)) for i in range(60)] + TEXTS
+    ref = Bundle.load(out, precision="int8", threads=1)
+    single = [ref.run_ids(*ref.tokenizer.batch([t])) for t in texts]
+    emb1 = np.concatenate([e for e, _ in single])
+    codes1 = np.concatenate([c for _, c in single])
+    raw_emb, _ = ref.run_ids(*ref.tokenizer.batch(texts))  # what batching inside one onnxruntime call gives
+    assert not np.array_equal(raw_emb, emb1)  # the problem is real for this model: activations quantized per call
+    for threads in (0, 1, 2):
+        b = Bundle.load(out, precision="int8", threads=threads)
+        for batch_size in (1, 7, 64):
+            emb, codes = b.embed(texts, batch_size=batch_size)
+            np.testing.assert_array_equal(codes, codes1)
+            np.testing.assert_array_equal(emb, emb1)
+        np.testing.assert_array_equal(b.codes(texts[::-1])[::-1], codes1)
+        np.testing.assert_array_equal(b.codes(texts[5]), codes1[5:6])
+
+
+def test_attach_index_checks_the_encoder(exported, tmp_path):
+    """Issue 17 item 2: an index knows its encoder; another binarizer is refused, another precision warned about."""
+    from ondevice.index import EncoderId
+
+    out = exported[2]
+    int8, fp32 = Bundle.load(out, precision="int8"), Bundle.load(out, precision="fp32")
+    assert int8.encoder_id.binarizer_sha256 == fp32.encoder_id.binarizer_sha256
+    assert (int8.encoder_id.precision, fp32.encoder_id.precision) == ("int8", "fp32")
+    int8.index_texts(TEXTS)
+    path = int8.index.save(tmp_path / "c.odx")
+    index = HammingIndex.load(path)
+    assert index.encoder == int8.encoder_id
+    Bundle.load(out, precision="int8").attach_index(index)  # same encoder: silent
+    with pytest.warns(UserWarning, match="same binarizer"):
+        fp32.attach_index(index)
+    with pytest.raises(OndeviceError, match="same binarizer"):
+        fp32.attach_index(index, strict=True)
+    other = HammingIndex(29, encoder=EncoderId("00" * 32, "11" * 32, "int8"))
+    with pytest.raises(OndeviceError, match="another binarizer"):
+        fp32.attach_index(other)
+    fp32.attach_index(HammingIndex(29))  # no identity recorded (built from codes): nothing to check
+
+
+def test_cli_index_precision_and_encoder_checks(exported, tmp_path, capsys):
+    """Issue 17 items 2 and 5: the CLI says which half of a two-precision bundle it uses and checks the encoder."""
+    from ondevice.cli import main
+
+    out = exported[2]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(t for t in TEXTS if t.strip()) + "\n", encoding="utf-8")
+    index = str(tmp_path / "c.odx")
+    assert main(["index", "build", "--corpus", str(corpus), "--bundle", str(out), "--out", index]) == 0
+    assert "(int8)" in capsys.readouterr().err
+    assert main(["index", "search", index, "--bundle", str(out), "--query", "the cat", "-k", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "(int8)" in err and "warning" not in err
+    assert main(["index", "search", index, "--bundle", str(out), "--precision", "fp32", "--query", "the cat"]) == 0
+    err = capsys.readouterr().err
+    assert "(fp32)" in err and "warning:" in err and "int8" in err
+    assert main(["index", "build", "--corpus", str(corpus), "--bundle", str(out), "--precision", "fp32",
+                 "--out", index]) == 0
+    assert "(fp32)" in capsys.readouterr().err
+    assert main(["index", "search", index, "--precision", "fp32", "--query", "x"]) == 2
+    assert "needs --bundle" in capsys.readouterr().err
+
+
+def test_with_weights_ships_weights_once(exported):
+    """Issue 17 item 6: a two-precision export keeps the fp32 weights in fp32/ only and says so."""
+    out = exported[2]
+    assert (out / "fp32" / "student.safetensors").is_file()
+    assert not (out / "int8" / "student.safetensors").exists()
+    int8 = json.loads((out / "int8" / "manifest.json").read_text())
+    assert "../fp32/student.safetensors" in int8["weights"] and int8["int8_rows_per_run"] == 1
+    assert "../fp32/student.safetensors" in (out / "int8" / "README.md").read_text()

@@ -21,28 +21,46 @@ def _commands() -> dict[str, object]:
     return {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" once: not when the help already names its default, nor for None or False defaults."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other user mistake
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `command`, only that subcommand's arguments are built (they import what their defaults need)."""
     parser = _Parser(prog="ondevice", description="Distill, binarize, search and export tiny sentence encoders.")
     parser.add_argument("--version", action="version", version=f"ondevice {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, module in _commands().items():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        module.add_arguments(p)
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter)
+        if command is None or name == command:
+            # building every subcommand would import torch-free but heavy modules (eval, binarize: ~0.2 s)
+            module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first argument that is not an option), if any."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print one line to stderr and return non-zero."""
     try:
-        args = build_parser().parse_args(argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(_command(argv)).parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
         return int(exc.code or 0)
     try:

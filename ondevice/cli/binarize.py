@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 
 HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embeddings into packed binary codes"
@@ -69,13 +71,25 @@ def load_input(a: argparse.Namespace):
     from ondevice.corpus import read_corpus
 
     sentences = read_corpus(a.corpus, a.max_sentences)
+    started = time.perf_counter()
     if a.student:
         from ondevice.student import Student
 
-        return Student.load(a.student).encode(sentences)
-    from ondevice.teacher import Teacher, cached_vectors
+        _stage(a, f"encoding {len(sentences):,} sentences with the student {a.student} ...")
+        x = Student.load(a.student).encode(sentences)
+    else:
+        from ondevice.teacher import Teacher, cached_vectors
 
-    return cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
+        _stage(a, f"encoding {len(sentences):,} sentences with the teacher {a.teacher} (cached on disk) ...")
+        x = cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
+    _stage(a, f"encoded {len(sentences):,} sentences in {time.perf_counter() - started:.1f} s")
+    return x
+
+
+def _stage(a: argparse.Namespace, line: str) -> None:
+    """One progress line per stage on stderr, flushed: visible in logs and pipes, where progress bars are not."""
+    if not a.quiet:
+        print(line, file=sys.stderr, flush=True)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -105,7 +119,10 @@ def run(a: argparse.Namespace) -> int:
                      sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
                      threads=a.threads,
                      checkpoint_dir=a.out, resume=a.resume)
+    started = time.perf_counter()
+    _stage(a, f"fitting a {a.bits}-bit {a.method} binarizer on {len(x):,} vectors ...")
     binarizer = Binarizer.fit(x, a.method, a.bits, seed=a.seed, **hyper)
+    _stage(a, f"fitted in {time.perf_counter() - started:.1f} s")
     binarizer.save(a.out)
     print(f"binarizer saved to {a.out}: {binarizer.method}, {binarizer.dim}-d -> {binarizer.bits} bits "
           f"({binarizer.code_bytes} bytes per sentence), bit order {binarizer.config.bit_order}")

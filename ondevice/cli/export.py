@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--golden-sentences", default=None,
                    help="extra golden sentences, one per line (your own text: it is copied into the bundle)")
     p.add_argument("--with-weights", action="store_true",
-                   help="also write student.safetensors (fp32) for runtimes with their own forward pass")
+                   help="also write student.safetensors (fp32) for runtimes with their own forward pass; with "
+                        "--precision both it goes into fp32/ only (int8/ stays small)")
     p.add_argument("--no-torchscript", action="store_true", help="leave encoder.pt out (ONNX only: a smaller bundle)")
     p.add_argument("--eval", default=None, help="JSON file with an evaluation summary to put in the manifest")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated golden and check sentences")

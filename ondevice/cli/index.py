@@ -11,9 +11,14 @@ from pathlib import Path
 HELP = "build, search and inspect an exact Hamming index (subcommands: build, search, info)"
 
 
+VERIFY_AUTO_BYTES = 64 << 20  # search checksums mapped index files up to this size itself (~30 ms at worst)
+
+
 def _add_encoder(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("text encoder (to turn text into codes)")
     g.add_argument("--bundle", help="exported bundle dir (torch-free runtime)")
+    g.add_argument("--precision", choices=("fp32", "int8"), default=None,
+                   help="which half of a `--precision both` bundle (default: int8 if present; the choice is printed)")
     g.add_argument("--student", help="student dir (needs torch), together with --binarizer")
     g.add_argument("--binarizer", help="binarizer dir, together with --student")
     g.add_argument("--batch-size", type=int, default=256, help="sentences encoded per batch")
@@ -22,11 +27,12 @@ def _add_encoder(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
     sub.required = True
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    from ondevice.cli import HelpFormatter as fmt
 
     b = sub.add_parser("build", help="write an index file from packed codes (.npy) or a corpus", formatter_class=fmt)
     src = b.add_argument_group("input (one of)")
-    src.add_argument("--codes", help="packed uint8 codes (n, code_bytes) as .npy, bit order 'little'")
+    src.add_argument("--codes", help="packed uint8 codes (n, code_bytes) as .npy, bit order 'little'; with --bundle "
+                                     "(or --student + --binarizer) that encoder is recorded as the codes' maker")
     src.add_argument("--corpus", help="sentences, one per line (.gz allowed): encoded with --bundle or --student")
     b.add_argument("--ids", help="int64 ids (n,) as .npy (default: row numbers 0..n-1)")
     b.add_argument("--bits", type=int, default=None, help="bits per code (default: 8 x bytes per code)")
@@ -42,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--queries", help="packed uint8 query codes (nq, code_bytes) as .npy")
     s.add_argument("-k", type=int, default=10, help="neighbours per query")
     s.add_argument("--radius", type=int, default=None, help="instead of top-k: every code at distance < RADIUS")
-    s.add_argument("--threads", type=int, default=None, help="search threads (default: all cores)")
+    s.add_argument("--threads", type=int, default=None,
+                   help="search threads (default: chosen from the work size, one for small indexes, up to all cores)")
     s.add_argument("--corpus", help="the corpus the index was built from, to print the matching sentences")
     s.add_argument("--json", action="store_true", help="print one JSON object per query")
     s.add_argument("--no-mmap", action="store_true", help="read the index into memory (verifies its checksum)")
@@ -83,21 +90,37 @@ class _Encoder:
         from ondevice.errors import OndeviceError
 
         self.batch_size = a.batch_size
+        if a.batch_size < 1:
+            raise OndeviceError(f"--batch-size must be >= 1, got {a.batch_size}")
         if a.bundle and (a.student or a.binarizer):
             raise OndeviceError("give either --bundle or --student with --binarizer, not both")
+        if a.precision and not a.bundle:
+            raise OndeviceError("--precision picks a half of a bundle; it needs --bundle")
         if a.bundle:
             from ondevice.runtime import Bundle
 
-            self._bundle = Bundle.load(a.bundle)
+            self._bundle = Bundle.load(a.bundle, precision=a.precision)
             self.bits = self._bundle.bits
+            self.identity = self._bundle.encoder_id
+            self.label = f"bundle {self._bundle.path} ({self._bundle.precision})"
         elif a.student and a.binarizer:
             from ondevice.binarize import Binarizer
+            from ondevice.index import EncoderId, affine_sha256
+            from ondevice.io import sha256_file
             from ondevice.student import Student
 
             self._student, self._binarizer = Student.load(a.student), Binarizer.load(a.binarizer)
             self.bits = self._binarizer.bits
+            self.identity = EncoderId(sha256_file(Path(a.student) / "model.safetensors"),
+                                      affine_sha256(*self._binarizer.affine()), "float")
+            self.label = f"student {a.student} (float) + binarizer {a.binarizer}"
         else:
             raise OndeviceError("text needs an encoder: pass --bundle DIR, or --student DIR and --binarizer DIR")
+
+    @staticmethod
+    def given(a: argparse.Namespace) -> bool:
+        """Whether the command line names an encoder at all."""
+        return bool(a.bundle or a.student or a.binarizer)
 
     def codes(self, texts: list[str]):
         if hasattr(self, "_bundle"):
@@ -117,15 +140,20 @@ def _build(a: argparse.Namespace) -> int:
     if bool(a.codes) == bool(a.corpus):
         raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
     started = time.perf_counter()
+    encoder = _Encoder(a) if a.corpus or _Encoder.given(a) else None
+    if encoder is not None:
+        print(f"encoder: {encoder.label}", file=sys.stderr)
     if a.codes:
         codes = _load_npy(a.codes, "codes")
         if codes.dtype != np.uint8 or codes.ndim != 2:
             raise OndeviceError(f"{a.codes} must hold uint8 packed codes of shape (n, code_bytes), got {codes.dtype} {codes.shape}")
         bits = a.bits if a.bits is not None else codes.shape[1] * 8
+        if encoder is not None and encoder.bits != bits:
+            raise OndeviceError(f"{a.codes} holds {bits}-bit codes but the encoder makes {encoder.bits}-bit codes; "
+                                "name the encoder that made these codes, or none")
     else:
         from ondevice.corpus import read_corpus
 
-        encoder = _Encoder(a)
         texts = read_corpus(a.corpus, a.max_sentences)
         codes = np.concatenate([encoder.codes(texts[i : i + 65536]) for i in range(0, len(texts), 65536)])
         bits = encoder.bits
@@ -136,7 +164,7 @@ def _build(a: argparse.Namespace) -> int:
         ids = _load_npy(a.ids, "ids")
         if ids.shape != (len(codes),):
             raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({len(codes)},)")
-    index = HammingIndex(bits)
+    index = HammingIndex(bits, encoder=encoder.identity if encoder is not None else None)
     index.add(codes, ids)
     index.save(a.out)
     print(f"index saved to {a.out}: {len(index):,} codes x {bits} bits "
@@ -149,31 +177,56 @@ def _build(a: argparse.Namespace) -> int:
 
 def _search(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
-    from ondevice.index import HammingIndex
+    from ondevice.index import HammingIndex, check_encoder, read_header
+    from ondevice.kernels import hamming
 
     if bool(a.query) == bool(a.queries):
         raise OndeviceError("give text queries (--query TEXT, repeatable) or --queries CODES.npy, not both or neither")
     if a.k < 1:
         raise OndeviceError(f"-k must be >= 1, got {a.k}")
-    index = HammingIndex.load(a.index, mmap=not a.no_mmap, threads=a.threads)
+    if a.threads is not None and a.threads < 1:
+        raise OndeviceError(f"--threads must be >= 1, got {a.threads}")
+    if a.radius is not None and a.radius < 0:
+        raise OndeviceError(f"--radius must be >= 0, got {a.radius}")
+    started = time.perf_counter()
+    head = read_header(a.index)
+    # A small mapped file is checksummed here (cheap); a large one is searched unchecked, and we say so.
+    verify = not a.no_mmap and head["size"] <= VERIFY_AUTO_BYTES
+    index = HammingIndex.load(a.index, mmap=not a.no_mmap, verify=verify or None, threads=a.threads)
+    if not index.verified:
+        print(f"note: {a.index} is memory-mapped and its {head['size'] / 1e6:,.0f} MB of codes were not checksummed; "
+              "`ondevice index info --verify` checks them", file=sys.stderr)
     if a.queries:
         queries = _load_npy(a.queries, "queries")
         labels = [f"#{i}" for i in range(len(queries) if queries.ndim == 2 else 1)]
     else:
         encoder = _Encoder(a)
+        print(f"encoder: {encoder.label}", file=sys.stderr)
         if encoder.bits != index.bits:
             raise OndeviceError(f"the encoder makes {encoder.bits}-bit codes but {a.index} holds {index.bits}-bit codes; "
                                 "use the encoder the index was built with")
+        warning = check_encoder(index.encoder, encoder.identity, str(a.index))
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+        elif index.encoder is None:
+            print(f"note: {a.index} does not record which encoder built it (built from codes, or by an older "
+                  "ondevice), so the encoder could not be checked", file=sys.stderr)
         queries, labels = encoder.codes(list(a.query)), list(a.query)
     texts = _corpus_lookup(a.corpus)
-    started = time.perf_counter()
+    nq = len(queries) if getattr(queries, "ndim", 1) == 2 else 1
+    # One search in a fresh process: plain numpy beats loading Numba's kernels (~0.7 s) up to a few hundred MB.
+    path = hamming.oneshot_path(len(index), index.code_bytes, nq)
+    loaded = time.perf_counter()
+    if path is None:
+        index.warmup(queries)  # kernel load (or first compile) timed apart from the search itself
+    warm = time.perf_counter()
     if a.radius is not None:
-        lims, dist, ids = index.range_search(queries, a.radius)
+        lims, dist, ids = index.range_search(queries, a.radius, path=path)
         rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
     else:
-        dist, ids = index.search(queries, a.k)
+        dist, ids = index.search(queries, min(a.k, max(1, len(index))), path=path)
         rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - warm
     for label, (d, i) in zip(labels, rows):
         hits = [{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
         if a.json:
@@ -183,7 +236,9 @@ def _search(a: argparse.Namespace) -> int:
         for rank, hit in enumerate(hits, 1):
             extra = f"  {hit['text']}" if "text" in hit else ""
             print(f"  {rank:>4}  id={hit['id']:<10} d={hit['distance']:<5}{extra}")
-    print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.1f} ms", file=sys.stderr)
+    kernel = "numpy" if path == "numpy" else f"numba, {(warm - loaded) * 1e3:.0f} ms to load kernels"
+    print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.2f} ms ({kernel}; "
+          f"index and queries ready in {(loaded - started) * 1e3:.0f} ms)", file=sys.stderr)
     return 0
 
 
@@ -203,9 +258,11 @@ def _info(a: argparse.Namespace) -> int:
     from ondevice.index import HammingIndex, read_header
 
     head = read_header(a.index)
-    if a.verify:
-        HammingIndex.load(a.index, mmap=True, verify=True)
+    HammingIndex.load(a.index, mmap=True, verify=a.verify)  # ids and offsets are always checked, the data on --verify
+    enc = head["encoder"]
     print(f"{a.index}: format v{head['version']}, {head['count']:,} codes x {head['bits']} bits "
-          f"({head['code_bytes']} bytes each), bit order little, ids {'ascending' if head['ascending'] else 'unordered'}"
-          f"{', checksum ok' if a.verify else ''}")
+          f"({head['code_bytes']} bytes each), bit order little, ids {'ascending' if head['ascending'] else 'unordered'}")
+    print(f"  encoder: {enc.describe() if enc else 'not recorded'}")
+    print("  data: sha256 of codes and ids verified" if a.verify else
+          "  data: header and ids checked; codes NOT checksummed (add --verify to read and check every byte)")
     return 0

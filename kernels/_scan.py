@@ -1,0 +1,362 @@
+"""The Numba scan kernels behind ondevice.kernels.hamming (imported only when a search needs them).
+
+Every kernel exists twice per code width: a parallel one (one prange iteration per database chunk) and a serial
+one (one chunk, no thread pool touched), compiled from the same source. The serial variant is what small searches
+use: a parallel region costs tens of microseconds to start and far more on a busy machine, more than scanning a
+few hundred kilobytes. Kernels reset their own heap counters, so callers may reuse scratch buffers, and they build
+their query layouts themselves, so a call is one dispatch with no numpy work around it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+from ondevice.kernels.intrinsics import (
+    LANES,
+    block_distances,
+    load_word,
+    prefetch,
+    row_distance,
+    rows8_distances,
+    rows8_query_words,
+    rows8_supports,
+)
+
+TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
+PREFETCH_BYTES = 2048  # single-query scans ask for the rows 2 KB ahead: ~10% faster than the hardware prefetcher alone
+_FAR = 1 << 62  # admission threshold of a heap that is not full yet
+
+# ---------------------------------------------------------------------------------------------- top-k heaps
+# One max-heap of (distance, id) per (chunk, query) "slot", stored flat: slot s owns [s*k, s*k + k).
+# The root is the worst kept pair, so a candidate only needs comparing with the root.
+
+
+@njit(cache=True, inline="always")
+def _better(d1, i1, d2, i2):
+    return d1 < d2 or (d1 == d2 and i1 < i2)
+
+
+@njit(cache=True, inline="always")
+def _sift_down(hd, hi, base, size, d, i):
+    """Put (d, i) at the root of the heap hd/hi[base : base+size] and restore the heap order."""
+    pos = 0
+    while True:
+        c = 2 * pos + 1
+        if c >= size:
+            break
+        if c + 1 < size and _better(hd[base + c], hi[base + c], hd[base + c + 1], hi[base + c + 1]):
+            c += 1  # the worse child moves up
+        if not _better(d, i, hd[base + c], hi[base + c]):
+            break
+        hd[base + pos] = hd[base + c]
+        hi[base + pos] = hi[base + c]
+        pos = c
+    hd[base + pos] = d
+    hi[base + pos] = i
+
+
+@njit(cache=True, inline="always")
+def _offer(hd, hi, hn, slot, k, d, i):
+    """Keep (d, i) in slot's top-k heap if it is among the k best seen so far."""
+    base = slot * k
+    n = hn[slot]
+    if n < k:
+        pos = n
+        while pos > 0:
+            parent = (pos - 1) // 2
+            if not _better(hd[base + parent], hi[base + parent], d, i):
+                break
+            hd[base + pos] = hd[base + parent]
+            hi[base + pos] = hi[base + parent]
+            pos = parent
+        hd[base + pos] = d
+        hi[base + pos] = i
+        hn[slot] = n + 1
+    elif _better(d, i, hd[base], hi[base]):
+        _sift_down(hd, hi, base, k, d, i)
+
+
+@njit(cache=True, inline="always")
+def _threshold(hd, hn, slot, k, strict):
+    """Largest distance that can still enter the slot's heap; `strict` when later rows have larger ids."""
+    if hn[slot] < k:
+        return _FAR
+    return hd[slot * k] - strict
+
+
+@njit(cache=True)
+def _merge_one(hd, hi, hn, nchunks, k, q, out_d, out_i, md, mi):
+    """Merge query q's per-chunk heaps (size k) into the sorted (distance, id) row q of out_*, -1 padded."""
+    nq = out_d.shape[0]
+    n = 0
+    for c in range(nchunks):
+        slot = c * nq + q
+        for j in range(hn[slot]):
+            d = hd[slot * k + j]
+            i = hi[slot * k + j]
+            if n < k:  # heap push
+                pos = n
+                while pos > 0:
+                    parent = (pos - 1) // 2
+                    if not _better(md[parent], mi[parent], d, i):
+                        break
+                    md[pos] = md[parent]
+                    mi[pos] = mi[parent]
+                    pos = parent
+                md[pos] = d
+                mi[pos] = i
+                n += 1
+            elif _better(d, i, md[0], mi[0]):
+                _sift_down(md, mi, 0, k, d, i)
+    for end in range(n - 1, 0, -1):  # heapsort: move the worst to the end, shrink, repeat
+        d = md[end]
+        i = mi[end]
+        md[end] = md[0]
+        mi[end] = mi[0]
+        _sift_down(md, mi, 0, end, d, i)
+    for j in range(n):
+        out_d[q, j] = md[j]
+        out_i[q, j] = mi[j]
+    for j in range(n, out_d.shape[1]):
+        out_d[q, j] = -1
+        out_i[q, j] = -1
+
+
+@njit(parallel=True, cache=True)
+def merge(hd, hi, hn, nchunks, k, out_d, out_i):
+    """Merge every query's per-chunk heaps into sorted rows of out_d / out_i, queries in parallel."""
+    for q in prange(out_d.shape[0]):
+        _merge_one(hd, hi, hn, nchunks, k, q, out_d, out_i, np.empty(k, np.int64), np.empty(k, np.int64))
+
+
+@njit(cache=True)
+def _merge_all(hd, hi, hn, k, out_d, out_i, md, mi):
+    """As merge for a single chunk, on the calling thread (the serial kernels end with it)."""
+    for q in range(out_d.shape[0]):
+        _merge_one(hd, hi, hn, 1, k, q, out_d, out_i, md, mi)
+
+
+@njit(cache=True)
+def _carve_heaps(scratch, nchunks, nq, k):
+    """Views of one int64 scratch array: heap distances and ids (slots x k each), heap sizes, then the temporaries."""
+    slots = nchunks * nq
+    return (scratch[: slots * k], scratch[slots * k : 2 * slots * k], scratch[2 * slots * k : 2 * slots * k + slots],
+            2 * slots * k + slots)
+
+
+def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
+    """int64 words of scratch a knn kernel call needs: heaps, and for the serial kernels their temporaries too."""
+    heaps = nchunks * nq * (2 * k + 1)
+    if nchunks > 1:
+        return heaps
+    w = (nbytes + 7) // 8
+    return heaps + tile * (w + 2) + 2 * (tile // LANES) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k
+
+
+# ---------------------------------------------------------------------------------------------- scan kernels
+
+
+class Kernels:
+    """The scan kernels compiled for one code width (bytes) and popcount path; the width is a compile-time constant.
+
+    Attributes `rows`, `blocks`, `range_rows`, `rows8` are the parallel kernels, `*_serial` the one-chunk ones
+    (`rows8*` is None for widths the 8-row kernel does not handle).
+    """
+
+    def __init__(self, nbytes: int, pop: int):
+        self.nbytes = nbytes
+        self.tile_rows = max(LANES, TILE_BYTES // nbytes // LANES * LANES)
+        self.words = (nbytes + 7) // 8
+        # scratch_words(nbytes, tile, 1, nq, k) == nq * (2k + 1 + query_words) + serial_temp + 2k, kept for speed
+        self.query_words = max(self.words, rows8_query_words(nbytes // 8))
+        self.serial_temp = self.tile_rows * (self.words + 2) + 2 * (self.tile_rows // LANES)
+        self.rows, self.blocks, self.range_rows, self.rows8 = _build(nbytes, pop, self.tile_rows, 1)
+        self.rows_serial, self.blocks_serial, self.range_rows_serial, self.rows8_serial = \
+            _build(nbytes, pop, self.tile_rows, 0)
+
+
+def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time constants frozen into the kernels
+    # PAR is read inside every kernel so that it is one of the closure's cell values: Numba's disk cache keys
+    # closures by those, which keeps the parallel and serial builds of one source apart.
+    W = (NB + 7) // 8
+    FULL, TAIL = divmod(NB, 8)
+    QW = rows8_query_words(FULL)  # words per query in the rows8 pattern
+    QQ = max(W, QW)  # scratch words per query for either query layout
+    # Scratch layout after the heaps (int64 words): interleave buffer, two candidate arrays, block numbers and masks,
+    # then the query words (QQ per query) and two k-sized merge buffers; see temp_words.
+    C1 = TILE * W
+    C2 = C1 + TILE
+    BO = C2 + TILE
+    MO = BO + TILE // LANES
+    QO = MO + TILE // LANES
+    TEMP = QO
+    jit = njit(parallel=bool(PAR), cache=True)
+
+    def rows(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
+        nq = queries.shape[0]
+        has_ids = ids.shape[0] > 0
+        nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        for c in prange(nchunks):
+            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            for q in range(nq):
+                hn[c * nq + q] = 0
+            cand_r = tmp[C1 : C1 + TILE]
+            cand_d = tmp[C2 : C2 + TILE]
+            for start in range(bounds[c], bounds[c + 1], TILE):
+                stop = min(start + TILE, bounds[c + 1])
+                for q in range(nq):
+                    slot = c * nq + q
+                    thr = _threshold(hd, hn, slot, k, strict)
+                    # Branch-free pass: every row is written, only rows within thr advance the cursor.
+                    nc = 0
+                    for r in range(start, stop):
+                        for j in range((NB + 63) // 64):
+                            prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
+                        d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
+                        cand_r[nc] = r
+                        cand_d[nc] = d
+                        nc += d <= thr
+                    for j in range(nc):
+                        if cand_d[j] <= thr:  # thr drops as the heap fills
+                            r = cand_r[j]
+                            _offer(hd, hi, hn, slot, k, cand_d[j], ids[r] if has_ids else r)
+                            thr = _threshold(hd, hn, slot, k, strict)
+        if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
+            md = scratch[tmp0 + TEMP + nq * QQ :]
+            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+
+    def blocks(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
+        nq = queries.shape[0]
+        has_ids = ids.shape[0] > 0
+        nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        for c in prange(nchunks):
+            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            qwords = tmp[QO : QO + nq * W].view(np.uint64)  # each query as W little-endian words, tail zero-padded
+            for q in range(nq):
+                hn[c * nq + q] = 0
+                for w in range(FULL):
+                    qwords[q * W + w] = load_word(queries, q * NB + 8 * w, 8)
+                if TAIL > 0:
+                    qwords[q * W + FULL] = load_word(queries, q * NB + 8 * FULL, TAIL)
+            buf = tmp[0 : TILE * W].view(np.uint64)  # every word a scan reads is written first
+            cand_d = tmp[C1 : C1 + TILE]  # 8 distances per candidate block
+            cand_b = tmp[BO : BO + TILE // LANES]
+            cand_m = tmp[MO : MO + TILE // LANES]
+            for start in range(bounds[c], bounds[c + 1], TILE):
+                nrows = min(TILE, bounds[c + 1] - start)
+                for j in range(nrows):  # interleave: word w of row j -> buf[(j // 8) * 8W + 8w + j % 8]
+                    src = (start + j) * NB
+                    dst = (j >> 3) * (W * LANES) + (j & 7)
+                    for w in range(FULL):
+                        buf[dst + LANES * w] = load_word(codes, src + 8 * w, 8)
+                    if TAIL > 0:
+                        buf[dst + LANES * FULL] = load_word(codes, src + 8 * FULL, TAIL)
+                nblk = (nrows + LANES - 1) // LANES
+                last = (1 << (nrows - (nblk - 1) * LANES)) - 1  # lanes past the tile's end hold stale rows
+                for q in range(nq):
+                    slot = c * nq + q
+                    thr = _threshold(hd, hn, slot, k, strict)
+                    nc = 0
+                    for b in range(nblk):  # no branch, no call: the query words stay in registers
+                        m = block_distances(buf, b * W * LANES, qwords, q * W, W, POP, thr, cand_d, nc * LANES)
+                        cand_b[nc] = b
+                        cand_m[nc] = m
+                        nc += m != 0
+                    for j in range(nc):
+                        b = cand_b[j]
+                        m = cand_m[j]
+                        if b == nblk - 1:
+                            m &= last
+                        for lane in range(LANES):
+                            d = cand_d[j * LANES + lane]
+                            if (m >> lane) & 1 and d <= thr:  # thr drops as the heap fills
+                                r = start + b * LANES + lane
+                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                                thr = _threshold(hd, hn, slot, k, strict)
+        if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
+            md = scratch[tmp0 + TEMP + nq * QQ :]
+            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+
+    def range_rows(codes, queries, radius, ids, bounds, counts, cursor, out_d, out_i, fill):
+        nq = queries.shape[0]
+        has_ids = ids.shape[0] > 0
+        nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
+        for c in prange(nchunks):
+            for start in range(bounds[c], bounds[c + 1], TILE):
+                stop = min(start + TILE, bounds[c + 1])
+                for q in range(nq):
+                    slot = c * nq + q
+                    for r in range(start, stop):
+                        d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
+                        if d < radius:
+                            if fill:
+                                p = cursor[slot]
+                                out_d[p] = d
+                                out_i[p] = ids[r] if has_ids else r
+                                cursor[slot] = p + 1
+                            else:
+                                counts[slot] += 1
+
+    def rows8(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
+        nq = queries.shape[0]
+        has_ids = ids.shape[0] > 0
+        nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        for c in prange(nchunks):
+            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            qpattern = tmp[QO : QO + nq * QW].view(np.uint64)  # each query's words, repeated to fill 8 lanes
+            for q in range(nq):
+                hn[c * nq + q] = 0
+                for j in range(QW):
+                    qpattern[q * QW + j] = load_word(queries, q * NB + 8 * (j % FULL), 8)
+            cand_d = tmp[C1 : C1 + TILE]
+            cand_b = tmp[BO : BO + TILE // LANES]
+            cand_m = tmp[MO : MO + TILE // LANES]
+            for start in range(bounds[c], bounds[c + 1], TILE):
+                nrows = min(TILE, bounds[c + 1] - start)
+                nblk = nrows // LANES
+                for q in range(nq):
+                    slot = c * nq + q
+                    thr = _threshold(hd, hn, slot, k, strict)
+                    nc = 0
+                    for b in range(nblk):
+                        for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
+                            prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
+                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
+                                            cand_d, nc * LANES)
+                        cand_b[nc] = b
+                        cand_m[nc] = m
+                        nc += m != 0
+                    for j in range(nc):
+                        m = cand_m[j]
+                        for lane in range(LANES):
+                            d = cand_d[j * LANES + lane]
+                            if (m >> lane) & 1 and d <= thr:
+                                r = start + cand_b[j] * LANES + lane
+                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                                thr = _threshold(hd, hn, slot, k, strict)
+                    for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
+                        d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
+                        if d <= thr:
+                            _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                            thr = _threshold(hd, hn, slot, k, strict)
+        if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
+            md = scratch[tmp0 + TEMP + nq * QQ :]
+            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+
+    with_rows8 = TAIL == 0 and rows8_supports(FULL)
+    return jit(rows), jit(blocks), jit(range_rows), (jit(rows8) if with_rows8 else None)
+
+
+_KERNELS: dict[tuple[int, int], Kernels] = {}
+
+
+def kernels(nbytes: int, pop: int) -> Kernels:
+    """The kernels for `nbytes`-byte codes and popcount `pop` (0 hardware, 1 SWAR), built once per process."""
+    key = (nbytes, pop)
+    found = _KERNELS.get(key)
+    if found is None:
+        found = _KERNELS[key] = Kernels(nbytes, pop)
+    return found

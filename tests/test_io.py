@@ -1,0 +1,36 @@
+"""Issue 17 item 7: atomic writes give files the mode a plain open() would (the umask), not mkstemp's 0600."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ondevice.index import HammingIndex
+from ondevice.io import atomic_path, new_file_mode, write_json, write_text
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_respect_the_umask(tmp_path, umask):
+    before = os.umask(umask)
+    try:
+        assert new_file_mode() == 0o666 & ~umask
+        write_text(tmp_path / "a.txt", "x")
+        write_json(tmp_path / "b.json", {"a": 1})
+        with atomic_path(tmp_path / "c.bin") as tmp:
+            tmp.write_bytes(b"x")
+        HammingIndex(8).save(tmp_path / "d.odx")
+        with open(tmp_path / "plain.txt", "w") as fh:  # what the user's shell would give
+            fh.write("x")
+    finally:
+        os.umask(before)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert set(modes.values()) == {modes["plain.txt"]} == {0o666 & ~umask}, modes
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "x.npy") as tmp:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
