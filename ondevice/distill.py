@@ -36,6 +36,9 @@ class DistillConfig:
     teacher_normalize: bool = True
     teacher_batch_size: int = 64
     teacher_backend: str = "torch"  # torch | onnx (same vectors, faster) | onnx-int8 (another, faster teacher)
+    backend: str = "local"  # where teacher vectors are computed: local | ray (same cache; ondevice.scale.ray_label)
+    ray_address: str = ""  # --backend ray: join this cluster (empty: start a local Ray)
+    ray_workers: int = 0  # --backend ray: teacher actors (0: as many as the CPUs allow)
     word_vectors: str = "glove-6b-50d"  # packaged GloVe, a file, "teacher" (teacher-derived) or "random"
     allow_pickle: bool = False  # gensim's pickled formats (.kv/.model/.wv) run code when loaded; see README
     embedding_dim: int = 0  # for "teacher"/"random" word vectors (0 = 50, GloVe's); files give their own
@@ -73,6 +76,7 @@ class DistillConfig:
         check_int(self.seed, "--seed", 0, 2**32 - 1)
         check_int(self.warmup_steps, "--warmup-steps", 0, 1 << 40)
         check_int(self.embedding_dim, "--embedding-dim", 0, 4096)
+        check_int(self.ray_workers, "--ray-workers", 0, 100_000)
         if self.max_sentences is not None:
             check_int(self.max_sentences, "--max-sentences", 2, 1 << 40)
         checks = [
@@ -83,6 +87,7 @@ class DistillConfig:
             (self.embedding_dim == 0 or self.word_vectors in SPECS,
              "--embedding-dim applies to --word-vectors teacher|random only (a file gives its own dimension)"),
             (self.teacher_backend in BACKENDS, f"--teacher-backend must be one of {', '.join(BACKENDS)}"),
+            (self.backend in ("local", "ray"), "--backend must be local or ray"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -284,7 +289,14 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     teacher = Teacher(config.teacher, pooling=config.teacher_pooling, normalize=config.teacher_normalize,
                       backend=config.teacher_backend, threads=config.threads)
-    targets = cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress)
+    if config.backend == "ray":
+        from ondevice.scale.ray_label import ray_cached_vectors
+
+        targets = ray_cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress,
+                                     address=config.ray_address or None, workers=config.ray_workers,
+                                     cpus_per_worker=max(1, config.threads))
+    else:
+        targets = cached_vectors(teacher, sentences, batch_size=config.teacher_batch_size, progress=progress)
 
     if resume:
         tokenizer = Tokenizer.load(out)

@@ -70,3 +70,26 @@ def pair_env(tmp_path_factory):
     from pairs_fixtures import PairEnv
 
     return PairEnv(tmp_path_factory.mktemp("pairs"))
+
+
+@pytest.fixture(scope="session")
+def ray_local(tmp_path_factory):
+    """One local Ray for the whole session (a start costs seconds): 2 CPUs, token auth off, temporary HOME."""
+    import shutil
+    import tempfile
+
+    ray = pytest.importorskip("ray", reason="ray is not installed: the Ray tests need `pip install 'ondevice[scale]'`")
+    home = tmp_path_factory.mktemp("rayhome")
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay under 107 bytes
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("RAY_AUTH_MODE", "disabled")  # recent Ray turns token auth on for local clusters by default
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        mp.setenv("RAY_worker_niceness", "0")  # Ray renices workers by +15; on a busy machine they would starve
+        ray.init(num_cpus=2, object_store_memory=100 << 20, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=temp)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)

@@ -22,6 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--teacher", nargs="?", const="all-MiniLM-L6-v2", default=None,
                      help="encode --corpus with a teacher (default: the packaged all-MiniLM-L6-v2, cached on disk)")
     src.add_argument("--corpus", help="sentences, one per line (.gz allowed), for --student/--teacher")
+    src.add_argument("--backend", default="local", choices=["local", "ray"],
+                     help="--teacher: compute vectors here or on a Ray actor pool (same cache; needs ondevice[scale])")
+    src.add_argument("--ray-address", default="", help="--backend ray: join this Ray cluster (default: a local Ray)")
     src.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
     p.add_argument("--method", choices=METHODS, default="ae-sp")
     p.add_argument("--bits", type=int, required=True, help="code length; threshold needs bits = dim, pca bits <= dim")
@@ -81,7 +84,12 @@ def load_input(a: argparse.Namespace):
         from ondevice.teacher import Teacher, cached_vectors
 
         _stage(a, f"encoding {len(sentences):,} sentences with the teacher {a.teacher} (cached on disk) ...")
-        x = cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
+        if a.backend == "ray":
+            from ondevice.scale.ray_label import ray_cached_vectors
+
+            x = ray_cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet, address=a.ray_address or None)
+        else:
+            x = cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
     _stage(a, f"encoded {len(sentences):,} sentences in {time.perf_counter() - started:.1f} s")
     return x
 

@@ -25,6 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher-batch-size", type=int, default=d.teacher_batch_size)
     p.add_argument("--teacher-backend", default=d.teacher_backend, choices=["torch", "onnx", "onnx-int8"],
                    help="torch; onnx: ONNX Runtime fp32 (same vectors to 1e-4, same cache); onnx-int8: faster, another teacher")
+    p.add_argument("--backend", default=d.backend, choices=["local", "ray"],
+                   help="where teacher vectors are computed: this process, or a Ray actor pool (same cache); "
+                        "needs ondevice[scale]")
+    p.add_argument("--ray-address", default=d.ray_address, help="--backend ray: join this Ray cluster (default: a local Ray)")
+    p.add_argument("--ray-workers", type=int, default=d.ray_workers, help="--backend ray: teacher actors (0 = fill the CPUs)")
     p.add_argument("--word-vectors", default=d.word_vectors,
                    help="'glove-6b-50d' (packaged), a word-vectors file (word2vec/GloVe text or binary, .vec), "
                         "'teacher' (made from the teacher) or 'random'")
@@ -59,7 +64,8 @@ def config_from_args(a: argparse.Namespace):
         corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
         exclude_eval=not a.keep_eval_text, train_splits=a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
-        teacher_backend=a.teacher_backend, word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
+        teacher_backend=a.teacher_backend, backend=a.backend, ray_address=a.ray_address, ray_workers=a.ray_workers,
+        word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
         allow_pickle=a.allow_pickle,
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,

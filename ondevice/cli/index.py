@@ -37,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--ids", help="int64 ids (n,) as .npy (default: row numbers 0..n-1)")
     b.add_argument("--bits", type=int, default=None, help="bits per code (default: 8 x bytes per code)")
     b.add_argument("--max-sentences", type=int, default=None, help="use only the first N corpus sentences")
-    b.add_argument("--out", required=True, help="index file to write (e.g. catalog.odx)")
+    b.add_argument("--out", required=True, help="index file to write (e.g. catalog.odx); with --shards a folder")
+    b.add_argument("--shards", type=int, default=0,
+                   help="write S shard files (ids global) and a manifest.json with their checksums into folder --out")
     _add_encoder(b)
     b.set_defaults(_index=_build)
 
@@ -53,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--corpus", help="the corpus the index was built from, to print the matching sentences")
     s.add_argument("--json", action="store_true", help="print one JSON object per query")
     s.add_argument("--no-mmap", action="store_true", help="read the index into memory (verifies its checksum)")
+    s.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="sharded index: search the shards in this process, or one Ray actor per shard (ondevice[scale])")
+    s.add_argument("--ray-address", default="", help="--backend ray: join this Ray cluster (default: a local Ray)")
+    s.add_argument("--partial", action="store_true",
+                   help="--backend ray: answer from the shards that respond and name the missing ones (default: error)")
     _add_encoder(s)
     s.set_defaults(_index=_search)
 
@@ -164,6 +171,13 @@ def _build(a: argparse.Namespace) -> int:
         ids = _load_npy(a.ids, "ids")
         if ids.shape != (len(codes),):
             raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({len(codes)},)")
+    if a.shards:
+        from ondevice.scale.shards import build_shards
+
+        manifest = build_shards(codes, a.out, a.shards, ids=ids, bits=bits)
+        print(f"sharded index saved to {a.out}: {manifest.count:,} codes x {bits} bits in {len(manifest.shards)} shards "
+              f"({sum(s.bytes for s in manifest.shards) / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
+        return 0
     index = HammingIndex(bits, encoder=encoder.identity if encoder is not None else None)
     index.add(codes, ids)
     index.save(a.out)
@@ -177,7 +191,7 @@ def _build(a: argparse.Namespace) -> int:
 
 def _search(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
-    from ondevice.index import HammingIndex, check_encoder, read_header
+    from ondevice.index import HammingIndex, check_encoder
     from ondevice.kernels import hamming
 
     if bool(a.query) == bool(a.queries):
@@ -189,13 +203,7 @@ def _search(a: argparse.Namespace) -> int:
     if a.radius is not None and a.radius < 0:
         raise OndeviceError(f"--radius must be >= 0, got {a.radius}")
     started = time.perf_counter()
-    head = read_header(a.index)
-    # A small mapped file is checksummed here (cheap); a large one is searched unchecked, and we say so.
-    verify = not a.no_mmap and head["size"] <= VERIFY_AUTO_BYTES
-    index = HammingIndex.load(a.index, mmap=not a.no_mmap, verify=verify or None, threads=a.threads)
-    if not index.verified:
-        print(f"note: {a.index} is memory-mapped and its {head['size'] / 1e6:,.0f} MB of codes were not checksummed; "
-              "`ondevice index info --verify` checks them", file=sys.stderr)
+    index = _open_for_search(a)
     if a.queries:
         queries = _load_npy(a.queries, "queries")
         labels = [f"#{i}" for i in range(len(queries) if queries.ndim == 2 else 1)]
@@ -205,32 +213,43 @@ def _search(a: argparse.Namespace) -> int:
         if encoder.bits != index.bits:
             raise OndeviceError(f"the encoder makes {encoder.bits}-bit codes but {a.index} holds {index.bits}-bit codes; "
                                 "use the encoder the index was built with")
-        warning = check_encoder(index.encoder, encoder.identity, str(a.index))
+        warning = check_encoder(getattr(index, "encoder", None), encoder.identity, str(a.index))
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
-        elif index.encoder is None:
+        elif getattr(index, "encoder", None) is None:
             print(f"note: {a.index} does not record which encoder built it (built from codes, or by an older "
                   "ondevice), so the encoder could not be checked", file=sys.stderr)
         queries, labels = encoder.codes(list(a.query)), list(a.query)
     texts = _corpus_lookup(a.corpus)
     nq = len(queries) if getattr(queries, "ndim", 1) == 2 else 1
+    single = isinstance(index, HammingIndex)
+    if a.radius is not None and not single:
+        raise OndeviceError("--radius is not supported on a sharded index; use -k")
     # One search in a fresh process: plain numpy beats loading Numba's kernels (~0.7 s) up to a few hundred MB.
-    path = hamming.oneshot_path(len(index), index.code_bytes, nq)
+    path = hamming.oneshot_path(len(index), index.code_bytes, nq) if single else None
     loaded = time.perf_counter()
-    if path is None:
+    if path is None and single:
         index.warmup(queries)  # kernel load (or first compile) timed apart from the search itself
     warm = time.perf_counter()
+    missing: list[int] = []
     if a.radius is not None:
         lims, dist, ids = index.range_search(queries, a.radius, path=path)
         rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
     else:
-        dist, ids = index.search(queries, min(a.k, max(1, len(index))), path=path)
+        if getattr(a, "partial", False) and hasattr(index, "search_partial"):
+            result = index.search_partial(queries, a.k)
+            dist, ids, missing = result.distances, result.ids, result.missing
+        elif single:
+            dist, ids = index.search(queries, min(a.k, max(1, len(index))), path=path)
+        else:
+            dist, ids = index.search(queries, a.k)
         rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
     elapsed = time.perf_counter() - warm
     for label, (d, i) in zip(labels, rows):
         hits = [{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
         if a.json:
-            print(json.dumps({"query": label, "results": hits}, ensure_ascii=False))
+            extra = {"partial": True, "missing_shards": missing} if missing else {}
+            print(json.dumps({"query": label, "results": hits, **extra}, ensure_ascii=False))
             continue
         print(f"query {label}")
         for rank, hit in enumerate(hits, 1):
@@ -239,7 +258,36 @@ def _search(a: argparse.Namespace) -> int:
     kernel = "numpy" if path == "numpy" else f"numba, {(warm - loaded) * 1e3:.0f} ms to load kernels"
     print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.2f} ms ({kernel}; "
           f"index and queries ready in {(loaded - started) * 1e3:.0f} ms)", file=sys.stderr)
+    if missing:
+        print(f"PARTIAL RESULT: shards {missing} did not answer; their codes were not searched", file=sys.stderr)
     return 0
+
+
+def _open_for_search(a: argparse.Namespace):
+    """A single index file, or a sharded index (folder or manifest.json) searched here or on Ray actors."""
+    from ondevice.errors import OndeviceError
+    from ondevice.index import HammingIndex, read_header
+    from ondevice.scale.shards import ShardedIndex, is_sharded
+
+    if not is_sharded(a.index):
+        if a.backend == "ray" or a.partial:
+            raise OndeviceError("--backend ray and --partial apply to a sharded index (built with --shards)")
+        head = read_header(a.index)
+        # A small mapped file is checksummed here (cheap); a large one is searched unchecked, and we say so.
+        verify = not a.no_mmap and head["size"] <= VERIFY_AUTO_BYTES
+        index = HammingIndex.load(a.index, mmap=not a.no_mmap, verify=verify or None, threads=a.threads)
+        if not index.verified:
+            print(f"note: {a.index} is memory-mapped and its {head['size'] / 1e6:,.0f} MB of codes were not checksummed; "
+                  "`ondevice index info --verify` checks them", file=sys.stderr)
+        return index
+    if a.backend == "ray":
+        from ondevice.scale.ray_search import RayShardedIndex
+
+        return RayShardedIndex.open(a.index, address=a.ray_address or None, threads=a.threads or 1,
+                                    allow_missing=a.partial)
+    if a.partial:
+        raise OndeviceError("--partial applies to --backend ray (a local sharded search reads every shard or fails)")
+    return ShardedIndex.open(a.index, threads=a.threads)
 
 
 def _corpus_lookup(path: str | None):
@@ -256,6 +304,15 @@ def _corpus_lookup(path: str | None):
 
 def _info(a: argparse.Namespace) -> int:
     from ondevice.index import HammingIndex, read_header
+    from ondevice.scale.shards import ShardedIndex, is_sharded, read_manifest
+
+    if is_sharded(a.index):
+        manifest, _ = read_manifest(a.index)
+        if a.verify:
+            ShardedIndex.open(a.index, verify=True)
+        print(f"{a.index}: sharded index, {manifest.count:,} codes x {manifest.bits} bits in {len(manifest.shards)} "
+              f"shards{', checksums ok' if a.verify else ''}")
+        return 0
 
     head = read_header(a.index)
     HammingIndex.load(a.index, mmap=True, verify=a.verify)  # ids and offsets are always checked, the data on --verify

@@ -1,0 +1,172 @@
+"""Teacher labelling on Ray: pending cache chunks go through a Ray Data `map_batches` actor pool.
+
+The driver owns the cache (the same `VectorCache` folder, key and format as `ondevice.teacher.cached_vectors`,
+so either reads what the other wrote): it fills rows that other caches already know (`Donors`), hands the
+missing rows of each pending chunk to Ray as one block, and writes every chunk by its index as soon as all its
+rows are back (Ray does not keep order). Each actor loads the teacher once and checks that it computes the
+same thing as the driver's (content hash), so a worker with other weights fails loudly instead of mixing vectors.
+
+    from ondevice.scale.ray_label import ray_cached_vectors
+    vectors = ray_cached_vectors(Teacher("all-MiniLM-L6-v2"), sentences, address="ray://head:10001")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path
+from ondevice.scale.ray_env import error_line, init_ray, ray_module
+from ondevice.teacher import (
+    DEFAULT,
+    Donors,
+    Teacher,
+    VectorCache,
+    cache_folder,
+    default_teacher_path,
+    row_hashes,
+)
+
+
+def teacher_spec(teacher: Teacher) -> dict:
+    """Arguments that rebuild `teacher` on another machine (the packaged default by name, not by local path)."""
+    path = teacher.info.path
+    try:
+        if Path(path).resolve() == default_teacher_path().resolve():
+            path = DEFAULT
+    except OndeviceError:  # the packaged teacher is not installed here: a model dir it is
+        pass
+    return {"spec": path, "pooling": teacher.info.pooling, "normalize": teacher.info.normalize,
+            "max_length": teacher.info.max_length, "backend": teacher.backend}
+
+
+class _Labeller:
+    """Ray Data actor: loads the teacher once, then encodes one block (the missing rows of one chunk) per call."""
+
+    def __init__(self, spec: dict, info: dict, threads: int, batch_size: int):
+        try:
+            import torch
+
+            torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS from num_cpus; make torch agree explicitly
+        except ImportError:
+            pass
+        self.teacher = Teacher(**spec, threads=threads)
+        mine = {k: v for k, v in asdict(self.teacher.info).items() if k != "path"}
+        want = {k: v for k, v in info.items() if k != "path"}
+        if mine != want:
+            diff = sorted(k for k in want if mine.get(k) != want[k])
+            raise OndeviceError(f"the teacher on Ray worker {os.uname().nodename} differs from the driver's in {diff}; "
+                                "install the same teacher files on every node")
+        self.batch_size = batch_size
+
+    def __call__(self, batch: dict) -> dict:
+        texts = [str(t) for t in batch["text"]]
+        vectors = self.teacher.encode(texts, batch_size=self.batch_size)
+        return {"chunk": batch["chunk"], "pos": batch["pos"], "vector": vectors}
+
+
+def _plan_workers(resources: dict, workers: int, cpus_per_worker: int) -> int:
+    """Actor pool size; one logical CPU stays free for Ray Data's own tasks (an all-CPU pool can hang)."""
+    cpus = int(resources.get("CPU", 0))
+    if workers < 0 or cpus_per_worker < 1:
+        raise OndeviceError(f"--ray-workers must be >= 0 and CPUs per worker >= 1, got {workers} and {cpus_per_worker}")
+    if workers == 0:
+        workers = max(1, (cpus - 1) // cpus_per_worker)
+    if workers * cpus_per_worker > max(cpus - 1, 0):
+        raise OndeviceError(f"{workers} Ray workers x {cpus_per_worker} CPUs leave no CPU free in a cluster of {cpus} "
+                            "CPUs (Ray Data then stalls); use fewer --ray-workers or add nodes")
+    return workers
+
+
+def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: int = 64, chunk: int = 2048,
+                       root: Path | None = None, progress: bool = True, address: str | None = None,
+                       workers: int = 0, cpus_per_worker: int = 1,
+                       on_chunk: Callable[[int], None] | None = None) -> np.ndarray:
+    """Like `ondevice.teacher.cached_vectors`, computed by a pool of Ray actors (local Ray unless `address`).
+
+    `workers` actors (0: as many as the CPUs allow) each use `cpus_per_worker` threads. `on_chunk(c)` is called
+    after chunk c is written (progress hooks, tests).
+    """
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise OndeviceError(f"--teacher-batch-size must be >= 1, got {batch_size}")
+    folder, key_src = cache_folder(teacher, sentences, root)
+    cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src)
+    pending = cache.pending()
+    if not pending:
+        return cache.result()
+    hashes = row_hashes(sentences)
+    if not (folder / "rows.npy").is_file():
+        with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, hashes)
+    donors = Donors(folder.parent, key_src["teacher"], skip=folder)
+    done_rows = len(sentences) - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
+    bar = tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors (ray)", unit="sent", disable=not progress)
+    partial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # chunk -> (rows, mask of rows still missing)
+    blocks = []
+    import pyarrow as pa
+
+    with bar:
+        for c in pending:
+            lo, hi = cache.bounds(c)
+            rows = np.zeros((hi - lo, teacher.dim), dtype=np.float32)
+            missing = donors.fill(hashes[lo:hi], rows)
+            if not missing.any():  # every row known elsewhere: no need to ask Ray
+                cache.write(c, rows, teacher.info.normalize)
+                bar.update(hi - lo)
+                if on_chunk:
+                    on_chunk(c)
+                continue
+            partial[c] = (rows, missing)
+            pos = np.flatnonzero(missing)
+            blocks.append(pa.table({"chunk": np.full(len(pos), c, np.int64), "pos": pos.astype(np.int64),
+                                    "text": [sentences[lo + i] for i in pos]}))
+        if blocks:
+            _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpus_per_worker, on_chunk)
+    return cache.result()
+
+
+def _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpus_per_worker, on_chunk) -> None:
+    ray = ray_module()
+    # A Ray we start gets one logical CPU more than the pool may use: an actor pool holding every CPU can stall
+    # a Dataset (ray-project/ray#44687). Logical CPUs only gate scheduling; threads are set per actor.
+    cpus = max(os.cpu_count() or 1, (workers or 1) * cpus_per_worker) + 1
+    resources = init_ray(address, num_cpus=cpus)
+    workers = _plan_workers(resources, workers, cpus_per_worker)
+    data = require("ray.data", "scale")
+
+    ds = data.from_arrow(blocks)  # one block per chunk: an actor call encodes exactly what a local run would
+    out = ds.map_batches(
+        _Labeller, batch_size=None, batch_format="numpy", num_cpus=cpus_per_worker,
+        compute=data.ActorPoolStrategy(size=workers),
+        fn_constructor_kwargs={"spec": teacher_spec(teacher), "info": asdict(teacher.info), "threads": cpus_per_worker,
+                               "batch_size": batch_size})
+    batches = iter(out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1))
+    try:
+        for batch in batches:
+            for c in np.unique(batch["chunk"]):
+                sel = batch["chunk"] == c
+                rows, missing = partial[int(c)]
+                rows[batch["pos"][sel]] = batch["vector"][sel]
+                missing[batch["pos"][sel]] = False
+                if not missing.any():
+                    cache.write(int(c), rows, teacher.info.normalize)
+                    del partial[int(c)]
+                    lo, hi = cache.bounds(int(c))
+                    bar.update(hi - lo)
+                    if on_chunk:
+                        on_chunk(int(c))
+    except ray.exceptions.RayError as exc:  # worker failures (teacher load, dead actors past retries) come wrapped
+        raise OndeviceError(f"Ray labelling failed: {error_line(exc)}; finished chunks are kept, run again to "
+                            "resume") from None
+    finally:
+        close = getattr(batches, "close", None)
+        if close:  # an interrupted run stops the Dataset now, so its actors free their CPUs for the next one
+            close()
