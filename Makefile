@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ondevice-installed
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: install web-install demo test lint clean
+.PHONY: install web-install demo test test-fast lint tables clean
 
 # The web demo's tests need node + npm (onnxruntime-node/-web, pinned in web_demo/package-lock.json) and Debian's
 # chromium, which Playwright (PyPI, in the dev extra) drives; nothing is downloaded from a browser CDN.
@@ -31,13 +31,23 @@ install: $(STAMP) $(WEB_STAMP)
 web-install: $(WEB_STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/ondevice demo $(DEMO_ARGS)
+	$(PY) -m ondevice demo $(DEMO_ARGS)
 
+# Everything, slow tests included, with coverage. ONDEVICE_STRICT=1: a missing JDK, torch or other test
+# dependency fails the run instead of skipping tests (a machine that runs `make test` must have them all).
 test: $(STAMP) $(WEB_STAMP)
+	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "slow or not slow" --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+
+# The quick subset (no slow tests); skips allowed.
+test-fast: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks web_demo/tools
+
+# Re-render the README/BENCHMARKS tables from benchmarks/results/ (tests/test_docs.py checks they match).
+tables: $(STAMP)
+	$(PY) benchmarks/tables.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info web_demo/node_modules web_demo/site

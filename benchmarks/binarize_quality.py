@@ -11,9 +11,7 @@ the same embeddings (the shape of the paper's Table 1 / Figure 3). Writes a JSON
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,40 +20,25 @@ import numpy as np
 
 from ondevice.binarize import Binarizer, methods_for
 from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
+from ondevice.eval.data import read_stsb
+from ondevice.eval.metrics import pair_scores, spearman
 from ondevice.io import cache_dir, write_json, write_text
+from ondevice.results import start_run, write_result
 
 BITS = (64, 128, 256, 512, 1024, 2048)
 METHODS = ("threshold", "random", "pca", "ae", "ae-sp")
 
 
-def read_stsb(path: Path) -> tuple[list[str], list[str], np.ndarray]:
-    """(s1, s2, gold) from an STS-B csv: tab-separated, no quoting, first 7 fields (extra columns ignored)."""
-    s1, s2, gold = [], [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        f = line.split("\t")
-        if len(f) < 7:
-            continue
-        s1.append(f[5])
-        s2.append(f[6])
-        gold.append(float(f[4]))
-    return s1, s2, np.asarray(gold)
-
-
 def spearman100(pred: np.ndarray, gold: np.ndarray) -> float:
-    from scipy.stats import spearmanr
-
-    return round(100.0 * float(spearmanr(pred, gold).statistic), 2)
+    return round(100.0 * spearman(pred, gold), 2)
 
 
 def cosine_score(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> float:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return spearman100((a * b).sum(1), gold)
+    return spearman100(pair_scores(a, b), gold)
 
 
 def hamming_score(codes_a: np.ndarray, codes_b: np.ndarray, gold: np.ndarray) -> float:
-    ham = np.bitwise_count(codes_a ^ codes_b).sum(axis=1, dtype=np.int64)  # pairwise, row i vs row i
-    return spearman100(-ham, gold)
+    return spearman100(pair_scores(codes_a, codes_b), gold)  # -Hamming, row i vs row i
 
 
 def teacher_vectors(train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -65,19 +48,18 @@ def teacher_vectors(train: list[str], sts: list[str]) -> tuple[np.ndarray, np.nd
     return cached_vectors(t, train), cached_vectors(t, sts, progress=False), {"teacher": t.info.path, "pooling": t.info.pooling}
 
 
-def student_vectors(student_dir: Path, train: list[str], sts: list[str], out_dir: Path) -> tuple[np.ndarray, np.ndarray, dict]:
-    from ondevice.io import sha256_file, sha256_text
+def student_vectors(student_dir: Path, train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The student's vectors of the training sentences, cached like the teacher's (ondevice.vector_cache)."""
+    from ondevice.io import sha256_file
     from ondevice.student import Student
+    from ondevice.vector_cache import cached_rows
 
-    key = hashlib.sha256((sha256_file(student_dir / "model.safetensors") + sha256_text(train)).encode()).hexdigest()[:16]
-    cache = out_dir / f"student_vectors_{key}.npy"
     student = Student.load(student_dir)
-    if cache.is_file():
-        x = np.load(cache, mmap_mode="r")
-    else:
-        t0 = time.time()
-        x = student.encode(train)
-        np.save(cache, x)
+    identity = {"student_weights_sha256": sha256_file(student_dir / "model.safetensors")}
+    t0 = time.time()
+    x, computed = cached_rows(cache_dir() / "bench" / "student_vectors", "student", identity, train, student.encode,
+                              progress=True, desc="student vectors")
+    if computed:
         print(f"student encoded {len(train):,} sentences in {time.time() - t0:.0f} s", flush=True)
     return x, student.encode(sts), {"student": str(student_dir)}
 
@@ -183,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hyper", default="{}", help='autoencoder hyper-parameters as JSON, e.g. \'{"epochs": 4}\'')
     p.add_argument("--out-dir", type=Path, default=cache_dir() / "bench" / "binarize_quality")
     p.add_argument("--tag", default="", help="suffix for the output file names")
+    p.add_argument("--results-dir", type=Path, default=None, help="results JSON folder (default: benchmarks/results)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--combine", nargs="+", type=Path, help="merge the JSONs of earlier (parallel) runs and re-plot")
     args = p.parse_args(argv)
@@ -191,9 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     hyper = json.loads(args.hyper)
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
+    run_meta = start_run(threads=None, split=args.split, seed=args.seed, hyper=hyper)
     data = default_data_dir()
-    s1, s2, gold = read_stsb(data / "stsb" / f"sts-{args.split}.csv")
-    sts = s1 + s2
+    pairs = read_stsb(data, args.split)
+    s1, gold = pairs.a, pairs.gold
+    sts = pairs.a + pairs.b
     train = read_corpus(data / WIKI_RELPATH, args.train_sentences)
     results = []
     encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student else [])
@@ -204,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.student / "config.json").is_file():
                 print(f"student dir {args.student} not found; skipping the student half", flush=True)
                 continue
-            train_x, sts_x, info = student_vectors(args.student, train, sts, args.out_dir)
+            train_x, sts_x, info = student_vectors(args.student, train, sts)
         fit_x = np.asarray(train_x[: args.fit_rows] if args.fit_rows else train_x, dtype=np.float32)
         res = run_encoder(name, fit_x, np.asarray(sts_x, dtype=np.float32), gold, len(s1), args, hyper)
         res.update(info)
@@ -213,14 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     stem = f"binarize_quality_{args.split}{'_' + args.tag if args.tag else ''}"
     meta = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "split": args.split, "seed": args.seed,
-            "hyper": hyper, "pairs": len(gold), "machine": f"{platform.machine()}, {platform.python_version()}",
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "hyper": hyper, "pairs": len(gold), "date": time.strftime("%Y-%m-%d %H:%M")}
     write_json(args.out_dir / f"{stem}.json", {"meta": meta, "results": results})
+    saved = write_result(f"binarize_quality_{args.split}", results, run_meta, root=args.results_dir)
     md = "".join(table(r, args.bits) + "\n" for r in results)
     write_text(args.out_dir / f"{stem}.md", md)
     plot(results, args.out_dir / f"{stem}.png")
     print(md)
-    print(f"wrote {args.out_dir / stem}.json/.md/.png")
+    print(f"wrote {args.out_dir / stem}.json/.md/.png and {saved}")
     return 0
 
 

@@ -12,7 +12,6 @@ Throughput sentences: STS-B test sentences from ../shared/data when present (rea
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -22,9 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.corpus import default_data_dir
+from ondevice.io import cache_dir
+from ondevice.results import start_run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-TRAINED = Path.home() / ".cache" / "ondevice" / "bench" / "student-100k"
-STSB = ROOT.parent / "shared" / "data" / "stsb" / "sts-test.csv"
+TRAINED = cache_dir() / "bench" / "student-100k"
+STSB = default_data_dir() / "stsb" / "sts-test.csv"
 
 
 def _student(path: str | None):
@@ -61,13 +64,14 @@ def _word_soup(student, lengths: list[int]) -> list[str]:
     return [" ".join(rng.choice(words, size=int(k))) for k in lengths]
 
 
-def _twenty_tokens(student) -> str:
+def _n_tokens(student, n: int) -> str:
+    """A sentence of exactly `n` student tokens, made of distinct frequent vocabulary words."""
     from ondevice.tokenizer import tokenize
 
-    words = [w for w in student.tokenizer.vocab[2:500] if tokenize(w) == [w] and w.isalnum()][:20]
+    words = [w for w in student.tokenizer.vocab[2:2000] if tokenize(w) == [w] and w.isalnum()][:n]
     text = " ".join(words)
-    if len(student.tokenizer.ids(text)) != 20:
-        raise SystemExit("could not build a 20-token sentence from the student's vocabulary")
+    if len(student.tokenizer.ids(text)) != n:
+        raise SystemExit(f"could not build a {n}-token sentence from the student's vocabulary")
     return text
 
 
@@ -201,8 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=1024, help="sentences per throughput pass")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--no-teacher", action="store_true")
-    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--lengths", nargs="+", type=int, default=[5, 10, 20, 40, 80, 120],
+                   help="sentence lengths (student tokens) for the latency-vs-length curve")
+    p.add_argument("--length-runs", type=int, default=300, help="calls per length on that curve (teacher: / 10)")
+    p.add_argument("--results-dir", default=None, help="results JSON folder (default: benchmarks/results)")
     a = p.parse_args(argv)
+    meta = start_run(threads=1)
 
     import torch
     from ondevice.export.bundle import ExportConfig, export
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     export(student, binarizer, work / "bundle", ExportConfig(precision="both"))
     export_s = time.perf_counter() - t0
-    sentence = _twenty_tokens(student)
+    sentence = _n_tokens(student, 20)
     results: dict = {"student": which, "vocab": student.config.vocab_size, "bits": binarizer.bits,
                      "throughput_sentences": text_source, "export_seconds": round(export_s, 1),
                      "cpu": os.cpu_count(), "load_average": os.getloadavg()[0], "sizes": {}, "rows": []}
@@ -251,10 +259,29 @@ def main(argv: list[str] | None = None) -> int:
             name = f"teacher {'int8' if quantize else 'fp32'} (onnxruntime)"
             row(name, teacher.encode, teacher.encode, max(50, a.runs // 10))
             results["sizes"][name] = teacher.path.stat().st_size
+    results["by_length"] = _by_length(student, work, a)
     print(report(results))
-    if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=2))
+    print(f"wrote {write_result('bundle', results, meta, root=a.results_dir)}")
     return 0
+
+
+def _by_length(student, work: Path, a: argparse.Namespace) -> list[dict]:
+    """p50 latency (thread CPU ms) of one sentence per length, for the bundles and the fp32 teacher."""
+    from ondevice.runtime import Bundle
+
+    encoders = [(f"bundle {prec}", Bundle.load(work / "bundle", precision=prec, threads=1).embed, a.length_runs)
+                for prec in ("int8", "fp32")]
+    if not a.no_teacher:
+        encoders.append(("teacher fp32", TeacherOnnx(work, threads=1, quantize=False).encode, max(20, a.length_runs // 10)))
+    rows = []
+    for n in a.lengths:
+        text = _n_tokens(student, n)
+        for name, fn, runs in encoders:
+            lat = _latency(lambda fn=fn, text=text: fn([text]), runs, warmup=10)
+            rows.append({"name": name, "tokens": n, "p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"],
+                         "window_p50_min_ms": lat["window_p50_min_ms"], "window_p50_max_ms": lat["window_p50_max_ms"]})
+            print(f"  {name}, {n} tokens: p50 {lat['p50_ms']:.3f} ms", flush=True)
+    return rows
 
 
 def report(r: dict) -> str:

@@ -11,6 +11,7 @@ __all__ = ["OndeviceError", "__version__", "load"]
 
 def load(name: str = "default", threads: int = 0):
     """The pretrained bundle shipped in the package (`ondevice.runtime.Bundle`): `ondevice.load().encode(texts)`."""
-    from ondevice.pretrained import load as _load
+    from ondevice.pretrained import pretrained_path
+    from ondevice.runtime import Bundle
 
-    return _load(name, threads=threads)
+    return Bundle.load(pretrained_path(name), threads=threads)

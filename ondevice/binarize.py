@@ -8,7 +8,7 @@ Five methods (Shen et al. 2019, "Learning Compressed Sentence Representations fo
 - ``pca``: center, project on the top ``bits`` principal components, threshold at 0. ``bits <= dim``.
 - ``ae``: linear encoder + sigmoid + threshold 0.5, trained with a straight-through gradient through a linear
   decoder on the MSE reconstruction (``ondevice.binarize_ae``; needs torch). Any number of bits.
-- ``ae-sp``: ``ae`` plus the semantic-preserving triplet hinge loss (Eq. 6), weight ``sp_lambda`` (20, see binarize_ae).
+- ``ae-sp``: ``ae`` plus the semantic-preserving triplet hinge loss (Eq. 6), weight ``sp_lambda`` (2, see binarize_ae).
 
 Every method is an affine map followed by "> 0", which is what makes the binarizer portable:
 
@@ -30,7 +30,6 @@ and for the autoencoders the decoder). Loading and transforming need only numpy 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from ondevice import __version__
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, read_json, write_json
+from ondevice.projections import column_mean, pca_components, random_projection
 
 METHODS = ("threshold", "random", "pca", "ae", "ae-sp")
 CONFIG = "binarizer.json"
@@ -116,35 +116,6 @@ def matrix_sha256(x: np.ndarray) -> str:
     for start in range(0, x.shape[0], _CHUNK):
         h.update(np.ascontiguousarray(x[start : start + _CHUNK], dtype=np.float32).tobytes())
     return h.hexdigest()
-
-
-def column_mean(x: np.ndarray) -> np.ndarray:
-    """Float64-accumulated column mean, chunked so memmapped inputs are not copied whole."""
-    total = np.zeros(x.shape[1], dtype=np.float64)
-    for start in range(0, x.shape[0], _CHUNK):
-        total += np.asarray(x[start : start + _CHUNK], dtype=np.float64).sum(axis=0)
-    return total / x.shape[0]
-
-
-def random_projection(dim: int, bits: int, seed: int) -> np.ndarray:
-    """W (bits, dim), W_ij ~ U(-1/sqrt(bits), 1/sqrt(bits)) (paper Eq. 2), reproducible from `seed`."""
-    bound = 1.0 / math.sqrt(bits)
-    return np.random.default_rng(seed).uniform(-bound, bound, size=(bits, dim)).astype(np.float32)
-
-
-def pca_components(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean (dim,), components (dim, bits)): the top principal axes as columns, signs fixed deterministically."""
-    mean = column_mean(x)
-    cov = np.zeros((x.shape[1], x.shape[1]), dtype=np.float64)
-    for start in range(0, x.shape[0], _CHUNK):
-        block = np.asarray(x[start : start + _CHUNK], dtype=np.float64) - mean
-        cov += block.T @ block
-    vals, vecs = np.linalg.eigh(cov / max(1, x.shape[0] - 1))
-    order = np.argsort(vals)[::-1][:bits]
-    comps = vecs[:, order]
-    # eigh's signs are arbitrary; make each axis's largest-magnitude entry positive so refits give the same bits
-    flip = np.sign(comps[np.argmax(np.abs(comps), axis=0), np.arange(comps.shape[1])])
-    return mean, comps * np.where(flip == 0, 1.0, flip)
 
 
 class Binarizer:

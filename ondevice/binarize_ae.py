@@ -31,6 +31,7 @@ import numpy as np
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
+from ondevice.projections import column_mean, random_projection
 
 DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
@@ -156,7 +157,6 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     torch = require("torch", "train")
     from tqdm.auto import tqdm
 
-    from ondevice.binarize import column_mean, random_projection
 
     cfg.validate()
     if x.shape[0] < 2:

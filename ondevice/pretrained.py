@@ -1,6 +1,6 @@
 """The pretrained default model that ships inside the package: an int8 bundle loadable with no path.
 
-`ondevice.load()` returns it as an `ondevice.runtime.Bundle` (numpy + onnxruntime only); its folder holds the
+`ondevice.load()` returns it as an `ondevice.runtime.Bundle` (this module is a leaf: runtime imports it) (numpy + onnxruntime only); its folder holds the
 bundle's manifest with checksums (verified on load) and a model card (README.md) with its measured scores.
 """
 
@@ -36,10 +36,3 @@ def parse_spec(spec: str | Path) -> Path | None:
     if text.startswith(PREFIX + ":"):
         return pretrained_path(text.split(":", 1)[1])
     return None
-
-
-def load(name: str = DEFAULT, threads: int = 0):
-    """The pretrained bundle `name` (checksums verified), ready to `encode`, `codes` and `search`."""
-    from ondevice.runtime import Bundle
-
-    return Bundle.load(pretrained_path(name), threads=threads)

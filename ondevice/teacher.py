@@ -12,7 +12,15 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, cache_dir, read_json, sha256_text, write_json
+from ondevice.io import cache_dir, write_json
+from ondevice.vector_cache import (  # noqa: F401  (Donors, VectorCache, row_hashes: importable here as before)
+    Donors,
+    VectorCache,
+    cache_key,
+    cached_rows,
+    check_vectors,
+    row_hashes,
+)
 
 DEFAULT = "all-MiniLM-L6-v2"
 POOLINGS = ("mean", "cls", "max")
@@ -31,6 +39,25 @@ def resolve_teacher(spec: str | Path) -> Path:
             f"teacher {path} is not a Hugging Face model dir (no config.json); pass --teacher DIR or '{DEFAULT}'"
         )
     return path
+
+
+# sentence-transformers' Pooling flags, in the order it applies them, and the pooling each means here.
+_ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean"}
+
+
+def config_pooling(path: Path) -> str | None:
+    """The pooling a sentence-transformers model dir declares (modules.json -> its Pooling module), or None."""
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        entry = next(m for m in modules if str(m.get("type", "")).endswith(".Pooling"))
+        cfg = json.loads((path / entry.get("path", "") / "config.json").read_text())
+    except (OSError, ValueError, StopIteration, AttributeError, TypeError):
+        return None  # not a sentence-transformers dir, or no readable pooling config
+    on = sorted(k for k, v in cfg.items() if k.startswith("pooling_mode") and v is True)
+    if len(on) != 1 or on[0] not in _ST_POOLING:
+        raise OndeviceError(f"teacher {path} declares pooling {', '.join(on) or 'none'} in its sentence-transformers "
+                            f"config, which ondevice does not implement; pass --pooling {'|'.join(POOLINGS)} to choose one")
+    return _ST_POOLING[on[0]]
 
 
 @dataclass
@@ -79,13 +106,14 @@ def content_sha256(path: Path) -> str:
 class Teacher:
     """A Hugging Face encoder with pooling; `encode` returns float32 (n, hidden).
 
-    `backend` picks how vectors are computed: 'torch', 'onnx' (ONNX Runtime fp32: the same vectors to 1e-4
+    `pooling` None takes the model's own choice from its sentence-transformers config (modules.json and the
+    Pooling module's config.json) when it has one, else mean. `backend` picks how vectors are computed: 'torch', 'onnx' (ONNX Runtime fp32: the same vectors to 1e-4
     cosine, faster on a CPU, same cache key) or 'onnx-int8' (dynamic int8: faster still, another cache key).
     """
 
-    def __init__(self, spec: str | Path = DEFAULT, pooling: str = "mean", normalize: bool = True, max_length: int = 256,
-                 backend: str = "torch", threads: int = 0):
-        if pooling not in POOLINGS:
+    def __init__(self, spec: str | Path = DEFAULT, pooling: str | None = None, normalize: bool = True,
+                 max_length: int = 256, backend: str = "torch", threads: int = 0):
+        if pooling is not None and pooling not in POOLINGS:
             raise OndeviceError(f"unknown teacher pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         if backend not in BACKENDS:
             raise OndeviceError(f"unknown teacher backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -94,6 +122,8 @@ class Teacher:
         torch = require("torch", "train")
         transformers = require("transformers", "train")
         path = resolve_teacher(spec)
+        if pooling is None:  # the model's own sentence-transformers config, else mean
+            pooling = config_pooling(path) or "mean"
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval()
@@ -170,136 +200,15 @@ class Teacher:
         return out
 
 
-def check_vectors(vectors: np.ndarray, normalized: bool, what: str) -> None:
-    """Refuse non-finite or degenerate (all-zero, or not unit-length when normalized) teacher vectors."""
-    if not np.isfinite(vectors).all():
-        raise OndeviceError(f"{what}: the teacher produced non-finite vectors; check the teacher weights")
-    norms = np.linalg.norm(vectors, axis=1)
-    if (norms == 0).any() or (normalized and np.abs(norms - 1).max() > 1e-3):
-        raise OndeviceError(f"{what}: the teacher produced degenerate vectors (zero or not unit length); check the teacher")
-
-
 def cache_folder(teacher: Teacher, sentences: Sequence[str], root: Path | None = None) -> tuple[Path, dict]:
     """Folder and key source of the vectors of `teacher` for exactly `sentences` (content-keyed)."""
+    name, key_src = cache_key("teacher", _identity(teacher), sentences)
+    return (root or cache_dir() / "teacher") / name, key_src
+
+
+def _identity(teacher: Teacher) -> dict:
     # Identity by content: the same files installed elsewhere share the cache; fp32 keys predate `precision`.
-    identity = {k: v for k, v in asdict(teacher.info).items() if k != "path" and (k != "precision" or v != "fp32")}
-    key_src = {"teacher": identity, "corpus": sha256_text(sentences), "n": len(sentences)}
-    key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
-    return (root or cache_dir() / "teacher") / key, key_src
-
-
-def row_hashes(sentences: Sequence[str]) -> np.ndarray:
-    """64-bit content hash of each sentence (blake2b): lets another sentence list reuse these rows."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little")
-                        for s in sentences), dtype=np.uint64, count=len(sentences))
-
-
-class VectorCache:
-    """A memory-mapped (n, dim) float32 file filled chunk by chunk, in any order, with the done chunks recorded.
-
-    A chunk is marked done only after its rows are flushed and checked finite and non-degenerate, so an
-    interrupted or failed run never leaves rows marked done that hold bad values.
-    """
-
-    def __init__(self, folder: Path, n: int, dim: int, chunk: int, key_src: dict):
-        if chunk < 1:
-            raise OndeviceError(f"cache chunk must be >= 1, got {chunk}")
-        self.folder, self.n, self.dim = folder, n, dim
-        self.vec_path, self.state_path = folder / "vectors.npy", folder / "state.json"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.chunk, self.done = chunk, set()
-        if self.state_path.is_file() and self.vec_path.is_file():
-            state = read_json(self.state_path, "teacher cache state")
-            self.vectors = np.lib.format.open_memmap(self.vec_path, mode="r+")
-            if self.vectors.shape != (n, dim):
-                raise OndeviceError(f"teacher cache {folder} has shape {self.vectors.shape}, expected {(n, dim)}; delete that folder")
-            if "chunks" in state:
-                self.chunk, self.done = int(state["chunk"]), {int(c) for c in state["chunks"]}
-            else:  # format of earlier versions: a finished prefix of `done` rows
-                prefix = int(state["done"])
-                self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
-        else:
-            write_json(folder / "key.json", key_src)
-            self.vectors = np.lib.format.open_memmap(self.vec_path, mode="w+", dtype=np.float32, shape=(n, dim))
-
-    def done_rows(self) -> np.ndarray:
-        """Boolean mask of the rows whose chunk is finished."""
-        mask = np.zeros(self.n, dtype=bool)
-        for c in self.done:
-            lo, hi = self.bounds(c)
-            mask[lo:hi] = True
-        return mask
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.n // self.chunk)
-
-    def bounds(self, c: int) -> tuple[int, int]:
-        return c * self.chunk, min(self.n, (c + 1) * self.chunk)
-
-    def pending(self) -> list[int]:
-        return [c for c in range(self.n_chunks) if c not in self.done]
-
-    def write(self, c: int, rows: np.ndarray, normalized: bool) -> None:
-        """Store chunk `c` and mark it done (after checking its values)."""
-        lo, hi = self.bounds(c)
-        rows = np.asarray(rows, dtype=np.float32)
-        if rows.shape != (hi - lo, self.dim):
-            raise OndeviceError(f"chunk {c} has shape {rows.shape}, expected {(hi - lo, self.dim)}")
-        check_vectors(rows, normalized, f"teacher cache {self.folder} chunk {c}")
-        self.vectors[lo:hi] = rows
-        self.vectors.flush()
-        self.done.add(c)
-        write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
-
-    def result(self) -> np.ndarray:
-        """The finished vectors, read-only and memory-mapped."""
-        if self.pending():
-            raise OndeviceError(f"teacher cache {self.folder} is missing {len(self.pending())} chunks; run again to finish it")
-        del self.vectors
-        return np.load(self.vec_path, mmap_mode="r")
-
-
-class Donors:
-    """Finished rows of other caches of the same teacher, looked up by sentence hash (no recomputation)."""
-
-    def __init__(self, root: Path, teacher_identity: dict, skip: Path):
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sorted hashes, their rows, vectors
-        for key in sorted(root.glob("*/key.json")) if root.is_dir() else []:
-            folder = key.parent
-            if folder == skip or not (folder / "rows.npy").is_file():
-                continue
-            try:
-                if read_json(key, "teacher cache key").get("teacher") != teacher_identity:
-                    continue
-                state = read_json(folder / "state.json", "teacher cache state")
-                hashes = np.load(folder / "rows.npy")
-                vectors = np.load(folder / "vectors.npy", mmap_mode="r")
-            except (OndeviceError, OSError, ValueError):
-                continue  # an unreadable cache is just not a donor
-            if "chunks" not in state or len(hashes) != len(vectors):
-                continue
-            cache = VectorCache.__new__(VectorCache)
-            cache.n, cache.chunk, cache.done = len(hashes), int(state["chunk"]), {int(c) for c in state["chunks"]}
-            rows = np.flatnonzero(cache.done_rows())
-            order = np.argsort(hashes[rows], kind="stable")
-            self.parts.append((hashes[rows][order], rows[order], vectors))
-
-    def fill(self, hashes: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Copy known rows into `out`; return the mask of rows still missing."""
-        missing = np.ones(len(hashes), dtype=bool)
-        for keys, rows, vectors in self.parts:
-            if not missing.any():
-                break
-            want = np.flatnonzero(missing)
-            pos = np.minimum(np.searchsorted(keys, hashes[want]), len(keys) - 1)
-            hit = keys[pos] == hashes[want]
-            if hit.any():
-                src = rows[pos[hit]]
-                order = np.argsort(src)  # read the memory-mapped donor in file order
-                out[want[hit][order]] = vectors[src[order]]
-                missing[want[hit]] = False
-        return missing
+    return {k: v for k, v in asdict(teacher.info).items() if k != "path" and (k != "precision" or v != "fp32")}
 
 
 def cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: int = 64, chunk: int = 2048,
@@ -307,29 +216,14 @@ def cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: int =
     """Teacher vectors for `sentences`, computed once and kept in a memory-mapped, resumable cache.
 
     The cache key is teacher identity (full content) + pooling + precision + the exact sentence list; rows are
-    written chunk by chunk and each finished chunk is recorded, so an interrupted run resumes where it stopped.
+    written chunk by chunk and each finished chunk is recorded, so an interrupted run resumes where it stopped,
+    and rows another sentence list of the same teacher already has are copied (ondevice.vector_cache).
     """
-    from tqdm.auto import tqdm
-
     if batch_size < 1:
         raise OndeviceError(f"--teacher-batch-size must be >= 1, got {batch_size}")
-    folder, key_src = cache_folder(teacher, sentences, root)
-    cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src)
-    pending = cache.pending()
-    if pending:
-        hashes = row_hashes(sentences)
-        if not (folder / "rows.npy").is_file():
-            with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
-                np.save(fh, hashes)
-        donors = Donors(folder.parent, key_src["teacher"], skip=folder)
-        done_rows = len(sentences) - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
-        with tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors", unit="sent", disable=not progress) as bar:
-            for c in pending:
-                lo, hi = cache.bounds(c)
-                rows = np.zeros((hi - lo, teacher.dim), dtype=np.float32)
-                missing = np.flatnonzero(donors.fill(hashes[lo:hi], rows))
-                if len(missing):
-                    rows[missing] = teacher.encode([sentences[lo + i] for i in missing], batch_size=batch_size)
-                cache.write(c, rows, teacher.info.normalize)
-                bar.update(hi - lo)
-    return cache.result()
+    normalized = teacher.info.normalize
+    vectors, _ = cached_rows(root or cache_dir() / "teacher", "teacher", _identity(teacher), sentences,
+                             lambda texts: teacher.encode(texts, batch_size=batch_size), chunk=chunk,
+                             check=lambda rows, what: check_vectors(rows, normalized, what), progress=progress,
+                             desc="teacher vectors", dim=teacher.dim)
+    return vectors

@@ -27,6 +27,7 @@ def x() -> np.ndarray:
 
 def _fit(x, method, bits, seed=0, **kw):
     if method in ("ae", "ae-sp"):
+        pytest.importorskip("torch")  # the autoencoders train with torch (the `train` extra)
         kw = {**FAST_AE, **kw}
     return Binarizer.fit(x, method, bits, seed=seed, **kw)
 
@@ -222,6 +223,7 @@ def test_bad_inputs(x):
         b.transform(bad)
     with pytest.raises(OndeviceError, match="takes no hyper-parameters"):
         Binarizer.fit(x, "random", 8, lr=0.1)
+    pytest.importorskip("torch")
     with pytest.raises(OndeviceError, match="unknown hyper-parameters"):
         Binarizer.fit(x, "ae", 8, bogus=1)
     with pytest.raises(OndeviceError, match="decoder_input"):

@@ -24,11 +24,6 @@ def test_spearman_pearson_match_scipy_with_ties(seed: int) -> None:
     assert M.pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-12)
 
 
-def test_rankdata_matches_scipy() -> None:
-    x = np.array([3.0, 1.0, 3.0, 2.0, 3.0, 1.0])
-    np.testing.assert_allclose(M._rankdata(x), stats.rankdata(x))
-
-
 def test_constant_input_gives_nan() -> None:
     assert np.isnan(M.spearman(np.ones(5), np.arange(5)))
 

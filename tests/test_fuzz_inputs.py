@@ -726,3 +726,17 @@ def test_file_names_with_control_characters_are_refused(name, bundle_dir, tmp_pa
     with pytest.raises(OndeviceError) as e:
         Bundle.load(b)
     assert "invalid file name" in _one_line(e.value)
+
+
+def test_index_cli_bounds_k_radius_and_bits(tmp_path, capsys):
+    """A huge -k is clamped to the index (no allocation for it); an absurd --radius or --bits is one line."""
+    codes = np.random.default_rng(0).integers(0, 256, size=(50, 8), dtype=np.uint8)
+    np.save(tmp_path / "c.npy", codes)
+    index, queries = tmp_path / "i.odx", tmp_path / "c.npy"
+    assert _cli(["index", "build", "--codes", queries, "--out", index], capsys)[0] == 0
+    assert _cli(["index", "search", index, "--queries", queries, "-k", 10**12], capsys)[0] == 0
+    for args in (["--radius", "1e20"], ["--radius", 10**9]):
+        code, err = _cli(["index", "search", index, "--queries", queries, *args], capsys)
+        assert code == 2 and err.count("\n") == 0 and "radius" in err, err
+    code, err = _cli(["index", "build", "--codes", queries, "--bits", 10**8, "--out", tmp_path / "j.odx"], capsys)
+    assert code == 2 and err.count("\n") == 0 and "--bits" in err, err

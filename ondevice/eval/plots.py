@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice._deps import require
-from ondevice.eval.report import transfer_average
-from ondevice.eval.tasks import TASKS
+from ondevice.eval.tasks import TASKS, transfer_average
 
 Metric = tuple[str, Callable[[dict], float | None]]
 
@@ -46,7 +45,8 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def plot_bits(report: dict[str, Any], path: Path) -> Path | None:
-    """Quality vs code bits, one line per (encoder, binarization method), float quality as a dashed line."""
+    """Quality vs code bits: one panel per (encoder, metric), one line per binarization method, and the
+    encoder's float vectors as a dashed line (the shape of Shen et al.'s Figure 3)."""
     plt = require("matplotlib.pyplot", "eval")
     views, results = report["views"], report["results"]
     binary = {n: m for n, m in views.items() if m["binary"]}
@@ -55,31 +55,33 @@ def plot_bits(report: dict[str, Any], path: Path) -> Path | None:
     metrics = [m for m in metrics_of(report) if any(m[1](results[n]) is not None for n in binary)]
     if not metrics:
         return None
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[str, dict[str, list[str]]] = {}
     for n, m in binary.items():
-        groups.setdefault((m["encoder"], m["method"]), []).append(n)
+        groups.setdefault(m["encoder"], {}).setdefault(m["method"], []).append(n)
+    encoders = sorted(groups)
+    fig, axes = plt.subplots(len(metrics), len(encoders), figsize=(4.4 * len(encoders), 3.0 * len(metrics)),
+                             squeeze=False, layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    encoders = sorted({e for e, _ in groups})
-    methods = sorted({m for _, m in groups})
-    styles, markers = ["-", "--", "-.", ":"], "osD^v<>"
-    for ax, (label, get) in zip(axes[0], metrics):
-        for (enc, method), names in sorted(groups.items()):
-            pts = sorted((views[n]["dim"], get(results[n])) for n in names if get(results[n]) is not None)
-            if pts:  # color and marker: method; line style: encoder
-                mi, ei = methods.index(method), encoders.index(enc)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[mi % len(colors)],
-                        marker=markers[mi % len(markers)], linestyle=styles[ei % len(styles)], label=f"{enc} {method}")
-        for ei, enc in enumerate(encoders):
+    methods = sorted({m for g in groups.values() for m in g})
+    for row, (label, get) in enumerate(metrics):
+        for col, enc in enumerate(encoders):
+            ax = axes[row][col]
+            for method, names in sorted(groups[enc].items()):
+                pts = sorted((views[n]["dim"], get(results[n])) for n in names if get(results[n]) is not None)
+                if pts:
+                    mi = methods.index(method)
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colors[mi % len(colors)], marker="o",
+                            label=method)
             flo = get(results[enc]) if enc in results else None
             if flo is not None:
-                ax.axhline(flo, color="gray", linewidth=0.9, linestyle=styles[ei % len(styles)], label=f"{enc} float")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("bits per code")
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("quality vs bits per binarization method (gray: the encoder's float vectors)", fontsize=10)
+                ax.axhline(flo, color="k", linewidth=1, linestyle="--", label="float vectors")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("bits per code")
+            ax.set_ylabel(label, fontsize=9)
+            ax.set_title(enc, fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle("quality vs bits per binarization method", fontsize=10)
     _save(fig, path)
     plt.close(fig)
     return path

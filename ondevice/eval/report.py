@@ -56,12 +56,6 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def transfer_average(results: dict[str, Any]) -> float | None:
-    """Mean accuracy over the transfer tasks a view has results for (None if none)."""
-    accs = [r["acc"] for t, r in results.items() if t in TASKS and TASKS[t].group == "transfer"]
-    return sum(accs) / len(accs) if accs else None
-
-
 def markdown_report(report: dict[str, Any], command: str | None = None, plots: list[str] | None = None) -> str:
     """report.md: the command, the table, notes on protocol, skipped tasks and plots."""
     parts = ["# ondevice eval report", ""]

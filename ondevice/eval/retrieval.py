@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ondevice.bits import unpack
-from ondevice.eval.metrics import is_codes
+from ondevice.eval.metrics import is_codes, recall_at_k  # noqa: F401  (recall_at_k: benchmarks import it from here)
 
 _BLOCK = 256  # queries per matrix product: bounds the (block, catalog) score matrix
 

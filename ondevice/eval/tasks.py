@@ -148,3 +148,9 @@ def _retrieval(view: Any, ctx: RunContext, bits: int | None) -> dict:
         out["recall_vs_reference"] = round(100 * recall_at_k(mine, float_topk(ctx.reference)), 2)
         out["reference"] = ctx.reference.name
     return out
+
+
+def transfer_average(results: dict[str, Any]) -> float | None:
+    """Mean accuracy over the transfer tasks a view has results for (None if none)."""
+    accs = [r["acc"] for t, r in results.items() if t in TASKS and TASKS[t].group == "transfer"]
+    return sum(accs) / len(accs) if accs else None

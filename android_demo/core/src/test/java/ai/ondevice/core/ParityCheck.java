@@ -159,6 +159,12 @@ public final class ParityCheck {
                 total += bits;
                 if (a == bits) {
                     codesIdentical++;
+                } else {
+                    for (int bit = 0; bit < bits; bit++) {  // which bits: the test checks each sits at a tie of the sign
+                        if (((e.code[bit >> 3] ^ ref[bit >> 3]) >> (bit & 7) & 1) != 0) {
+                            System.out.println("code_bit_differs=" + i + ":" + bit);
+                        }
+                    }
                 }
             }
             double encMs = (System.nanoTime() - t1) / 1e6;

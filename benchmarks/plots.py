@@ -1,0 +1,83 @@
+"""Draw the README's speed plots from results files (never from numbers typed in here).
+
+    python benchmarks/plots.py      # docs/results/hamming_scaling.png, docs/results/bundle_latency.png
+
+Hamming search time against catalog size comes from benchmarks/results/hamming_knn.json (ondevice vs FAISS,
+256-bit codes, 2 threads); bundle latency against sentence length from the newest bundle_*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ondevice.results import repo_root
+
+ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
+OUT = ROOT / "docs" / "results"
+
+
+def hamming_scaling(path: Path, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in json.loads(path.read_text())["rows"] if r["bits"] == 256 and r["threads"] == 2]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, nq in zip(axes, (1, 100)):
+        for lib, style in (("ondevice", "o-"), ("faiss", "s--")):
+            pts = sorted((r["n"], r["ms"]) for r in rows if r["lib"] == lib and r["nq"] == nq)
+            ax.plot(*zip(*pts), style, label=lib)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("codes in the catalog (256 bits each)")
+        ax.set_ylabel("ms per search call (top-10)")
+        ax.set_title(f"{nq} quer{'y' if nq == 1 else 'ies'} per call, 2 threads", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"exact Hamming top-10 vs FAISS IndexBinaryFlat ({path.name})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def bundle_latency(path: Path, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    blob = json.loads(path.read_text())
+    rows = blob["results"]["by_length"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name in dict.fromkeys(r["name"] for r in rows):
+        pts = sorted((r["tokens"], r["p50_ms"]) for r in rows if r["name"] == name)
+        ax.plot(*zip(*pts), "o-", label=name)
+    ax.set_xlabel("sentence length (student tokens)")
+    ax.set_ylabel("p50 ms per sentence (thread CPU time)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"one sentence, 1 thread ({path.name})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--out", type=Path, default=OUT)
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    print(hamming_scaling(a.results / "hamming_knn.json", a.out / "hamming_scaling.png"))
+    bundles = sorted(a.results.glob("bundle_2*.json"))
+    if bundles:
+        print(bundle_latency(bundles[-1], a.out / "bundle_latency.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

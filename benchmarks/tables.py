@@ -1,0 +1,392 @@
+"""Render the measured tables of README.md and BENCHMARKS.md from the results files in benchmarks/results/.
+
+A table in a document sits between two markers naming its renderer and the results file(s) it reads:
+
+    <!-- results: binarize_methods benchmarks/results/binarize_quality_test_final.json teacher -->
+    ...generated table...
+    <!-- /results -->
+
+    python benchmarks/tables.py            # rewrite every marked block from its files
+    python benchmarks/tables.py --check    # exit 1 if a block differs from its files (tests/test_docs.py)
+
+So a number in a marked block always comes from a committed file, and a stale one fails the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ondevice.results import repo_root
+
+ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
+DOCS = ("README.md", "BENCHMARKS.md")
+BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+BITS = (64, 128, 256, 384, 512, 1024, 2048)
+METHOD_ORDER = ("threshold", "random", "pca", "ae", "ae-sp")
+
+
+def _load(rel: str) -> dict:
+    return json.loads((ROOT / rel).read_text(encoding="utf-8"))
+
+
+def _encoder(blob: dict, name: str) -> dict:
+    return next(r for r in blob["results"] if r["encoder"] == name)
+
+
+def _cells(res: dict) -> dict[tuple[str, int], float]:
+    return {(r["method"], r["bits"]): r["spearman"] for r in res["rows"]}
+
+
+def binarize_methods(path: str, encoder: str) -> str:
+    """Methods x bit counts (Spearman x100 of -Hamming), best per column in bold."""
+    res = _encoder(_load(path), encoder)
+    cells = _cells(res)
+    methods = [m for m in METHOD_ORDER if any(k[0] == m for k in cells)]
+    best = {b: max((cells[m, b] for m in methods if (m, b) in cells and m != "threshold"), default=None) for b in BITS}
+    lines = ["| method | " + " | ".join(f"{b} bits ({b // 8} B)" for b in BITS) + " |", "|---|" + "---:|" * len(BITS)]
+    for m in methods:
+        row = []
+        for b in BITS:
+            v = cells.get((m, b))
+            row.append("–" if v is None else (f"**{v:.2f}**" if v == best[b] and m != "threshold" else f"{v:.2f}"))
+        lines.append(f"| {m} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def binarize_summary(path: str) -> str:
+    """Teacher and student side by side at 64/256/1024/2048 bits, continuous cosine first."""
+    blob = _load(path)
+    enc = {name: _encoder(blob, name) for name in ("teacher", "student")}
+    methods = ("random", "pca", "ae", "ae-sp")
+    head = " | ".join(f"{e}: {m}" if i == 0 else m for e in enc for i, m in enumerate(methods))
+    lines = [f"| bits (bytes) | {head} |", "|---|" + "---:|" * 8]
+    lines.append(f"| continuous cosine | {enc['teacher']['continuous_cosine']:.2f} | | | | "
+                 f"{enc['student']['continuous_cosine']:.2f} | | | |")
+    for b in (64, 256, 1024, 2048):
+        cells = [_cells(enc[e]).get((m, b)) for e in enc for m in methods]
+        lines.append(f"| {b} ({b // 8}) | " + " | ".join("–" if v is None else f"{v:.2f}" for v in cells) + " |")
+    return "\n".join(lines)
+
+
+def binarize_seeds(path0: str, path1: str) -> str:
+    """The same cells with two seeds."""
+    a, b = _load(path0), _load(path1)
+    lines = ["| encoder, bits | random seed 0 / 1 | ae seed 0 / 1 | ae-sp seed 0 / 1 |", "|---|---:|---:|---:|"]
+    for name in ("teacher", "student"):
+        ca, cb = _cells(_encoder(a, name)), _cells(_encoder(b, name))
+        for bits in sorted({k[1] for k in cb}):
+            cells = [f"{ca[m, bits]:.2f} / {cb[m, bits]:.2f}" for m in ("random", "ae", "ae-sp")]
+            lines.append(f"| {name}, {bits} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _si(x: float) -> str:
+    return f"{x / 1e9:.2f} G" if x >= 1e9 else f"{x / 1e6:.0f} M"
+
+
+def hamming_main(path: str) -> str:
+    """Every (bits, queries, threads, library) cell of the main 1M-code table, with ratios against FAISS."""
+    blob = _load(path)
+    rows = [r for r in blob["rows"] if r["n"] == 1_000_000]
+    faiss = {(r["bits"], r["nq"], r["threads"]): r["ms"] for r in rows if r["lib"] == "faiss"}
+    bw = blob["bandwidth_gbps"]
+    lines = [("| bits | queries | threads | library | ms | CPU ms | codes/s | GB/s | G words/s | % of read BW | "
+             "% of buffer sum | vs FAISS |"), "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    order = {"ondevice": 0, "faiss": 1, "numpy": 2}
+    for r in sorted(rows, key=lambda r: (r["bits"], r["nq"], r["threads"], order[r["lib"]])):
+        single = r["nq"] == 1
+        read = f"{100 * r['gbps'] / bw[str(r['threads'])]:.0f}%" if single else ""
+        buf = f"{100 * r['gbps'] / r['buffer_gbps']:.0f}%" if single and r.get("buffer_gbps") else ""
+        ratio = faiss[r["bits"], r["nq"], r["threads"]] / r["ms"]
+        lines.append(f"| {r['bits']} | {r['nq']} | {r['threads']} | {r['lib']} | {r['ms']:.1f} | {r['cpu_ms']:.1f} | "
+                     f"{_si(r['codes_per_s'])} | {r['gbps']:.2f} | {r['gwords']:.2f} | {read} | {buf} | {ratio:.2f}x |")
+    return "\n".join(lines)
+
+
+def hamming_scaling(path: str) -> str:
+    """ms (G words/s) against the number of codes, 256 bits, 2 threads."""
+    rows = [r for r in _load(path)["rows"] if r["bits"] == 256 and r["threads"] == 2]
+    get = {(r["lib"], r["n"], r["nq"]): r for r in rows}
+    lines = ["| codes | ondevice 1 query | FAISS 1 query | ratio | ondevice 100 queries | FAISS 100 queries | ratio |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in sorted({r["n"] for r in rows}):
+        cells = []
+        for nq in (1, 100):
+            o, f = get[("ondevice", n, nq)], get[("faiss", n, nq)]
+            cells += [f"{o['ms']:.2f} ({o['gwords']:.1f})", f"{f['ms']:.2f} ({f['gwords']:.1f})", f"{f['ms'] / o['ms']:.2f}x"]
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def bundle_sizes(path: str) -> str:
+    r = _load(path)["results"]
+    lines = ["| bundle | total | encoder.onnx | encoder.pt | vocab.txt | onnx weights: embedding / LSTM / proj / binarizer |",
+             "|---|---|---|---|---|---|"]
+    for prec in ("fp32", "int8"):
+        s = r["sizes"][prec]
+        w = s["encoder.onnx weights"]
+        lines.append(f"| {prec} | {_mb(s['total'])} | {_mb(s['files']['encoder.onnx'])} | {_mb(s['files']['encoder.pt'])} | "
+                     f"{_mb(s['files']['vocab.txt'])} | " + " / ".join(_mb(w.get(k, 0)) for k in
+                                                                     ("embedding", "lstm", "proj", "binarizer")) + " |")
+    return "\n".join(lines)
+
+
+def bundle_latency(path: str) -> str:
+    r = _load(path)["results"]
+    teacher = next((x for x in r["rows"] if x["name"].startswith("teacher fp32")), None)
+    lines = [("| encoder (1 thread) | p50, 20-token sentence | p50 of 50-call windows, min-max | p99 | "
+             "throughput, batches of 64 | vs teacher fp32 |"), "|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        ratio = f"{x['sentences_per_s'] / teacher['sentences_per_s']:.1f}x" if teacher else "-"
+        lines.append(f"| {x['name']} | {x['p50_ms']:.3f} ms ({x['wall_p50_ms']:.3f}) | "
+                     f"{x['window_p50_min_ms']:.3f}-{x['window_p50_max_ms']:.3f} ms | {x['p99_ms']:.3f} ms "
+                     f"({x['wall_p99_ms']:.3f}) | {x['sentences_per_s']:,.0f} sent/s ({x['wall_sentences_per_s']:,.0f}) "
+                     f"| {ratio} |")
+    return "\n".join(lines)
+
+
+def bundle_by_length(path: str) -> str:
+    rows = _load(path)["results"]["by_length"]
+    names = list(dict.fromkeys(x["name"] for x in rows))
+    lines = ["| tokens | " + " | ".join(f"{n} p50" for n in names) + " |", "|---:|" + "---:|" * len(names)]
+    for n in sorted({x["tokens"] for x in rows}):
+        got = {x["name"]: x["p50_ms"] for x in rows if x["tokens"] == n}
+        lines.append(f"| {n} | " + " | ".join(f"{got[k]:.3f} ms" for k in names) + " |")
+    return "\n".join(lines)
+
+
+def bundle_meta(path: str) -> str:
+    blob = _load(path)
+    m, r = blob["meta"], blob["results"]
+    q = r["int8_quality"]
+    return (f"Run `{Path(path).name}`: commit {m['commit'][:12]}, {m['date']}, {m['cpu_model']}, {m['cpu_count']} cores, "
+            f"load average {m['load_average_start'][0]:.2f} at start; {r['student']} (vocab {r['vocab']:,}), "
+            f"{r['bits']}-bit binarizer. int8 vs fp32 bundle on the throughput sentences: mean cosine "
+            f"{q['mean_cosine']:.5f}, bit agreement {q['bit_agreement']:.4f}, top-10 overlap {q['top10_overlap']:.3f} "
+            f"({q['top10_overlap_ties']:.3f} counting ties at the 10th distance).")
+
+
+def _row(blob: dict, prefix: str) -> dict | None:
+    return next((x for x in blob["results"]["rows"] if x["name"].startswith(prefix)), None)
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
+def bundle_runs(*paths: str) -> str:
+    """One line per run of benchmarks/bundle.py, then the median over runs."""
+    lines = [("| run | load avg at start | int8 p50 (50-call windows) | fp32 p50 | teacher fp32 p50 | "
+             "int8 throughput vs teacher fp32 |"), "|---|---:|---|---:|---:|---:|"]
+    cols: dict[str, list[float]] = {"int8": [], "fp32": [], "teacher": [], "ratio": []}
+    for path in paths:
+        blob = _load(path)
+        i8, f32, t = _row(blob, "bundle int8"), _row(blob, "bundle fp32"), _row(blob, "teacher fp32")
+        ratio = i8["sentences_per_s"] / t["sentences_per_s"]
+        cols["int8"].append(i8["p50_ms"])
+        cols["fp32"].append(f32["p50_ms"])
+        cols["teacher"].append(t["p50_ms"])
+        cols["ratio"].append(ratio)
+        lines.append(f"| `{Path(path).name}` | {blob['meta']['load_average_start'][0]:.1f} | {i8['p50_ms']:.3f} ms "
+                     f"({i8['window_p50_min_ms']:.3f}-{i8['window_p50_max_ms']:.3f}) | {f32['p50_ms']:.3f} ms | "
+                     f"{t['p50_ms']:.3f} ms | {ratio:.1f}x |")
+    lines.append(f"| **median of {len(paths)} runs** | | **{_median(cols['int8']):.3f} ms** | {_median(cols['fp32']):.3f} ms "
+                 f"| {_median(cols['teacher']):.3f} ms | {_median(cols['ratio']):.1f}x |")
+    return "\n".join(lines)
+
+
+def bundle_summary(*paths: str) -> str:
+    """README's bundle table: sizes of the first run, medians over runs of p50, p99 and throughput."""
+    blobs = [_load(p) for p in paths]
+    sizes = blobs[0]["results"]["sizes"]
+
+    def med(prefix: str, key: str) -> float:
+        return _median([_row(b, prefix)[key] for b in blobs])
+
+    t_rate = med("teacher fp32", "sentences_per_s")
+    lines = [f"| median of {len(paths)} runs | int8 bundle | fp32 bundle | teacher (ONNX fp32) |", "|---|---|---|---|"]
+    lines.append(f"| bundle size | {_mb(sizes['int8']['total'])} (encoder.onnx {_mb(sizes['int8']['files']['encoder.onnx'])}) | "
+                 f"{_mb(sizes['fp32']['total'])} (encoder.onnx {_mb(sizes['fp32']['files']['encoder.onnx'])}) | "
+                 f"{_mb(sizes['teacher fp32 (onnxruntime)'])} (model only) |")
+    cells = [f"{med(p, 'p50_ms'):.2f} / {med(p, 'p99_ms'):.2f} ms" for p in ("bundle int8", "bundle fp32", "teacher fp32")]
+    lines.append("| p50 / p99, one 20-token sentence, thread CPU time | " + " | ".join(cells) + " |")
+    i8, f32 = med("bundle int8", "sentences_per_s"), med("bundle fp32", "sentences_per_s")
+    lines.append(f"| throughput, batches of 64 | {i8:,.0f} sentences/s ({i8 / t_rate:.1f}x teacher) | "
+                 f"{f32:,.0f} sentences/s ({f32 / t_rate:.1f}x) | {t_rate:,.0f} sentences/s |")
+    size = sizes["int8"]["total"]
+    p50s = [_row(b, "bundle int8")["p50_ms"] for b in blobs]
+    ratios = [_row(b, "bundle int8")["sentences_per_s"] / _row(b, "teacher fp32")["sentences_per_s"] for b in blobs]
+    verdict = lambda ok: "**met**" if ok else "**missed**"
+    lines += ["", (f"Targets: int8 bundle <= 10 MB: {verdict(size <= 10e6)} ({_mb(size)}); >= 20x the teacher's throughput: "
+              f"{verdict(min(ratios) >= 20)} (runs: {min(ratios):.0f}-{max(ratios):.0f}x); p50 <= 1 ms for a 20-token "
+              f"sentence on 1 thread: {verdict(max(p50s) <= 1)} (runs: {min(p50s):.3f}-{max(p50s):.3f} ms).")]
+    return "\n".join(lines)
+
+
+def demo_output(path: str) -> str:
+    blob = _load(path)
+    m = blob["meta"]
+    return (f"Run `{Path(path).name}` (commit {m['commit'][:12]}, {m['date']}, {m['cpu_model']}, {m['cpu_count']} cores, "
+            f"load average {m['load_average_start'][0]:.1f} at start, {m['seconds'] / 60:.1f} min for the demo "
+            "command):\n\n```\n" + "\n".join(blob["results"]["lines"]).strip("\n") + "\n```")
+
+
+def _run_line(path: str) -> str:
+    m = _load(path)["meta"]
+    return (f"Run `{Path(path).name}`: commit {m['commit'][:12]}, {m['date']}, {m['cpu_model']}, {m['cpu_count']} cores, "
+            f"load average {m['load_average_start'][0]:.2f} at start.")
+
+
+def jvm_core(path: str) -> str:
+    """Per operation: thread CPU time p50, wall p50 / p99."""
+    r = _load(path)["results"]
+    lines = [_run_line(path), "", "| operation | CPU p50 | wall p50 / p99 | calls |", "|---|---:|---:|---:|"]
+    for x in r["rows"]:
+        lines.append(f"| {x['what']} | {x['cpu_p50_ms']:.2f} ms | {x['wall_p50_ms']:.2f} / {x['wall_p99_ms']:.2f} ms "
+                     f"| {x['n']} |")
+    return "\n".join(lines)
+
+
+def coverage(path: str) -> str:
+    blob = _load(path)
+    m, r = blob["meta"], blob["results"]
+    return (f"**{r['percent']:.1f}%** of {r['statements']:,} statements ({r['missing']:,} not run), run "
+            f"`{Path(path).name}` (commit {m['commit'][:12]}, {m['date']}, `{r['test_command']}`: "
+            f"{r['tests']}). Numba-compiled kernel bodies run as machine code and count as not run.")
+
+
+def record_coverage(data_file: Path, test_command: str, tests: str) -> Path:
+    """Write a coverage results file from a `.coverage` data file of a full test run."""
+    import tempfile
+
+    import coverage as cov_lib
+
+    from ondevice.results import start_run, write_result
+
+    meta = start_run()
+    cov = cov_lib.Coverage(data_file=str(data_file))
+    cov.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        cov.json_report(outfile=f"{tmp}/c.json")
+        totals = json.loads(Path(f"{tmp}/c.json").read_text())["totals"]
+    return write_result("coverage", {"percent": totals["percent_covered"], "statements": totals["num_statements"],
+                                     "missing": totals["missing_lines"], "test_command": test_command,
+                                     "tests": tests}, meta)
+
+
+def eval_table(path: str) -> str:
+    """The table of an `ondevice eval` report.md (report.json beside it holds every number and hash)."""
+    return "\n".join(line for line in (ROOT / path).read_text(encoding="utf-8").splitlines() if line.startswith("|"))
+
+
+def distill_ablation(path: str) -> str:
+    """One row per recipe variant of benchmarks/distill_ablation.py (choose on STS-B dev)."""
+    blob = _load(path)
+    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | params (w/o embeddings) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in blob["rows"]:
+        lines.append(f"| {r['variant']} | {r['held_out_cosine']:.4f} | {r['stsb_dev']:.2f} | {r['stsb_test']:.2f} "
+                     f"| {r['sickr_test']:.2f} | {r['params']:,} ({r['params_without_embeddings']:,}) |")
+    return "\n".join(lines)
+
+
+def distill_quality(path: str) -> str:
+    """Encoders side by side (benchmarks/distill_quality.py): quality, then speed."""
+    blob = _load(path)
+    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---:|---:|---:|---:|"]
+    for name, s in blob["scores_x100"].items():
+        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} "
+                     f"| {s['retrieval_top10_vs_teacher']:.1f} |")
+    return "\n".join(lines)
+
+
+def distill_targets(path: str) -> str:
+    """The student-quality targets of issue 19 against what the run measured."""
+    b = _load(path)
+    s, t, m = (b["scores_x100"][k] for k in ("student", "teacher", "model2vec"))
+
+    def ok(cond: bool) -> str:
+        return "met" if cond else "**missed**"
+
+    rows = [
+        ("STS-B test >= 0.90 x teacher", f"{b['student_over_teacher']['stsb_test']:.3f} ({s['stsb_test']:.2f} vs {0.9 * t['stsb_test']:.2f} needed)",
+         ok(b["student_over_teacher"]["stsb_test"] >= 0.9)),
+        ("SICK-R test >= 0.90 x teacher", f"{b['student_over_teacher']['sickr_test']:.3f}", ok(b["student_over_teacher"]["sickr_test"] >= 0.9)),
+        ("STS-B test >= model2vec + 5", f"{b['student_minus_model2vec']['stsb_test']:+.2f} ({s['stsb_test']:.2f} vs {m['stsb_test']:.2f})",
+         ok(b["student_minus_model2vec"]["stsb_test"] >= 5)),
+        ("SICK-R test >= model2vec + 5", f"{b['student_minus_model2vec']['sickr_test']:+.2f} ({s['sickr_test']:.2f} vs {m['sickr_test']:.2f})",
+         ok(b["student_minus_model2vec"]["sickr_test"] >= 5)),
+        ("SNLI cosine top-10 recovers >= 50% of the teacher's", f"{s['retrieval_top10_vs_teacher']:.1f}%",
+         ok(s["retrieval_top10_vs_teacher"] >= 50)),
+    ]
+    lines = ["| target | measured | |", "|---|---|---|"] + [f"| {a} | {v} | {o} |" for a, v, o in rows]
+    return "\n".join(lines)
+
+
+def distill_speed(path: str) -> str:
+    """Sentences/s on the same STS-B sentences and threads, and the ratio to the torch teacher."""
+    b = _load(path)
+    lines = ["| encoder | sentences/s | x teacher (torch) |", "|---|---:|---:|"]
+    for name, v in b["sentences_per_second"].items():
+        lines.append(f"| {name} | {v:,.0f} | {b['speed_ratio_vs_teacher_torch'][name]:.2f} |")
+    c = b["int8_teacher_cosine_to_fp32"]
+    lines.append(f"\nint8 teacher vs fp32 teacher, cosine over the timed sentences: mean {c['mean']:.4f}, min {c['min']:.4f}. "
+                 f"{b['speed_sentences']:,} STS-B sentences, {b['machine']['threads']} threads, {b['machine']['cpu']}, "
+                 f"load average {b['machine']['loadavg_at_start'][0]} at the start.")
+    return "\n".join(lines)
+
+
+RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
+    distill_ablation, distill_quality, distill_targets, distill_speed,
+    binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
+    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage)}
+
+
+def render(text: str) -> str:
+    """`text` with every marked block regenerated from its results files."""
+    def one(m: re.Match) -> str:
+        name, *args = m.group("spec").split()
+        return m.group(1) + RENDERERS[name](*args).rstrip("\n") + "\n" + m.group(4)
+
+    return BLOCK.sub(one, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="only report blocks that differ; exit 1 if any")
+    p.add_argument("--record-coverage", type=Path, metavar="DATA_FILE",
+                   help="write a coverage results file from this .coverage file (of a full `make test`) and stop")
+    p.add_argument("--tests", default="", help="with --record-coverage: what ran, e.g. '612 passed'")
+    p.add_argument("--test-command", default="make test", help="with --record-coverage: the command that ran")
+    a = p.parse_args(argv)
+    if a.record_coverage:
+        print(record_coverage(a.record_coverage, a.test_command, a.tests))
+        return 0
+    stale = []
+    for doc in DOCS:
+        path = ROOT / doc
+        old = path.read_text(encoding="utf-8")
+        new = render(old)
+        if new != old:
+            stale.append(doc)
+            if not a.check:
+                path.write_text(new, encoding="utf-8")
+    if a.check and stale:
+        print(f"tables differ from benchmarks/results in: {', '.join(stale)}; run `make tables`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

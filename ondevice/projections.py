@@ -1,0 +1,41 @@
+"""Linear-algebra helpers shared by the binarizers (ondevice.binarize) and the autoencoders (ondevice.binarize_ae).
+
+A leaf module: both import it, it imports neither, so the two have no import cycle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_CHUNK = 32768  # rows per block, so memory-mapped inputs are never copied whole
+
+
+def column_mean(x: np.ndarray) -> np.ndarray:
+    """Float64-accumulated column mean, chunked so memmapped inputs are not copied whole."""
+    total = np.zeros(x.shape[1], dtype=np.float64)
+    for start in range(0, x.shape[0], _CHUNK):
+        total += np.asarray(x[start : start + _CHUNK], dtype=np.float64).sum(axis=0)
+    return total / x.shape[0]
+
+
+def random_projection(dim: int, bits: int, seed: int) -> np.ndarray:
+    """W (bits, dim), W_ij ~ U(-1/sqrt(bits), 1/sqrt(bits)) (paper Eq. 2), reproducible from `seed`."""
+    bound = 1.0 / math.sqrt(bits)
+    return np.random.default_rng(seed).uniform(-bound, bound, size=(bits, dim)).astype(np.float32)
+
+
+def pca_components(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean (dim,), components (dim, bits)): the top principal axes as columns, signs fixed deterministically."""
+    mean = column_mean(x)
+    cov = np.zeros((x.shape[1], x.shape[1]), dtype=np.float64)
+    for start in range(0, x.shape[0], _CHUNK):
+        block = np.asarray(x[start : start + _CHUNK], dtype=np.float64) - mean
+        cov += block.T @ block
+    vals, vecs = np.linalg.eigh(cov / max(1, x.shape[0] - 1))
+    order = np.argsort(vals)[::-1][:bits]
+    comps = vecs[:, order]
+    # eigh's signs are arbitrary; make each axis's largest-magnitude entry positive so refits give the same bits
+    flip = np.sign(comps[np.argmax(np.abs(comps), axis=0), np.arange(comps.shape[1])])
+    return mean, comps * np.where(flip == 0, 1.0, flip)

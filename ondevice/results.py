@@ -1,0 +1,127 @@
+"""Results files of measurements: one JSON per run, with what is needed to tell runs apart, never overwritten.
+
+Every benchmark (and `ondevice demo`) calls `start_run()` before measuring and `write_result()` at the end:
+
+    meta = start_run(threads=2)                    # commit, date, command line, versions, CPU, load average
+    ...measure...
+    path = write_result("bundle", {"rows": rows}, meta)   # benchmarks/results/bundle_20261122-201501Z.json
+
+The tables in README.md / BENCHMARKS.md are rendered from these files (benchmarks/tables.py), and a test
+checks that the documents match, so a number without a file, or a stale one, fails the test suite.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from importlib import metadata as _metadata
+from pathlib import Path
+from typing import Any
+
+from ondevice.io import _default
+
+# Libraries whose version can move a measured number; missing ones are left out.
+PACKAGES = ("ondevice", "numpy", "numba", "onnxruntime", "torch", "transformers", "scipy", "scikit-learn",
+            "faiss-cpu", "onnx", "safetensors")
+
+
+def repo_root() -> Path:
+    """The checkout this module runs from (editable install), else the working directory."""
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "benchmarks").is_dir() else Path.cwd()
+
+
+def results_dir() -> Path:
+    """Where results files go: $ONDEVICE_RESULTS or <repo>/benchmarks/results."""
+    return Path(os.environ.get("ONDEVICE_RESULTS", repo_root() / "benchmarks" / "results"))
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], check=False, cwd=repo_root(), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of Python and the libraries in PACKAGES (without importing them)."""
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = _metadata.version(name)
+        except _metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def start_run(threads: int | None = None, argv: list[str] | None = None, **settings: Any) -> dict[str, Any]:
+    """Metadata of a run about to start; pass it to write_result. `settings` are stored as given."""
+    commit = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "commit": commit + ("+dirty" if commit and dirty else ""),
+        "date": _now(),
+        "command": " ".join([Path(sys.executable).name, *(sys.argv if argv is None else argv)]),
+        "versions": versions(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "started": time.time(),
+        "settings": settings,
+    }
+
+
+def write_result(name: str, results: Any, meta: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
+    """Write {"meta", "results"} to <root>/<name>_<UTC time>.json; an existing file is never replaced."""
+    meta = dict(meta)
+    meta["finished"] = _now()
+    meta["seconds"] = round(time.time() - meta.pop("started", time.time()), 1)
+    meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    folder = Path(root) if root is not None else results_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%SZ")
+    text = json.dumps({"meta": meta, "results": results}, indent=2, default=_default) + "\n"
+    for attempt in range(1000):
+        path = folder / f"{name}_{stamp}{'' if attempt == 0 else f'-{attempt}'}.json"
+        try:
+            with open(path, "x", encoding="utf-8") as fh:  # exclusive create: an earlier run is never overwritten
+                fh.write(text)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not find a free results file name for {name} in {folder}")
+
+
+def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every results file of `name` (oldest first by file name) with its parsed content."""
+    folder = Path(root) if root is not None else results_dir()
+    def order(p: Path) -> tuple[str, int]:  # name_<stamp>Z.json, then name_<stamp>Z-1.json, ...
+        stamp, _, attempt = p.stem[len(name) + 1 :].partition("Z-")
+        return stamp.rstrip("Z"), int(attempt or 0)
+
+    paths = sorted((p for p in folder.glob(f"{name}_*.json") if re.fullmatch(r"\d{8}-\d{6}Z(-\d+)?", p.stem[len(name) + 1 :])),
+                   key=order)
+    return [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]

@@ -1,0 +1,218 @@
+"""One disk cache for rows computed from texts (teacher vectors, eval encodings, codes): content-addressed,
+memory-mapped, filled chunk by chunk so an interrupted run resumes, and able to reuse the finished rows of
+other caches of the same encoder by sentence hash. No pickle: `.npy` and JSON only.
+
+Layout: <root>/<key>/ with key.json (what the rows are), vectors.npy (n, dim), state.json (finished chunks)
+and rows.npy (a 64-bit hash per text, for reuse by other text lists).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, read_json, sha256_text, write_json
+
+Check = Callable[[np.ndarray, str], None]
+
+
+def row_hashes(sentences: Sequence[str]) -> np.ndarray:
+    """64-bit content hash of each sentence (blake2b): lets another sentence list reuse these rows."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little")
+                        for s in sentences), dtype=np.uint64, count=len(sentences))
+
+
+def check_vectors(vectors: np.ndarray, normalized: bool, what: str) -> None:
+    """Refuse non-finite or degenerate (all-zero, or not unit-length when normalized) float vectors."""
+    if not np.isfinite(vectors).all():
+        raise OndeviceError(f"{what}: the encoder produced non-finite vectors; check its weights")
+    norms = np.linalg.norm(vectors, axis=1)
+    if (norms == 0).any() or (normalized and np.abs(norms - 1).max() > 1e-3):
+        raise OndeviceError(f"{what}: the encoder produced degenerate vectors (zero or not unit length); check it")
+
+
+def cache_key(field: str, identity: dict[str, Any], texts: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """(folder name, key source) of the rows of the encoder `identity` for exactly `texts`."""
+    key_src = {field: identity, "corpus": sha256_text(texts), "n": len(texts)}
+    return hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24], key_src
+
+
+class VectorCache:
+    """A memory-mapped (n, dim) array file filled chunk by chunk, in any order, with the done chunks recorded.
+
+    A chunk is marked done only after its rows are flushed and pass `check`, so an interrupted or failed run
+    never leaves rows marked done that hold bad values.
+    """
+
+    def __init__(self, folder: Path, n: int, dim: int, chunk: int, key_src: dict, dtype: Any = np.float32,
+                 check: Check | None = None):
+        if chunk < 1:
+            raise OndeviceError(f"cache chunk must be >= 1, got {chunk}")
+        self.folder, self.n, self.dim, self.check = folder, n, dim, check
+        self.vec_path, self.state_path = folder / "vectors.npy", folder / "state.json"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.chunk, self.done = chunk, set()
+        if self.state_path.is_file() and self.vec_path.is_file():
+            state = read_json(self.state_path, "vector cache state")
+            self.vectors = np.lib.format.open_memmap(self.vec_path, mode="r+")
+            if self.vectors.shape != (n, dim) or self.vectors.dtype != np.dtype(dtype):
+                raise OndeviceError(f"cache {folder} holds {self.vectors.dtype} {self.vectors.shape}, expected "
+                                    f"{np.dtype(dtype)} {(n, dim)}; delete that folder")
+            if "chunks" in state:
+                self.chunk, self.done = int(state["chunk"]), {int(c) for c in state["chunks"]}
+            else:  # format of earlier versions: a finished prefix of `done` rows
+                prefix = int(state["done"])
+                self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
+        else:
+            write_json(folder / "key.json", key_src)
+            self.vectors = np.lib.format.open_memmap(self.vec_path, mode="w+", dtype=dtype, shape=(n, dim))
+
+    def done_rows(self) -> np.ndarray:
+        """Boolean mask of the rows whose chunk is finished."""
+        mask = np.zeros(self.n, dtype=bool)
+        for c in self.done:
+            lo, hi = self.bounds(c)
+            mask[lo:hi] = True
+        return mask
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n // self.chunk)
+
+    def bounds(self, c: int) -> tuple[int, int]:
+        return c * self.chunk, min(self.n, (c + 1) * self.chunk)
+
+    def pending(self) -> list[int]:
+        return [c for c in range(self.n_chunks) if c not in self.done]
+
+    def write(self, c: int, rows: np.ndarray, normalized: bool | None = None) -> None:
+        """Store chunk `c` and mark it done (after checking its values; `normalized` adds check_vectors)."""
+        lo, hi = self.bounds(c)
+        rows = np.asarray(rows, dtype=self.vectors.dtype)
+        if rows.shape != (hi - lo, self.dim):
+            raise OndeviceError(f"chunk {c} has shape {rows.shape}, expected {(hi - lo, self.dim)}")
+        if self.check is not None:
+            self.check(rows, f"cache {self.folder} chunk {c}")
+        if normalized is not None:
+            check_vectors(rows, normalized, f"cache {self.folder} chunk {c}")
+        self.vectors[lo:hi] = rows
+        self.vectors.flush()
+        self.done.add(c)
+        write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
+
+    def result(self) -> np.ndarray:
+        """The finished vectors, read-only and memory-mapped."""
+        if self.pending():
+            raise OndeviceError(f"cache {self.folder} is missing {len(self.pending())} chunks; run again to finish it")
+        del self.vectors
+        return np.load(self.vec_path, mmap_mode="r")
+
+
+class Donors:
+    """Finished rows of other caches of the same encoder, looked up by sentence hash (no recomputation)."""
+
+    def __init__(self, root: Path, field: str, identity: dict, skip: Path, dtype: Any = None):
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sorted hashes, their rows, vectors
+        for key in sorted(root.glob("*/key.json")) if root.is_dir() else []:
+            folder = key.parent
+            if folder == skip or not (folder / "rows.npy").is_file():
+                continue
+            try:
+                if read_json(key, "cache key").get(field) != identity:
+                    continue
+                state = read_json(folder / "state.json", "cache state")
+                hashes = np.load(folder / "rows.npy")
+                vectors = np.load(folder / "vectors.npy", mmap_mode="r")
+            except (OndeviceError, OSError, ValueError):
+                continue  # an unreadable cache is just not a donor
+            if "chunks" not in state or len(hashes) != len(vectors) or (dtype is not None and vectors.dtype != dtype):
+                continue
+            cache = VectorCache.__new__(VectorCache)
+            cache.n, cache.chunk, cache.done = len(hashes), int(state["chunk"]), {int(c) for c in state["chunks"]}
+            rows = np.flatnonzero(cache.done_rows())
+            order = np.argsort(hashes[rows], kind="stable")
+            self.parts.append((hashes[rows][order], rows[order], vectors))
+
+    def fill(self, hashes: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Copy known rows into `out`; return the mask of rows still missing."""
+        missing = np.ones(len(hashes), dtype=bool)
+        for keys, rows, vectors in self.parts:
+            if not missing.any():
+                break
+            if vectors.shape[1:] != out.shape[1:]:
+                continue
+            want = np.flatnonzero(missing)
+            pos = np.minimum(np.searchsorted(keys, hashes[want]), len(keys) - 1)
+            hit = keys[pos] == hashes[want]
+            if hit.any():
+                src = rows[pos[hit]]
+                order = np.argsort(src)  # read the memory-mapped donor in file order
+                out[want[hit][order]] = vectors[src[order]]
+                missing[want[hit]] = False
+        return missing
+
+
+def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequence[str],
+                fn: Callable[[list[str]], np.ndarray], chunk: int = 2048, check: Check | None = None,
+                progress: bool = False, desc: str = "encoding", dim: int | None = None,
+                dtype: Any = np.float32) -> tuple[np.ndarray, bool]:
+    """(fn(texts) as a read-only memmap, whether anything was computed), from the cache under `root`.
+
+    The folder is keyed by `{field: identity}` + the exact text list. Rows are computed chunk by chunk
+    (finished chunks survive an interruption) and rows other caches of the same identity already hold are
+    copied, not recomputed. Without `dim` the row width and dtype come from the first computed chunk.
+    """
+    from tqdm.auto import tqdm
+
+    name, key_src = cache_key(field, identity, texts)
+    folder = root / name
+    n = len(texts)
+    cache = None
+    if (folder / "state.json").is_file() and (folder / "vectors.npy").is_file():
+        head = np.load(folder / "vectors.npy", mmap_mode="r")
+        cache = VectorCache(folder, n, head.shape[1], chunk, key_src, head.dtype, check)
+        del head
+        if not cache.pending():
+            return cache.result(), False
+    hashes = row_hashes(texts)
+    donors = Donors(root, field, identity, skip=folder)
+
+    def compute(lo: int, hi: int, like: np.ndarray | None) -> np.ndarray:
+        if like is None:  # shape unknown yet: compute the whole chunk
+            return np.asarray(fn(list(texts[lo:hi])))
+        rows = np.zeros((hi - lo, *like.shape[1:]), dtype=like.dtype)
+        missing = np.flatnonzero(donors.fill(hashes[lo:hi], rows))
+        if len(missing):
+            rows[missing] = fn([texts[lo + i] for i in missing])
+        return rows
+
+    first = None
+    if cache is None and dim is not None:
+        cache = VectorCache(folder, n, dim, chunk, key_src, dtype, check)
+    elif cache is None:
+        if n == 0:
+            return np.asarray(fn([])), True
+        step = min(chunk, n)
+        # another text list of this encoder tells the row shape, so even the first chunk can reuse its rows
+        first = compute(0, step, donors.parts[0][2][:1] if donors.parts else None)
+        if first.ndim != 2 or len(first) != step:
+            raise OndeviceError(f"encoder returned shape {first.shape} for {step} texts; expected ({step}, dim)")
+        cache = VectorCache(folder, n, first.shape[1], chunk, key_src, first.dtype, check)
+    if not (folder / "rows.npy").is_file():
+        with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, hashes)
+    pending = cache.pending()
+    done_rows = n - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
+    with tqdm(total=n, initial=done_rows, desc=desc, unit="sent", disable=not progress) as bar:
+        for c in pending:
+            lo, hi = cache.bounds(c)
+            rows = first if (first is not None and c == 0) else compute(lo, hi, cache.vectors[:1])
+            cache.write(c, rows)
+            bar.update(hi - lo)
+    return cache.result(), True

@@ -1,0 +1,38 @@
+"""`ondevice demo` end to end on a tiny slice of the real corpus, with the packaged teacher (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ondevice.cli import main
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_pipeline_and_reruns_from_its_outputs(shared_data, slow_cache, tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    argv = ["demo", "--data", str(shared_data), "--sentences", "300", "--epochs", "1", "--bits", "64",
+            "--catalog", "200", "--out", str(tmp_path / "demo"), "--results-dir", str(tmp_path / "results"),
+            "--query", "a football club", "--query", "the river", "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for expected in ("held-out mean cosine", "exported the int8 bundle", "indexed 200 Wikipedia sentences",
+                     "query: a football club", "bits apart:", "STS-B test Spearman x100: teacher 82.03"):
+        assert expected in out
+    assert out.count("bits apart:") == 2 * 3  # k = 3 neighbours per query
+    for name in ("student/model.safetensors", "binarizer-ae-sp-64/binarizer.json", "bundle-int8/manifest.json"):
+        assert (tmp_path / "demo" / name).is_file()
+    (saved,) = (tmp_path / "results").glob("demo_*.json")
+    blob = json.loads(saved.read_text())
+    assert blob["meta"]["commit"] and all(line in out for line in blob["results"]["lines"])
+    assert abs(blob["results"]["scores"]["teacher"] - 82.03) < 0.1 and 0 < blob["results"]["scores"]["student"] < 82
+    assert main(argv) == 0  # a rerun reuses the student, binarizer and bundle
+    assert "STS-B test Spearman" in capsys.readouterr().out
+
+
+def test_demo_without_data_is_one_line(tmp_path, capsys):
+    assert main(["demo", "--data", str(tmp_path), "--corpus", str(tmp_path / "none.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "demo corpus not found" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,71 @@
+"""The package's import graph (top-level and function-level imports alike) has no cycles."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Installed names of the source folders (pyproject's package-dir mapping).
+PACKAGES = {"ondevice": ROOT / "ondevice", "ondevice.kernels": ROOT / "kernels", "ondevice.export": ROOT / "export"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for f in folder.rglob("*.py"):
+            parts = list(f.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = f
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of this package that `name` imports anywhere in its file."""
+    found = set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    # `if TYPE_CHECKING:` imports never run, so they cannot close a cycle.
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    mods = _modules()
+    # A package's __init__ is imported with any of its submodules, which is not a cycle of their own making.
+    graph = {m: {t for t in _imports(m, p, set(mods)) if not m.startswith(t + ".")} for m, p in mods.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(t):] + [t]))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)

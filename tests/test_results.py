@@ -1,0 +1,27 @@
+"""Results files: complete metadata, one file per run, never overwritten."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ondevice.results import load_results, start_run, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_metadata_and_one_file_per_run(tmp_path) -> None:
+    meta = start_run(threads=2, argv=["bench.py", "--n", "5"], n=5)
+    assert meta["command"].endswith("bench.py --n 5") and meta["threads"] == 2 and meta["settings"] == {"n": 5}
+    assert meta["cpu_model"] and meta["cpu_count"] >= 1 and len(meta["load_average_start"]) == 3
+    assert meta["versions"]["numpy"] and meta["versions"]["python"]
+    if (ROOT / ".git").exists():  # inside a git checkout (not an exported source tree)
+        assert len(meta["commit"].removesuffix("+dirty")) == 40
+    first = write_result("bench", {"value": 1}, meta, root=tmp_path)
+    second = write_result("bench", {"value": 2}, meta, root=tmp_path)  # same second: a new name, not a replacement
+    assert first != second
+    assert json.loads(first.read_text())["results"] == {"value": 1}
+    blob = json.loads(second.read_text())
+    assert blob["results"] == {"value": 2} and blob["meta"]["seconds"] >= 0 and "load_average_end" in blob["meta"]
+    write_result("bench_other", {"value": 3}, meta, root=tmp_path)
+    assert [b["results"]["value"] for _, b in load_results("bench", root=tmp_path)] == [1, 2]

@@ -1,0 +1,64 @@
+"""The shared row cache: same rows as computing them, resumable by chunk, rows reused across text lists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.vector_cache import cached_rows, check_vectors
+
+
+class Counting:
+    """Deterministic per-text rows (float or uint8 codes), counting the texts it was asked for."""
+
+    def __init__(self, dtype=np.float32, fail_after: int | None = None):
+        self.dtype, self.fail_after, self.seen = dtype, fail_after, []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        if self.fail_after is not None and len(self.seen) >= self.fail_after:
+            raise KeyboardInterrupt
+        self.seen += texts
+        rows = [np.random.default_rng(abs(hash(t)) % 2**32).normal(size=6) + 3 for t in texts]
+        out = np.asarray(rows)
+        return (out > 3).astype(np.uint8) if self.dtype == np.uint8 else out.astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_rows_equal_direct_computation_and_second_call_is_free(tmp_path, dtype) -> None:
+    texts = [f"sentence {i}" for i in range(23)]
+    fn = Counting(dtype)
+    rows, computed = cached_rows(tmp_path, "enc", {"name": "x"}, texts, fn, chunk=5)
+    assert computed and rows.dtype == dtype
+    np.testing.assert_array_equal(rows, Counting(dtype)(texts))
+    again, computed = cached_rows(tmp_path, "enc", {"name": "x"}, texts, fn, chunk=5)
+    assert not computed and len(fn.seen) == 23
+    np.testing.assert_array_equal(again, rows)
+
+
+def test_interrupted_run_resumes_and_other_lists_reuse_rows(tmp_path) -> None:
+    texts = [f"s{i}" for i in range(20)]
+    with pytest.raises(KeyboardInterrupt):
+        cached_rows(tmp_path, "enc", {"name": "x"}, texts, Counting(fail_after=10), chunk=5)
+    fn = Counting()
+    rows, _ = cached_rows(tmp_path, "enc", {"name": "x"}, texts, fn, chunk=5)
+    assert fn.seen == texts[10:]  # the two finished chunks came from disk
+    other = ["new one", *texts[3:8], "new two"]
+    fn2 = Counting()
+    rows2, _ = cached_rows(tmp_path, "enc", {"name": "x"}, other, fn2, chunk=5)
+    assert fn2.seen == ["new one", "new two"]  # the rest were copied by sentence hash
+    np.testing.assert_array_equal(rows2[1:6], rows[3:8])
+    fn3 = Counting()
+    cached_rows(tmp_path, "enc", {"name": "other encoder"}, other, fn3, chunk=5)
+    assert fn3.seen == other  # another identity never donates
+
+
+def test_bad_rows_are_never_marked_done(tmp_path) -> None:
+    def check(rows, what):
+        check_vectors(rows, normalized=True, what=what)
+
+    with pytest.raises(OndeviceError, match="degenerate"):
+        cached_rows(tmp_path, "enc", {"name": "x"}, ["a", "b"], lambda t: np.ones((len(t), 3)), check=check, dim=3)
+    rows, computed = cached_rows(tmp_path, "enc", {"name": "x"}, ["a", "b"],
+                                 lambda t: np.full((len(t), 3), 3 ** -0.5), check=check, dim=3)
+    assert computed and np.allclose(np.linalg.norm(rows, axis=1), 1)
