@@ -36,9 +36,9 @@ class PairScorer:
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> PairScorer:
         """Load and verify the bundle's pair head (its manifest `pairs` block and checksummed graph)."""
-        import onnxruntime as ort
+        from pathlib import PurePosixPath
 
-        from ondevice.runtime import _safe_name
+        import onnxruntime as ort
 
         block = bundle.manifest.get("pairs")
         if not isinstance(block, dict):
@@ -48,7 +48,8 @@ class PairScorer:
         if entry is None:
             raise OndeviceError(f"bundle {bundle.path}: the pairs block names {name!r}, which the file table does not "
                                 "list; re-export the bundle")
-        data = _safe_name(bundle.path, name).read_bytes()
+        # every name in the files table was checked to stay inside the folder when the bundle was loaded
+        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
         try:
