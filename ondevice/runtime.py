@@ -375,3 +375,23 @@ class Bundle:
             raise OndeviceError(f"k must be an integer in 1..{MAX_K:,}, got {k!r}")
         return self.index.search(self.codes(texts), int(k))
 
+    # Pair head (optional, `ondevice pairs export`); the logic lives in ondevice.pairs.runtime.
+    def pair_head(self, threads: int = 0):
+        """The bundle's pair scorer (loaded and verified on first use); an error if the bundle has none."""
+        if getattr(self, "_pair_head", None) is None:
+            from ondevice.pairs.runtime import PairScorer
+
+            self._pair_head = PairScorer.from_bundle(self, threads)
+        return self._pair_head
+
+    def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
+        """Task scores of text pairs (a[i], b[i]) by the pair head: regression scale, probability, or class probabilities."""
+        return self.pair_head().pair_scores(a, b)
+
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k of `candidates` (texts or precomputed vectors) for `query` by the pair head: (keys, rows)."""
+        return self.pair_head().rerank(query, candidates, k)
+
+    def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, then the pair head's top-k: (keys, catalog ids)."""
+        return self.pair_head().search_rerank(query, vectors, k, shortlist)

@@ -101,6 +101,15 @@ def tiny_corpus(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pair_env(tmp_path_factory):
+    """Tiny pair data, cross-encoder teacher, student, DSE run and bundle (built lazily, once per session)."""
+    pytest.importorskip("sentence_transformers")
+    from pairs_fixtures import PairEnv
+
+    return PairEnv(tmp_path_factory.mktemp("pairs"))
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared data folder ($ONDEVICE_DATA or ../shared/data); slow tests that need it skip without it."""
     from ondevice.corpus import default_data_dir

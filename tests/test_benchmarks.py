@@ -30,6 +30,8 @@ TINY = {
     "cli_search": ["--help"],
     "scale": ["--help"],
     "web_variants": ["--help"],
+    # Needs a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise what it drives).
+    "pairs": ["--help"],
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],

@@ -1,0 +1,310 @@
+"""Pair models benchmark (issue 13): quality on the test split and on-device speed; one results JSON per run.
+
+Quality (per task): the cross-encoder teacher vs the DSE student (every trained alpha; the dev-chosen one is the
+headline) vs the plain SRA student with cosine vs the bi-encoder teacher (all-MiniLM-L6-v2) with cosine.
+Cosine baselines on binary tasks use a threshold tuned on dev; SICK-E has no cosine baseline (3 classes).
+Also: the STS-B test Spearman of the encoder's own cosine and of its 256-bit random-projection Hamming codes,
+before (SRA student) and after pair fine-tuning (the DSE run's encoder).
+
+    python benchmarks/pairs.py quality --task stsb --teacher T --run R --student S
+
+Speed (run it through /work/bg/quiet): pairs/s of the cross-encoder (torch, batch 32) vs the bundle's pair head
+(onnxruntime, fp32 and int8, precomputed vectors); one query against an N-sentence catalog (wiki sentences
+encoded by the int8 bundle): encode + exhaustive head vs encode + Hamming top-1000 + head rerank, recall@10 of the
+latter against the former; the cross-encoder's time for the same query is N / its pairs/s (extrapolated).
+
+    python benchmarks/pairs.py speed --teacher T --bundle B --catalog 100000 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _meta(argv: list[str], threads: int | None) -> dict:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    versions = {}
+    for dist in ("ondevice", "numpy", "torch", "onnxruntime", "sentence-transformers", "transformers", "scipy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return {"commit": commit, "dirty": dirty, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join([sys.executable.split("/")[-1], "benchmarks/pairs.py", *argv]), "cpu_model": _cpu_model(),
+            "cpu_count": os.cpu_count(), "threads": threads, "load_average_start": os.getloadavg(),
+            "python": platform.python_version(), "versions": versions}
+
+
+def _write(result: dict, kind: str) -> Path:
+    result["load_average_end"] = os.getloadavg()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"pairs-{kind}-{result.get('task', 'all')}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
+    return path
+
+
+def _cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
+
+
+def _cosine_metrics(spec, encode, dev, test) -> dict:
+    """Cosine of an encoder's vectors as the pair score; binary thresholds tuned on dev."""
+    from ondevice.pairs.metrics import best_threshold, evaluate_scores
+
+    if spec.kind == "classes":
+        return {"note": "no cosine baseline for a 3-class task"}
+    def scores(d):
+        uniq = list(dict.fromkeys([*d.a, *d.b]))
+        pos = {s: i for i, s in enumerate(uniq)}
+        vec = encode(uniq)
+        return _cosine(vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]])
+    t = best_threshold(scores(dev), dev.gold) if spec.kind == "binary" else None
+    return evaluate_scores(spec, scores(test), test.gold, t)
+
+
+def _hamming_stsb(encode, data: str, fit_texts: list[str], bits: int = 256, seed: int = 0) -> dict:
+    from ondevice.binarize import Binarizer
+    from ondevice.bits import hamming_reference
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.metrics import spearman
+
+    test = load_pairs("stsb", "test", data)
+    uniq = list(dict.fromkeys([*test.a, *test.b]))
+    pos = {s: i for i, s in enumerate(uniq)}
+    vec = encode(uniq)
+    u, v = vec[[pos[s] for s in test.a]], vec[[pos[s] for s in test.b]]
+    b = Binarizer.fit(encode(fit_texts), method="random", bits=bits, seed=seed)
+    cu, cv = b.transform(u), b.transform(v)
+    ham = np.array([hamming_reference(cu[i : i + 1], cv[i : i + 1])[0, 0] for i in range(len(cu))])
+    return {"cosine_spearman": round(100 * spearman(_cosine(u, v), test.gold), 2),
+            "hamming_spearman": round(100 * spearman(-ham, test.gold), 2), "bits": bits, "fit_sentences": len(fit_texts)}
+
+
+def quality(a: argparse.Namespace, argv: list[str]) -> dict:
+    import torch
+
+    from ondevice.corpus import read_corpus
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.logits import teacher_logits
+    from ondevice.pairs.metrics import evaluate_scores
+    from ondevice.pairs.train import PairStudent
+    from ondevice.student import Student
+    from ondevice.teacher import Teacher, cached_vectors
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = task_spec(a.task)
+    out = {**_meta(argv, a.threads), "task": a.task, "split_rules": __import__("ondevice.pairs.data").pairs.data.describe_splits()}
+    dev, test = load_pairs(a.task, "dev", a.data), load_pairs(a.task, "test", a.data)
+    out["sizes"] = {"dev": len(dev), "test": len(test)}
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        t0 = time.time()
+        logits = teacher_logits(teacher, test.a, test.b, progress=False)
+        out["cross_encoder"] = {**evaluate_scores(spec, logits, test.gold, teacher.info.get("threshold")),
+                                "dev": teacher.info.get("dev"), "config": teacher.info["config"],
+                                "train_seconds": teacher.info.get("train_seconds"), "seconds": round(time.time() - t0, 1)}
+    else:
+        out["cross_encoder"] = {"note": "not measured in this run (no --teacher)"}
+    run = Path(a.run)
+    sel = json.loads((run / "selection.json").read_text()) if (run / "selection.json").is_file() else None
+    alphas = {}
+    for sub in sorted(run.glob("alpha-*")) if sel else [run]:
+        if not (sub / "pair_head.json").is_file():
+            continue
+        ps = PairStudent.load(sub)
+        alphas[sub.name] = {"test": ps.evaluate(test), "dev": json.loads((sub / "dev.json").read_text()),
+                            "data": json.loads((sub / "data.json").read_text())}
+    out["dse"] = {"selection": sel, "alphas": alphas,
+                  "chosen": alphas[sel["chosen_dir"]] if sel else next(iter(alphas.values()))}
+    head = spec.metric
+    if head in out["cross_encoder"]:
+        out["dse"]["ratio_to_cross_encoder"] = round(out["dse"]["chosen"]["test"][head] / out["cross_encoder"][head], 4)
+    out["dse"]["config"] = json.loads(((run / sel["chosen_dir"]) if sel else run).joinpath("dse_config.json").read_text())
+    sra = Student.load(a.student)
+    out["sra_student_cosine"] = ({"note": "not measured in this run (--skip-sra-cosine)"} if a.skip_sra_cosine
+                                 else _cosine_metrics(spec, sra.encode, dev, test))
+    if a.skip_bi_encoder:
+        out["bi_encoder_teacher_cosine"] = {"note": "not measured in this run (--skip-bi-encoder)"}
+    else:
+        bi = Teacher("all-MiniLM-L6-v2")
+        out["bi_encoder_teacher_cosine"] = _cosine_metrics(
+            spec, lambda t: np.asarray(cached_vectors(bi, t, progress=False)), dev, test)
+    chosen_dir = run / sel["chosen_dir"] if sel else run
+    if out["dse"]["config"].get("freeze_encoder"):
+        out["encoder_after_pair_finetuning"] = {
+            "note": "encoder frozen in this run: its weights, vectors and codes are those of the SRA student "
+                    "(bit-identical weights; tests/test_pairs_train.py)"}
+        return out
+    fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
+    out["encoder_after_pair_finetuning"] = {
+        "sra_student": _hamming_stsb(sra.encode, a.data, fit),
+        "dse_encoder": _hamming_stsb(PairStudent.load(chosen_dir).vectors, a.data, fit),
+        "fit_texts": a.corpus or f"{a.task} train first sentences",
+    }
+    return out
+
+
+def _median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def speed(a: argparse.Namespace, argv: list[str]) -> dict:
+    import torch
+
+    from ondevice.corpus import read_corpus
+    from ondevice.index import HammingIndex
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs
+    from ondevice.runtime import Bundle
+
+    torch.set_num_threads(a.threads)
+    out = {**_meta(argv, a.threads)}
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        task = teacher.spec.name
+        out["cross_encoder_weights"] = "fine-tuned teacher " + a.teacher
+    else:  # same architecture and cost as a fine-tuned teacher: MiniLM-L6 + a fresh 1-logit layer
+        from sentence_transformers import CrossEncoder
+
+        from ondevice.teacher import resolve_teacher
+
+        base = CrossEncoder(str(resolve_teacher("all-MiniLM-L6-v2")), num_labels=1, max_length=128, device="cpu",
+                            local_files_only=True, activation_fn=torch.nn.Identity())
+        teacher = type("Untrained", (), {"logits": lambda self, x, y, batch_size=32: base.predict(
+            list(zip(x, y)), batch_size=batch_size, show_progress_bar=False)})()
+        task = a.task
+        out["cross_encoder_weights"] = "packaged all-MiniLM-L6-v2 with a fresh 1-logit layer (speed only)"
+    out["task"] = task
+    test = load_pairs(task, "test", a.data)
+    n = min(a.ce_pairs, len(test))
+    pa, pb = test.a[:n], test.b[:n]
+    teacher.logits(pa[:32], pb[:32], batch_size=32)  # warm-up
+    ce_s = _median_time(lambda: teacher.logits(pa, pb, batch_size=32), a.repeats)
+    ce_pps = n / ce_s
+    out["cross_encoder"] = {"pairs": n, "batch": 32, "seconds_median": ce_s, "pairs_per_s": round(ce_pps, 1)}
+
+    int8 = Bundle.load(a.bundle, precision="int8", threads=a.threads)
+    fp32 = Bundle.load(a.bundle, precision="fp32", threads=a.threads)
+    sizes = {p: {"pair_head.onnx": (Path(b.path) / "pair_head.onnx").stat().st_size,
+                 "encoder.onnx": (Path(b.path) / "encoder.onnx").stat().st_size} for p, b in (("int8", int8), ("fp32", fp32))}
+    out["sizes_bytes"] = sizes
+    catalog = read_corpus(a.corpus, a.catalog)
+    t = time.perf_counter()
+    vectors, codes = int8.embed(catalog, batch_size=256)
+    out["catalog"] = {"sentences": len(catalog), "source": a.corpus, "encode_seconds": round(time.perf_counter() - t, 1),
+                      "bits": int8.bits}
+    index = HammingIndex(bits=int8.bits, threads=a.threads)
+    index.add(codes)
+    int8.attach_index(index)
+
+    head_rows = {}
+    for name, b in (("int8", int8), ("fp32", fp32)):
+        scorer = b.pair_head(threads=a.threads)
+        q = b.encode([test.a[0]])
+        scorer.logits(q, vectors[:1000])
+        s = _median_time(lambda scorer=scorer, q=q: scorer.logits(q, vectors), a.repeats)
+        head_rows[name] = {"pairs": len(vectors), "seconds_median": s, "pairs_per_s": round(len(vectors) / s, 1),
+                           "x_cross_encoder": round(len(vectors) / s / ce_pps, 1)}
+    out["head"] = head_rows
+
+    queries = list(dict.fromkeys(test.b))[: a.queries]
+    scorer = int8.pair_head(threads=a.threads)
+    recalls, t_exh, t_fast, t_enc = [], [], [], []
+    for qtext in queries:
+        t0 = time.perf_counter()
+        _, exh = int8.rerank(qtext, vectors, k=10)
+        t_exh.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _, fast = scorer.search_rerank(qtext, vectors, k=10, shortlist=a.shortlist)
+        t_fast.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        int8.encode([qtext])
+        t_enc.append(time.perf_counter() - t0)
+        recalls.append(len(set(exh.tolist()) & set(fast.tolist())) / 10)
+    ce_query = len(vectors) / ce_pps
+    fast_s, exh_s = float(np.median(t_fast)), float(np.median(t_exh))
+    out["one_query"] = {
+        "queries": len(queries), "catalog": len(vectors), "shortlist": a.shortlist,
+        "encode_seconds_median": float(np.median(t_enc)),
+        "exhaustive_head_seconds_median": exh_s, "hamming_plus_head_seconds_median": fast_s,
+        "cross_encoder_seconds_extrapolated": round(ce_query, 1),
+        "x_cross_encoder_exhaustive_head": round(ce_query / exh_s, 1),
+        "x_cross_encoder_hamming_plus_head": round(ce_query / fast_s, 1),
+        "recall_at_10_vs_exhaustive_head": round(float(np.mean(recalls)), 4),
+        "recall_at_10_min": round(float(np.min(recalls)), 2),
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from ondevice.corpus import WIKI_RELPATH, default_data_dir
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("--task", required=True)
+    q.add_argument("--teacher", default=None, help="cross-encoder teacher dir (its row is skipped without one)")
+    q.add_argument("--run", required=True)
+    q.add_argument("--skip-bi-encoder", action="store_true", help="leave out the all-MiniLM-L6-v2 cosine row")
+    q.add_argument("--skip-sra-cosine", action="store_true", help="leave out the SRA student's cosine row")
+    q.add_argument("--student", required=True, help="the SRA student the DSE run started from")
+    q.add_argument("--corpus", default=None, help="sentences to fit the 256-bit random projection on (default: task train)")
+    q.add_argument("--threads", type=int, default=0)
+    s = sub.add_parser("speed")
+    s.add_argument("--teacher", default=None, help="cross-encoder teacher dir; default: the packaged MiniLM as a "
+                   "cross-encoder with an untrained output layer (same cost)")
+    s.add_argument("--task", default="stsb", help="test pairs and queries of this task (without --teacher)")
+    s.add_argument("--bundle", required=True, help="`ondevice pairs export --precision both` folder")
+    s.add_argument("--catalog", type=int, default=100000)
+    s.add_argument("--queries", type=int, default=20)
+    s.add_argument("--shortlist", type=int, default=1000)
+    s.add_argument("--ce-pairs", type=int, default=256)
+    s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--threads", type=int, default=1)
+    for x in (q, s):
+        x.add_argument("--data", default=str(default_data_dir()))
+    s.add_argument("--corpus", default=str(default_data_dir() / WIKI_RELPATH))
+    a = p.parse_args(argv)
+    result = quality(a, argv) if a.mode == "quality" else speed(a, argv)
+    _write(result, a.mode)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("versions", "split_rules")}, indent=1, default=float)[:6000])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

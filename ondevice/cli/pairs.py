@@ -1,0 +1,198 @@
+"""ondevice pairs: pair data, cross-encoder teachers, DSE students, single-sentence heads, evaluation, export."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "pair models: cross-encoder teachers distilled into BiLSTM pair students (DSE), exported with a pair head"
+
+
+def _data_default() -> str:
+    from ondevice.corpus import default_data_dir
+
+    return str(default_data_dir())
+
+
+def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
+    from ondevice.pairs.data import TASKS
+
+    if task:
+        p.add_argument("--task", required=True, choices=list(TASKS), help="pair task")
+    p.add_argument("--data", default=_data_default(), help="shared data folder ($ONDEVICE_DATA or ../shared/data)")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the carved dev splits (SICK, MRPC) and the QQP split")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.pairs.crossencoder import CrossEncoderConfig
+    from ondevice.pairs.single import SentenceHeadConfig
+    from ondevice.pairs.train import DSEConfig
+
+    sub = p.add_subparsers(dest="pairs_command", metavar="STEP")
+    sub.required = True
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    s = sub.add_parser("data", help="split sizes and label balance of a task", formatter_class=fmt)
+    _common(s)
+
+    c = CrossEncoderConfig(task="stsb", data="")
+    s = sub.add_parser("teacher", help="fine-tune the packaged MiniLM as a cross-encoder teacher", formatter_class=fmt)
+    _common(s)
+    s.add_argument("--out", required=True, help="teacher folder to write")
+    s.add_argument("--base", default=c.base, help="'all-MiniLM-L6-v2' (packaged) or a local Hugging Face model dir")
+    s.add_argument("--epochs", type=int, default=c.epochs)
+    s.add_argument("--batch-size", type=int, default=c.batch_size)
+    s.add_argument("--lr", type=float, default=c.lr)
+    s.add_argument("--warmup-ratio", type=float, default=c.warmup_ratio)
+    s.add_argument("--max-length", type=int, default=c.max_length, help="word pieces per pair")
+    s.add_argument("--max-train-pairs", type=int, default=None, help="train on a seeded subset of this many pairs")
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    s.add_argument("--seed", type=int, default=c.seed)
+    s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
+
+    d = DSEConfig(task="stsb", data="", student="", teacher="")
+    s = sub.add_parser("train", help="train DSE students (alpha from --alphas picked on dev)", formatter_class=fmt)
+    _common(s)
+    s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
+    s.add_argument("--teacher", default="", help="cross-encoder teacher dir (`ondevice pairs teacher`); "
+                   "only --alphas 0 (gold labels alone) trains without one")
+    s.add_argument("--out", required=True, help="run folder; one sub-folder per alpha and selection.json")
+    s.add_argument("--alphas", default="0,0.5,1", help="comma-separated alphas to train; dev picks one")
+    s.add_argument("--head-hidden", type=int, default=d.head_hidden)
+    s.add_argument("--epochs", type=int, default=d.epochs)
+    s.add_argument("--batch-size", type=int, default=d.batch_size)
+    s.add_argument("--lr", type=float, default=d.lr)
+    s.add_argument("--augment-random", type=int, default=d.augment_random, help="random augmentation pairs")
+    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors,
+                   help="Hamming nearest-neighbour pairs per training sentence")
+    s.add_argument("--augment-bits", type=int, default=d.augment_bits, help="code bits for the neighbour search")
+    s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
+    s.add_argument("--max-train-pairs", type=int, default=None)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=d.seed)
+    s.add_argument("--resume", action="store_true", help="continue unfinished alphas from their checkpoints")
+
+    h = SentenceHeadConfig(data="", student="")
+    s = sub.add_parser("sentence", help="paper-004 single-sentence MLP head over the student (SST-2)", formatter_class=fmt)
+    _common(s, task=False)
+    s.add_argument("--student", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--hidden", type=int, default=h.hidden)
+    s.add_argument("--epochs", type=int, default=h.epochs)
+    s.add_argument("--batch-size", type=int, default=h.batch_size)
+    s.add_argument("--lr", type=float, default=h.lr)
+    s.add_argument("--max-train", type=int, default=None, help="train on a seeded subset of this many sentences")
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=h.seed)
+    s.add_argument("--resume", action="store_true")
+
+    s = sub.add_parser("eval", help="test-split metrics of a teacher and/or a DSE run", formatter_class=fmt)
+    _common(s)
+    s.add_argument("--teacher", default=None, help="cross-encoder teacher dir")
+    s.add_argument("--run", default=None, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
+    s.add_argument("--split", default="test", choices=["dev", "test"])
+
+    s = sub.add_parser("export", help="bundle of a DSE run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
+    s.add_argument("--run", required=True, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
+    s.add_argument("--out", required=True, help="bundle folder to write")
+    s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
+    s.add_argument("--bits", type=int, default=256, help="bits of the fitted random projection (no --binarizer)")
+    s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
+    s.add_argument("--golden", action="store_true", help="golden files, including golden pairs")
+    s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
+    s.add_argument("--seed", type=int, default=0)
+
+
+def _run_dir(path: str):
+    from pathlib import Path
+
+    from ondevice.io import read_json
+
+    p = Path(path)
+    if (p / "selection.json").is_file():
+        return p / read_json(p / "selection.json", "alpha selection")["chosen_dir"]
+    return p
+
+
+def _alphas(text: str) -> list[float]:
+    from ondevice.errors import OndeviceError
+
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise OndeviceError(f"--alphas must be comma-separated numbers in [0, 1], got {text!r}") from None
+    if not values or any(not 0 <= v <= 1 for v in values):
+        raise OndeviceError(f"--alphas must be comma-separated numbers in [0, 1], got {text!r}")
+    return values
+
+
+def run(a: argparse.Namespace) -> int:
+    from ondevice.errors import OndeviceError
+
+    cmd = a.pairs_command
+    if cmd != "export":
+        from ondevice.eval.data import check_data_dir
+
+        check_data_dir(a.data)
+    if cmd == "data":
+        from ondevice.pairs.data import describe_splits, summary
+
+        print(json.dumps(summary(a.task, a.data, a.split_seed), indent=2))
+        print(describe_splits())
+        return 0
+    if cmd == "teacher":
+        from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
+
+        cfg = CrossEncoderConfig(task=a.task, data=str(a.data), base=a.base, epochs=a.epochs, batch_size=a.batch_size,
+                                 lr=a.lr, warmup_ratio=a.warmup_ratio, max_length=a.max_length, seed=a.seed,
+                                 split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads)
+        teacher = fine_tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
+        print(json.dumps({"teacher": a.out, "dev": teacher.info["dev"], "threshold": teacher.info["threshold"]}))
+        return 0
+    if cmd == "train":
+        from ondevice.pairs.train import DSEConfig, train_dse_alphas
+
+        cfg = DSEConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, head_hidden=a.head_hidden,
+                        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
+                        augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
+                        freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
+                        split_seed=a.split_seed, threads=a.threads)
+        print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))
+        return 0
+    if cmd == "sentence":
+        from ondevice.pairs.single import SentenceHeadConfig, evaluate_sentence_head, train_sentence_head
+
+        cfg = SentenceHeadConfig(data=str(a.data), student=a.student, hidden=a.hidden, epochs=a.epochs,
+                                 batch_size=a.batch_size, lr=a.lr, max_train=a.max_train, seed=a.seed, threads=a.threads)
+        dev = train_sentence_head(cfg, a.out, resume=a.resume, progress=not a.quiet)
+        print(json.dumps({"dev": dev, "test": evaluate_sentence_head(a.out, a.data, "test")}))
+        return 0
+    if cmd == "eval":
+        from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+        from ondevice.pairs.data import load_pairs
+        from ondevice.pairs.train import PairStudent
+
+        if not a.teacher and not a.run:
+            raise OndeviceError("nothing to evaluate; pass --teacher DIR and/or --run DIR")
+        data = load_pairs(a.task, a.split, a.data, a.split_seed)
+        out = {"task": a.task, "split": a.split}
+        if a.teacher:
+            out["teacher"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), data)
+        if a.run:
+            out["student"] = PairStudent.load(_run_dir(a.run)).evaluate(data)
+        print(json.dumps(out))
+        return 0
+    from pathlib import Path
+
+    from ondevice.binarize import Binarizer
+    from ondevice.pairs.export import export_pair_bundle
+
+    run_dir = _run_dir(a.run)
+    if not (Path(run_dir) / "pair_head.json").is_file():
+        raise OndeviceError(f"{run_dir} is not a DSE run (no pair_head.json); pass a folder from `ondevice pairs train`")
+    binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
+    folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
+                                 golden=a.golden, with_weights=a.with_weights, seed=a.seed)
+    print(json.dumps({"bundles": [str(f) for f in folders]}))
+    return 0

@@ -1,0 +1,7 @@
+"""Pair models: cross-encoder teachers distilled into siamese BiLSTM students (DSE), scored on device.
+
+Modules, one job each: `data` (tasks and seeded splits), `crossencoder` (teacher fine-tuning), `logits`
+(content-keyed logit cache), `augment` (random and Hamming-neighbour pairs), `model` (head and loss), `train`
+(DSE students, alpha on dev), `single` (paper-004 single-sentence MLP head), `metrics`, `export` (pair head in a
+bundle) and `runtime` (torch-free scoring and reranking). Nothing heavy is imported here.
+"""

@@ -1,0 +1,198 @@
+"""Cross-encoder teachers: the packaged MiniLM fine-tuned per pair task with sentence-transformers' CrossEncoder.
+
+Outputs are raw logits (no activation): regression tasks are trained with MSE on gold mapped to [0, 1]
+(identity output), binary tasks with BCE on one logit, SICK-E with cross-entropy on three. DSE distills
+exactly these logits. Training runs through `CrossEncoderTrainer` (tqdm with ETA, a checkpoint every epoch,
+resume, seeded); the finished model is `model/` (safetensors) beside `teacher.json`.
+Checkpoints are Hugging Face Trainer folders: weights in safetensors, optimizer / scheduler / RNG state in
+torch files that the Trainer reads back with `weights_only=True` (no code runs on load).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
+from ondevice.pairs.data import PairData, load_pairs, task_spec
+from ondevice.pairs.metrics import best_threshold, evaluate_scores
+
+MODEL = "model"
+CHECKPOINTS = "checkpoints"
+INFO = "teacher.json"
+
+
+@dataclass
+class CrossEncoderConfig:
+    """Every setting of a cross-encoder fine-tuning run; saved in teacher.json."""
+
+    task: str
+    data: str
+    base: str = "all-MiniLM-L6-v2"
+    epochs: int = 3
+    batch_size: int = 16
+    lr: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_length: int = 128
+    seed: int = 0
+    split_seed: int = 0
+    max_train_pairs: int | None = None
+    threads: int = 0
+    logging_steps: int = 50
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line error naming the flag."""
+        task_spec(self.task)
+        checks = [(self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
+                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
+                  (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
+                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
+        for ok, msg in checks:
+            if not ok:
+                raise OndeviceError(msg)
+
+
+def _st():
+    return require("sentence_transformers", "pairs")
+
+
+def _base_path(spec: str) -> Path:
+    from ondevice.teacher import resolve_teacher
+
+    return resolve_teacher(spec)
+
+
+def _loss(model, kind: str):
+    losses = _st().cross_encoder.losses
+    torch = require("torch", "train")
+    if kind == "regression":
+        return losses.MSELoss(model, activation_fn=torch.nn.Identity())
+    if kind == "binary":
+        return losses.BinaryCrossEntropyLoss(model)
+    return losses.CrossEntropyLoss(model)
+
+
+class CrossEncoderTeacher:
+    """A fine-tuned cross-encoder; `logits(a, b)` gives float32 (n, num_outputs)."""
+
+    def __init__(self, directory: Path, model, info: dict):
+        self.directory = directory
+        self.model = model
+        self.info = info
+        self.spec = task_spec(info["config"]["task"])
+
+    @classmethod
+    def load(cls, directory: str | Path) -> CrossEncoderTeacher:
+        """Load a teacher folder written by `fine_tune`."""
+        directory = Path(directory)
+        if not (directory / INFO).is_file() or not (directory / MODEL).is_dir():
+            raise OndeviceError(f"{directory} is not a cross-encoder teacher (needs {INFO} and {MODEL}/); "
+                                "run `ondevice pairs teacher` first")
+        info = read_json(directory / INFO, "teacher info")
+        torch = require("torch", "train")
+        try:
+            model = _st().CrossEncoder(str(directory / MODEL), local_files_only=True, device="cpu",
+                                       activation_fn=torch.nn.Identity())
+        except (OSError, ValueError) as exc:
+            raise OndeviceError(f"cannot load {directory / MODEL}: {str(exc).splitlines()[0]}") from None
+        return cls(directory, model, info)
+
+    @property
+    def identity(self) -> dict:
+        """What makes two teachers' logits interchangeable: task, output width and the weights' hash."""
+        return {"kind": "cross-encoder", "task": self.spec.name, "num_outputs": self.spec.num_outputs,
+                "weights_sha256": self.info["weights_sha256"], "max_length": self.info["config"]["max_length"]}
+
+    def logits(self, a: Sequence[str], b: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Raw logits float32 (n, num_outputs) for the pairs (a[i], b[i])."""
+        torch = require("torch", "train")
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
+        if not len(a):
+            return np.zeros((0, self.spec.num_outputs), np.float32)
+        out = self.model.predict(list(zip(a, b)), batch_size=batch_size, show_progress_bar=False,
+                                 activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+        return np.asarray(out, np.float32).reshape(len(a), self.spec.num_outputs)
+
+
+def _log_losses(trainer) -> list[dict]:
+    return [{k: v for k, v in e.items() if k in ("epoch", "step", "loss", "learning_rate")}
+            for e in trainer.state.log_history if "loss" in e]
+
+
+def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = False,
+              progress: bool = True) -> CrossEncoderTeacher:
+    """Fine-tune the base model as a cross-encoder on the task's train split; dev picks the threshold."""
+    config.validate()
+    torch = require("torch", "train")
+    datasets = require("datasets", "pairs")
+    st = _st()
+    out = Path(out_dir)
+    ckpts = sorted((out / CHECKPOINTS).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    if ckpts and not resume:
+        raise OndeviceError(f"{out} holds checkpoints of an earlier run; pass --resume to continue it, or choose another --out")
+    if resume and not ckpts:
+        raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINTS}/checkpoint-*); run without --resume")
+    if resume and (out / "config.json").is_file():
+        saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / "config.json", "teacher config"), "teacher config")
+        keys = [k for k in ("task", "base", "epochs", "batch_size", "lr", "seed", "split_seed", "max_train_pairs",
+                            "max_length") if getattr(saved, k) != getattr(config, k)]
+        if keys:
+            raise OndeviceError(f"--resume with different settings ({', '.join(keys)}); use the original flags or a new --out")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    spec = task_spec(config.task)
+    train = load_pairs(config.task, "train", config.data, config.split_seed)
+    dev = load_pairs(config.task, "dev", config.data, config.split_seed)
+    if config.max_train_pairs:
+        train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config)
+
+    torch.manual_seed(config.seed)
+    model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
+                            local_files_only=True, device="cpu", activation_fn=torch.nn.Identity())
+    labels = spec.normalize(train.gold)
+    dataset = datasets.Dataset.from_dict({"sentence1": train.a, "sentence2": train.b,
+                                          "label": labels.tolist()})
+    args = st.cross_encoder.CrossEncoderTrainingArguments(
+        output_dir=str(out / CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
+        learning_rate=config.lr, warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
+        seed=config.seed, data_seed=config.seed, save_strategy="epoch", save_total_limit=2, eval_strategy="no",
+        logging_steps=config.logging_steps, report_to="none", use_cpu=True, disable_tqdm=not progress,
+        dataloader_num_workers=0,
+    )
+    trainer = st.cross_encoder.CrossEncoderTrainer(model=model, args=args, train_dataset=dataset,
+                                                   loss=_loss(model, spec.kind))
+    started = time.time()
+    try:
+        trainer.train(resume_from_checkpoint=str(ckpts[-1]) if resume else None)
+    except KeyboardInterrupt:
+        raise OndeviceError("interrupted; the last epoch's checkpoint is kept, continue with --resume") from None
+    model.save_pretrained(str(out / MODEL))
+    weights = out / MODEL / "model.safetensors"
+    info = {"config": config, "weights_sha256": sha256_file(weights), "train_pairs": len(train),
+            "train_seconds": round(time.time() - started, 1), "losses": _log_losses(trainer)}
+    write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in info["losses"]))
+    write_json(out / INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
+    teacher = CrossEncoderTeacher.load(out)
+    dev_logits = teacher.logits(dev.a, dev.b)
+    threshold = best_threshold(dev_logits[:, 0], dev.gold) if spec.kind == "binary" else None
+    info = teacher.info
+    info["dev"] = evaluate_scores(spec, dev_logits, dev.gold, threshold)
+    info["threshold"] = threshold
+    write_json(out / INFO, info)
+    return CrossEncoderTeacher.load(out)
+
+
+def evaluate_teacher(teacher: CrossEncoderTeacher, data: PairData) -> dict:
+    """Task metrics of the teacher on `data`, with the dev-tuned threshold for binary tasks."""
+    return evaluate_scores(teacher.spec, teacher.logits(data.a, data.b), data.gold, teacher.info.get("threshold"))

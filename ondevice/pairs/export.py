@@ -1,0 +1,222 @@
+"""The bundle's optional pair head: `pair_head.onnx` (fp32 or int8, the bundle's precision), its fp32 weights
+`pair_head.safetensors` (for runtimes with their own forward pass, e.g. the Java core), golden pair files, and a
+manifest `pairs` block. Added to a bundle that `ondevice export` wrote, as a second step, so the encoder export
+stays exactly what it is; the manifest's file table is rewritten to cover the new files and the bundle is
+re-verified with `Bundle.load`.
+
+Graph: u, v float32 [batch, dim] -> logits float32 [batch, outputs] = out(ReLU(hidden([u, v, u*v, |u-v|]))).
+Opset 17. int8: onnxruntime dynamic quantization of both MatMuls (weights int8 per column, activations per batch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, read_json, sha256_file, write_json, write_text
+from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_numpy
+
+HEAD_ONNX = "pair_head.onnx"
+GOLDEN_PAIRS = 500
+OPSET = 17
+IR_VERSION = 8
+
+
+def build_head_graph(cfg: PairHeadConfig, weights: dict[str, np.ndarray]):
+    """The fp32 ModelProto of the head."""
+    onnx = require("onnx", "export")
+    helper, TP, numpy_helper = onnx.helper, onnx.TensorProto, onnx.numpy_helper
+    inits = [numpy_helper.from_array(np.ascontiguousarray(weights["hidden.weight"].T, np.float32), "W1"),
+             numpy_helper.from_array(weights["hidden.bias"].astype(np.float32), "b1"),
+             numpy_helper.from_array(np.ascontiguousarray(weights["out.weight"].T, np.float32), "W2"),
+             numpy_helper.from_array(weights["out.bias"].astype(np.float32), "b2")]
+    nodes = [
+        helper.make_node("Mul", ["u", "v"], ["uv"], name="product"),
+        helper.make_node("Sub", ["u", "v"], ["diff"], name="difference"),
+        helper.make_node("Abs", ["diff"], ["absdiff"], name="abs_difference"),
+        helper.make_node("Concat", ["u", "v", "uv", "absdiff"], ["features"], axis=1, name="features"),
+        helper.make_node("MatMul", ["features", "W1"], ["h0"], name="hidden_matmul"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="hidden_bias"),
+        helper.make_node("Relu", ["h1"], ["h"], name="relu"),
+        helper.make_node("MatMul", ["h", "W2"], ["o0"], name="out_matmul"),
+        helper.make_node("Add", ["o0", "b2"], ["logits"], name="out_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes, "ondevice_pair_head",
+        [helper.make_tensor_value_info("u", TP.FLOAT, ["batch", cfg.dim]),
+         helper.make_tensor_value_info("v", TP.FLOAT, ["batch", cfg.dim])],
+        [helper.make_tensor_value_info("logits", TP.FLOAT, ["batch", cfg.outputs])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="ondevice")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def build_int8_head_graph(cfg: PairHeadConfig, weights: dict[str, np.ndarray]):
+    """The int8 ModelProto: both MatMuls dynamically quantized by onnxruntime."""
+    onnx = require("onnx", "export")
+    quantization = require("onnxruntime.quantization", "export")
+    model = build_head_graph(cfg, weights)
+    with tempfile.TemporaryDirectory(prefix="ondevice-pairq-") as tmp:
+        out = Path(tmp) / "int8.onnx"
+        previous = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            quantization.quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], per_channel=False,
+                                          weight_type=quantization.QuantType.QInt8)
+        finally:
+            logging.disable(previous)
+        return onnx.load(str(out))
+
+
+def _run(model_bytes: bytes, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    return sess.run(["logits"], {"u": np.asarray(u, np.float32), "v": np.asarray(v, np.float32)})[0]
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.lib.format.write_array(fh, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+
+
+def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str, np.ndarray], info: dict[str, Any],
+                  seed: int = 0) -> dict:
+    """Write the head into an exported bundle folder and extend its manifest; returns the `pairs` block."""
+    from safetensors.numpy import save_file
+
+    from ondevice.export.modelcard import model_card
+    from ondevice.runtime import MANIFEST, Bundle
+
+    path = Path(bundle_dir)
+    manifest = read_json(path / MANIFEST, "bundle manifest")
+    if manifest.get("dim") != cfg.dim:
+        raise OndeviceError(f"the pair head takes {cfg.dim}-d vectors but the bundle makes {manifest.get('dim')}-d; "
+                            "export the encoder of the same pair student")
+    precision = manifest["precision"]
+    fp32 = build_head_graph(cfg, weights)
+    graph = build_int8_head_graph(cfg, weights) if precision == "int8" else fp32
+    with atomic_path(path / HEAD_ONNX) as tmp:
+        tmp.write_bytes(graph.SerializeToString())
+    with atomic_path(path / HEAD_WEIGHTS) as tmp:
+        save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head", "precision": "fp32"})
+
+    # checks on generated vectors in the encoder's range (tanh outputs)
+    rng = np.random.default_rng(seed + 11)
+    u = np.tanh(rng.normal(0, 0.6, (256, cfg.dim))).astype(np.float32)
+    v = np.tanh(u + rng.normal(0, 0.4, u.shape)).astype(np.float32)
+    ref = head_forward_numpy(weights, u, v)
+    got = _run(graph.SerializeToString(), u, v)
+    checks = {"vectors": len(u), "max_abs_diff_vs_reference": float(np.abs(got - ref).max()),
+              "reference_logit_std": float(ref.std())}
+    if precision == "fp32" and checks["max_abs_diff_vs_reference"] > 1e-4:
+        raise OndeviceError(f"pair head graph differs from the reference by {checks['max_abs_diff_vs_reference']:.2e}")
+    if cfg.kind == "binary":
+        t = cfg.threshold or 0.0
+        checks["decision_agreement"] = float(((got[:, 0] > t) == (ref[:, 0] > t)).mean())
+    elif cfg.kind == "classes":
+        checks["decision_agreement"] = float((got.argmax(1) == ref.argmax(1)).mean())
+
+    golden = None
+    emb_path = path / "golden" / "embeddings.npy"
+    if emb_path.is_file():  # golden pairs over the golden sentences' fp32 embeddings
+        emb = np.load(emb_path, allow_pickle=False)
+        grng = np.random.default_rng(seed + 5)
+        n = min(GOLDEN_PAIRS, len(emb) * len(emb))
+        ia = grng.integers(0, len(emb), n).astype("<i8")
+        ib = grng.integers(0, len(emb), n).astype("<i8")
+        ib[: min(50, n)] = ia[: min(50, n)]  # identical sentences: the top of every regression scale
+        logits = _run(fp32.SerializeToString(), emb[ia], emb[ib]).astype("<f4")
+        for name, arr in (("pair_a", ia), ("pair_b", ib), ("pair_logits", logits)):
+            _save_npy(path / "golden" / f"{name}.npy", arr)
+        golden = {"pairs": int(n), "vectors": "golden/embeddings.npy rows pair_a[i], pair_b[i]",
+                  "computed_by": "fp32 pair_head graph in onnxruntime", "outputs": "golden/pair_logits.npy"}
+
+    block = {
+        "method": info.get("method", "dse"), "task": cfg.task, "task_type": cfg.kind, "labels": list(cfg.labels),
+        "file": HEAD_ONNX, "weights": HEAD_WEIGHTS, "precision": precision,
+        "inputs": {"u": f"float32 [batch, {cfg.dim}]", "v": f"float32 [batch, {cfg.dim}]"},
+        "outputs": {"logits": f"float32 [batch, {cfg.outputs}]"},
+        "head": {"dim": cfg.dim, "hidden": cfg.hidden, "outputs": cfg.outputs, "features": cfg.features,
+                 "formula": "logits = W2 relu(W1 [u, v, u*v, |u-v|] + b1) + b2"},
+        "output_transform": cfg.output_transform(), "threshold": cfg.threshold,
+        "rank_by": "score" if cfg.kind != "classes" else f"probability of {cfg.labels[1] if len(cfg.labels) > 1 else 'class 0'}",
+        "checks": checks, **({"golden": golden} if golden else {}),
+        **{k: v for k, v in info.items() if k != "method"},
+    }
+    manifest["pairs"] = block
+    files = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+             for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST and p.name != "README.md"}
+    manifest["files"] = files
+    card = model_card(manifest) + _card_section(block)
+    write_text(path / "README.md", card)
+    manifest["files"]["README.md"] = {"sha256": sha256_file(path / "README.md"), "bytes": (path / "README.md").stat().st_size}
+    write_json(path / MANIFEST, manifest)
+    Bundle.load(path)  # the finished bundle must still pass an app's verification
+    return block
+
+
+def _card_section(block: dict) -> str:
+    lines = ["", "## Pair head", "",
+             f"`{block['file']}` scores a pair of this bundle's embeddings for **{block['task']}** ({block['task_type']}):",
+             (f"`{block['head']['formula']}`; output transform `{json.dumps(block['output_transform'])}`, "
+              f"threshold `{block['threshold']}`."), "",
+             "```python", "bundle.pair_scores([\"a sentence\"], [\"another sentence\"])",
+             "bundle.rerank(\"a query\", candidate_texts_or_vectors, k=10)", "```", ""]
+    return "\n".join(lines)
+
+
+def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bits: int = 256, precision: str = "both",
+                       golden: bool = False, with_weights: bool = False, seed: int = 0, extra_info: dict | None = None,
+                       sentences: list[str] | None = None) -> list[Path]:
+    """Export a DSE run's fine-tuned encoder as a bundle (`ondevice export`) and add its pair head to each folder.
+
+    Without `binarizer`, a `bits`-bit random projection is fitted (seeded) on the encoder's vectors of
+    `sentences` (the task's training sentences by default).
+    """
+    from ondevice.binarize import Binarizer
+    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.pairs.model import load_head_weights
+    from ondevice.pairs.train import STUDENT, PairStudent
+
+    run = Path(run_dir)
+    pair = PairStudent.load(run)
+    if binarizer is None:
+        if sentences is None:
+            from ondevice.pairs.augment import training_sentences
+            from ondevice.pairs.data import load_pairs
+
+            cfg = read_json(run / "dse_config.json", "DSE config")
+            sentences = training_sentences(load_pairs(cfg["task"], "train", cfg["data"], cfg.get("split_seed", 0)))
+        binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
+    folders = export(pair.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
+                                                                 with_weights=with_weights, seed=seed),
+                     student_dir=run / STUDENT)
+    head_cfg, weights = load_head_weights(run)
+    info = {"method": "dse", "run": _run_summary(run), **(extra_info or {})}
+    for folder in folders:
+        add_pair_head(folder, head_cfg, weights, info, seed=seed)
+    return folders
+
+
+def _run_summary(run: Path) -> dict:
+    out: dict[str, Any] = {}
+    if (run / "dse_config.json").is_file():
+        cfg = read_json(run / "dse_config.json", "DSE config")
+        out["config"] = {k: cfg[k] for k in ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "seed",
+                                             "augment_random", "augment_neighbors") if k in cfg}
+    if (run / "dev.json").is_file():
+        out["student_dev"] = read_json(run / "dev.json", "dev metrics")
+    if (run / "data.json").is_file():
+        data = read_json(run / "data.json", "data summary")
+        out["teacher"] = data.get("teacher")
+        out["train_pairs"], out["augment_pairs"] = data.get("train_pairs"), data.get("augment_pairs")
+    return out

@@ -1,0 +1,147 @@
+"""Pair scoring on device (numpy + onnxruntime, no torch): the bundle's optional `pair_head.onnx`.
+
+    bundle = Bundle.load("bundle")                      # a bundle exported by `ondevice pairs export`
+    bundle.pair_scores(["how do I reset it?"], ["how to reset my phone"])   # task scores, (n,) or (n, classes)
+    scores, rows = bundle.rerank("reset phone", candidates, k=10)         # texts or precomputed vectors
+    scores, ids = bundle.search_rerank("reset phone", catalog_vectors, k=10, shortlist=1000)  # Hamming, then head
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class PairScorer:
+    """The pair head of one bundle: logits of precomputed vectors, task scores, and reranking."""
+
+    def __init__(self, bundle, block: dict, session):
+        self.bundle = bundle
+        self.block = block
+        self.session = session
+        self.kind = block["task_type"]
+        self.outputs = int(block["head"]["outputs"])
+        self.dim = int(block["head"]["dim"])
+
+    @classmethod
+    def from_bundle(cls, bundle, threads: int = 0) -> PairScorer:
+        """Load and verify the bundle's pair head (its manifest `pairs` block and checksummed graph)."""
+        from pathlib import PurePosixPath
+
+        import onnxruntime as ort
+
+        block = bundle.manifest.get("pairs")
+        if not isinstance(block, dict):
+            raise OndeviceError(f"bundle {bundle.path} has no pair head; export one with `ondevice pairs export`")
+        name = block.get("file")
+        entry = bundle.manifest["files"].get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise OndeviceError(f"bundle {bundle.path}: the pairs block names {name!r}, which the file table does not "
+                                "list; re-export the bundle")
+        # every name in the files table was checked to stay inside the folder when the bundle was loaded
+        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+        try:
+            head = block["head"]
+            if int(head["dim"]) != bundle.dim or block["task_type"] not in ("regression", "binary", "classes"):
+                raise KeyError("head")
+        except (KeyError, TypeError, ValueError):
+            raise OndeviceError(f"bundle {bundle.path}: the manifest's pairs block is incomplete or does not match "
+                                "the encoder; re-export the bundle") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise OndeviceError(f"bundle {bundle.path}: {name} cannot be loaded by onnxruntime ({first})") from None
+        return cls(bundle, block, session)
+
+    def _vectors(self, x: Any, what: str) -> np.ndarray:
+        arr = np.asarray(x, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2 or arr.shape[1] != self.dim:
+            raise OndeviceError(f"{what} must be float vectors of shape (n, {self.dim}), got {arr.shape}")
+        return np.ascontiguousarray(arr)
+
+    def logits(self, u: np.ndarray, v: np.ndarray, batch_size: int = 65536) -> np.ndarray:
+        """Head logits float32 (n, outputs) of vector pairs (u[i], v[i]); a single u row is broadcast."""
+        u, v = self._vectors(u, "u"), self._vectors(v, "v")
+        if len(u) == 1 and len(v) > 1:
+            u = np.broadcast_to(u, v.shape)
+        if len(u) != len(v):
+            raise OndeviceError(f"got {len(u)} and {len(v)} vectors; pairs need equal counts (or one u row)")
+        out = np.empty((len(v), self.outputs), np.float32)
+        for s in range(0, len(v), batch_size):
+            out[s : s + batch_size] = self.session.run(
+                ["logits"], {"u": np.ascontiguousarray(u[s : s + batch_size]), "v": v[s : s + batch_size]})[0]
+        return out
+
+    def transform(self, logits: np.ndarray) -> np.ndarray:
+        """Task scores: regression -> the gold scale, binary -> probability, classes -> probabilities (n, classes)."""
+        t = self.block["output_transform"]
+        if self.kind == "regression":
+            return logits[:, 0] * float(t["scale"]) + float(t["offset"])
+        if self.kind == "binary":
+            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        return _softmax(logits)
+
+    def rank_key(self, logits: np.ndarray) -> np.ndarray:
+        """What `rerank` sorts by: the score, or for classes the probability of the second label."""
+        if self.kind == "classes":
+            return _softmax(logits)[:, 1 if self.outputs > 1 else 0]
+        return logits[:, 0]
+
+    def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
+        """Task scores of the text pairs (a[i], b[i])."""
+        from ondevice.tokenizer import as_texts
+
+        a, b = as_texts(a), as_texts(b)
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        uniq = list(dict.fromkeys([*a, *b]))
+        pos = {t: i for i, t in enumerate(uniq)}
+        vec = self.bundle.encode(uniq)
+        return self.transform(self.logits(vec[[pos[t] for t in a]], vec[[pos[t] for t in b]]))
+
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k candidates for `query` by the head: (rank keys (k,), candidate rows (k,)), best first, ties by row."""
+        if not isinstance(query, str):
+            raise OndeviceError(f"query must be a str, got {type(query).__name__}")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        if isinstance(candidates, np.ndarray):
+            vec = self._vectors(candidates, "candidate vectors")
+        else:
+            from ondevice.tokenizer import as_texts
+
+            vec = self.bundle.encode(as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
+        if not len(vec):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        key = self.rank_key(self.logits(self.bundle.encode([query]), vec))
+        order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
+        return key[order].astype(np.float32), order.astype(np.int64)
+
+    def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
+
+        Equal keys go to the smaller id, so a shortlist covering the catalog gives exactly the exhaustive order.
+        `vectors[id]` must be the float vector of catalog item `id` (what the index holds the code of).
+        """
+        _, ids = self.bundle.search(query, k=int(shortlist))
+        ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
+        keys, rows = self.rerank(query, np.asarray(vectors)[ids], k)
+        return keys, ids[rows]

@@ -1,0 +1,295 @@
+"""DSE students: the SRA-distilled BiLSTM as a shared encoder + the pair head, trained end to end on teacher
+logits (of training and augmentation pairs) and gold labels (paper 000 Eq. 2), alpha picked on dev.
+
+A run folder holds `student/` (the fine-tuned encoder, a normal student dir that `ondevice export` takes),
+`pair_head.safetensors` + `pair_head.json` (the dev-best epoch), `dse_config.json`, `train_log.jsonl` and
+`checkpoint/` (latest epoch: model, optimizer, position; `--resume` continues from it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
+from ondevice.pairs.data import PairData, load_pairs, task_spec
+from ondevice.pairs.logits import teacher_logits
+from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+from ondevice.pairs.model import (
+    PairHeadConfig,
+    build_head,
+    build_pair_model,
+    dse_loss,
+    load_head_weights,
+    save_head,
+)
+from ondevice.student import Student
+from ondevice.tokenizer import pad_ids
+
+ALPHAS = (0.0, 0.5, 1.0)
+STUDENT = "student"
+
+
+@dataclass
+class DSEConfig:
+    """Every setting of a DSE student run; saved as dse_config.json."""
+
+    task: str
+    data: str
+    student: str  # SRA-distilled student dir (`ondevice distill`)
+    teacher: str = ""  # cross-encoder teacher dir (`ondevice pairs teacher`); only alpha 0 trains without one
+    alpha: float = 0.5
+    head_hidden: int = 256  # paper 004: task layer 256
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 5e-4  # paper 004 picks from {2, 3, 5, 10} x 1e-4
+    augment_random: int = 5000
+    augment_neighbors: int = 1
+    augment_bits: int = 256
+    freeze_encoder: bool = False
+    max_train_pairs: int | None = None
+    seed: int = 0
+    split_seed: int = 0
+    threads: int = 0
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line error naming the flag."""
+        task_spec(self.task)
+        checks = [(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
+                  (self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
+                  (self.lr > 0, "--lr must be > 0"), (self.augment_random >= 0, "--augment-random must be >= 0"),
+                  (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"), (self.threads >= 0, "--threads must be >= 0"),
+                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
+        for ok, msg in checks:
+            if not ok:
+                raise OndeviceError(msg)
+
+
+_RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
+                "augment_bits", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
+
+
+class PairStudent:
+    """A trained DSE student: encoder + head; `logits(a, b)` in torch (training-side reference)."""
+
+    def __init__(self, student: Student, head_cfg: PairHeadConfig, head):
+        self.student = student
+        self.head_cfg = head_cfg
+        self.head = head.eval()
+
+    @classmethod
+    def load(cls, directory: str | Path) -> PairStudent:
+        """Load a run folder written by `train_dse`."""
+        torch = require("torch", "train")
+        directory = Path(directory)
+        student = Student.load(directory / STUDENT)
+        cfg, weights = load_head_weights(directory)
+        head = build_head(cfg)
+        head.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+        return cls(student, cfg, head)
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Sentence vectors of the fine-tuned encoder."""
+        return self.student.encode(list(texts))
+
+    def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Head logits (n, outputs) of precomputed vectors."""
+        torch = require("torch", "train")
+        with torch.inference_mode():
+            return self.head(torch.from_numpy(np.asarray(u, np.float32)), torch.from_numpy(np.asarray(v, np.float32))).numpy()
+
+    def logits(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        """Head logits of the pairs (a[i], b[i])."""
+        uniq = list(dict.fromkeys([*a, *b]))
+        pos = {s: i for i, s in enumerate(uniq)}
+        vec = self.vectors(uniq)
+        return self.logits_from_vectors(vec[[pos[s] for s in a]], vec[[pos[s] for s in b]])
+
+    def evaluate(self, data: PairData) -> dict:
+        """Task metrics on `data` with the dev-tuned threshold."""
+        return evaluate_scores(task_spec(data.task), self.logits(data.a, data.b), data.gold, self.head_cfg.threshold)
+
+
+def _batches(n: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(n)
+    return [perm[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, batch: int = 256) -> np.ndarray:
+    torch = require("torch", "train")
+    model.eval()
+    with torch.inference_mode():
+        vec = []
+        for s in range(0, len(ids), batch):
+            x, lens = pad_ids(ids[s : s + batch])
+            vec.append(model.encoder(torch.from_numpy(x), torch.from_numpy(lens)))
+        v = torch.cat(vec)
+        return model.head(v[torch.from_numpy(pa)], v[torch.from_numpy(pb)]).numpy()
+
+
+def _index(texts: list[str], a: Sequence[str], b: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    pos: dict[str, int] = {t: i for i, t in enumerate(texts)}
+    for s in (*a, *b):
+        pos.setdefault(s, len(pos))
+    return list(pos), np.fromiter((pos[s] for s in a), np.int64, len(a)), np.fromiter((pos[s] for s in b), np.int64, len(b))
+
+
+def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> PairStudent:
+    """Train (or resume) one DSE student with `config.alpha`; keeps the dev-best epoch."""
+    from tqdm.auto import tqdm
+
+    from ondevice.distill import _load_checkpoint, _save_checkpoint
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+
+    config.validate()
+    torch = require("torch", "train")
+    out = Path(out_dir)
+    ckpt = out / "checkpoint"
+    if ckpt.exists() and not resume:
+        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
+    if resume and not ckpt.exists():
+        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
+    if resume:
+        saved = dataclass_from_dict(DSEConfig, read_json(out / "dse_config.json", "DSE config"), "DSE config")
+        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
+        if diff:
+            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    spec = task_spec(config.task)
+    if config.alpha > 0 and not config.teacher:
+        raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
+    teacher = CrossEncoderTeacher.load(config.teacher) if config.teacher else None
+    if teacher is not None and teacher.spec.name != spec.name:
+        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
+    student = Student.load(config.student)
+    train = load_pairs(config.task, "train", config.data, config.split_seed)
+    dev = load_pairs(config.task, "dev", config.data, config.split_seed)
+    if config.max_train_pairs:
+        train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
+
+    # teacher logits of training + augmentation pairs (cached by content; the SRA student finds neighbours).
+    # At alpha 0 neither is used: augmentation pairs have no label, and the loss ignores the teacher.
+    no_logits = np.zeros((0, spec.num_outputs), np.float32)
+    use_teacher = config.alpha > 0
+    t_train = teacher_logits(teacher, train.a, train.b, progress=progress) if use_teacher else \
+        np.zeros((len(train), spec.num_outputs), np.float32)
+    aug = augmentation_pairs(train, student.encode if config.augment_neighbors else None,
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
+                                           config.seed)) if use_teacher else None
+    use_aug = aug is not None and len(aug) > 0
+    t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else no_logits
+
+    a = train.a + (aug.a if use_aug else [])
+    b = train.b + (aug.b if use_aug else [])
+    gold = np.concatenate([spec.normalize(train.gold).astype(np.float32),
+                           np.full(len(aug) if use_aug else 0, np.nan, np.float32)])
+    targets = np.concatenate([t_train, t_aug]).astype(np.float32)
+    texts, pa, pb = _index([], a, b)
+    ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in texts]
+    dev_texts, da, db = _index([], dev.a, dev.b)
+    dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
+
+    head_cfg = PairHeadConfig(dim=student.config.output_dim, hidden=config.head_hidden, outputs=spec.num_outputs,
+                              task=spec.name, kind=spec.kind, labels=list(spec.labels), gold_low=spec.low,
+                              gold_high=spec.high)
+    torch.manual_seed(config.seed)
+    model = build_pair_model(student.model, head_cfg)
+    model.encoder.requires_grad_(not config.freeze_encoder)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+    holder = SimpleNamespace(model=model)
+    state = {"epoch": 0, "step": 0, "log": [], "best": None}
+    if resume:
+        state = _load_checkpoint(out, holder, opt)
+        state.pop("param_groups", None)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "dse_config.json", config)
+        write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
+                                        "augment_pairs_made": len(aug) if aug is not None else 0, "dev_pairs": len(dev),
+                                        "teacher": teacher.identity if teacher is not None else None})
+
+    def publish(metrics: dict, threshold: float | None) -> None:
+        head_cfg.threshold = threshold
+        save_head(out, model.head, head_cfg)
+        student.save(out / STUDENT)
+        write_json(out / "dev.json", metrics)
+
+    gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)), torch.from_numpy(targets)
+    labeled_t = torch.from_numpy(~np.isnan(gold))
+    frozen = None
+    if config.freeze_encoder:
+        with torch.inference_mode():
+            frozen = torch.from_numpy(student.encode(texts))
+    epoch, step = state["epoch"], state["step"]
+    try:
+        while epoch < config.epochs:
+            batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
+            model.train()
+            losses: list[float] = []
+            bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
+            for rows in bar:
+                if frozen is not None:  # encoder frozen: its vectors were computed once
+                    logits = model.head(frozen[torch.from_numpy(pa[rows])], frozen[torch.from_numpy(pb[rows])])
+                else:
+                    uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+                    x, lens = pad_ids([ids[i] for i in uniq])
+                    ia, ib = inv[: len(rows)], inv[len(rows):]
+                    logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
+                r = torch.from_numpy(rows)
+                loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                losses.append(loss.item())
+                if len(losses) % 20 == 0:
+                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            bar.close()
+            dl = _dev_logits(model, dev_ids, da, db)
+            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
+            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+            entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
+                     "time": time.time()}
+            state["log"].append(entry)
+            if progress:
+                print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
+            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+                publish({**metrics, "epoch": epoch + 1}, threshold)
+            epoch, step = epoch + 1, 0
+            _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
+            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+    except KeyboardInterrupt:
+        _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
+        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    return PairStudent.load(out)
+
+
+def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[float] = ALPHAS, resume: bool = False,
+                     progress: bool = True) -> dict:
+    """One student per alpha in `out_dir/alpha-<a>`; the dev-best alpha is recorded in selection.json."""
+    out = Path(out_dir)
+    rows = {}
+    for alpha in alphas:
+        sub = out / f"alpha-{alpha:g}"
+        cfg = dataclasses.replace(config, alpha=float(alpha))
+        done = (sub / "train_log.jsonl").is_file() and len((sub / "train_log.jsonl").read_text().splitlines()) >= cfg.epochs
+        if not done:
+            train_dse(cfg, sub, resume=resume and (sub / "checkpoint").exists(), progress=progress)
+        rows[f"{alpha:g}"] = read_json(sub / "dev.json", "dev metrics")
+    spec = task_spec(config.task)
+    best = max(rows, key=lambda k: (headline(spec, rows[k]), -abs(float(k) - 0.5)))
+    selection = {"metric": spec.metric, "dev": rows, "chosen_alpha": float(best), "chosen_dir": f"alpha-{best}"}
+    write_json(out / "selection.json", selection)
+    return selection

@@ -1,0 +1,48 @@
+"""`ondevice pairs`: bad input is one line and exit code 2; the steps run end to end from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from ondevice.cli import main
+
+
+def _one_line_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    return err
+
+
+def test_bad_input_is_one_line(capsys, tmp_path, pair_env):
+    assert "not found" in _one_line_error(capsys, ["pairs", "data", "--task", "stsb", "--data", str(tmp_path / "nope")])
+    assert "invalid choice" in _one_line_error(capsys, ["pairs", "data", "--task", "nli"])
+    assert "--alphas" in _one_line_error(capsys, ["pairs", "train", "--task", "stsb", "--data", str(pair_env.data),
+                                                  "--student", "s", "--teacher", "t", "--out", "o", "--alphas", "0,2"])
+    assert "not a cross-encoder teacher" in _one_line_error(
+        capsys, ["pairs", "train", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
+                 "--teacher", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert "not a DSE run" in _one_line_error(capsys, ["pairs", "export", "--run", str(tmp_path), "--out", str(tmp_path / "b")])
+    assert "nothing to evaluate" in _one_line_error(capsys, ["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data)])
+    assert "--epochs" in _one_line_error(capsys, ["pairs", "teacher", "--task", "stsb", "--data", str(pair_env.data),
+                                                  "--out", str(tmp_path / "t"), "--epochs", "0"])
+
+
+def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env):
+    assert main(["pairs", "data", "--task", "qqp", "--data", str(pair_env.data)]) == 0
+    out = capsys.readouterr().out
+    assert json.JSONDecoder().raw_decode(out)[0]["splits"]["train"]["pairs"] > 0
+    assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--teacher", str(pair_env.teacher()),
+                 "--run", str(pair_env.run())]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "spearman" in res["teacher"] and "spearman" in res["student"]
+    assert main(["pairs", "train", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
+                 "--teacher", str(pair_env.teacher()), "--out", str(tmp_path / "sweep"), "--alphas", "0.5", "--epochs", "1",
+                 "--head-hidden", "4", "--augment-random", "5", "--quiet"]) == 0
+    sel = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert sel["chosen_alpha"] == 0.5
+    assert main(["pairs", "export", "--run", str(tmp_path / "sweep"), "--out", str(tmp_path / "b"), "--bits", "32",
+                 "--precision", "int8"]) == 0
+    from ondevice.runtime import Bundle
+
+    assert Bundle.load(tmp_path / "b").pair_scores("a cat", "a dog").shape == (1,)

@@ -1,0 +1,66 @@
+"""Cross-encoder teacher: a tiny BERT fine-tunes (loss falls), resumes, refuses to overwrite, gives logits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.crossencoder import CrossEncoderConfig, CrossEncoderTeacher, evaluate_teacher, fine_tune
+from ondevice.pairs.data import load_pairs
+
+
+def test_fine_tune_loss_falls_and_logits(pair_env):
+    teacher = CrossEncoderTeacher.load(pair_env.teacher())
+    losses = [e["loss"] for e in teacher.info["losses"]]
+    assert len(losses) >= 4 and np.mean(losses[-2:]) < np.mean(losses[:2])
+    dev = load_pairs("stsb", "dev", pair_env.data)
+    out = teacher.logits(dev.a[:5], dev.b[:5])
+    assert out.shape == (5, 1) and out.dtype == np.float32
+    assert np.allclose(out, teacher.logits(dev.a[:5], dev.b[:5], batch_size=2), atol=1e-5)  # batching-invariant
+    assert "spearman" in evaluate_teacher(teacher, dev) and teacher.identity["weights_sha256"]
+    assert json.loads((pair_env.teacher() / "teacher.json").read_text())["config"]["task"] == "stsb"
+
+
+def test_binary_teacher_resume_and_refusals(pair_env, tmp_path):
+    cfg = CrossEncoderConfig(task="mrpc", data=str(pair_env.data), base=str(pair_env.base), epochs=2, batch_size=16,
+                             lr=1e-3, max_train_pairs=48, logging_steps=1)
+    full = fine_tune(cfg, tmp_path / "full", progress=False)
+    with pytest.raises(OndeviceError, match="--resume"):
+        fine_tune(cfg, tmp_path / "full", progress=False)
+    with pytest.raises(OndeviceError, match="nothing to resume"):
+        fine_tune(cfg, tmp_path / "empty", resume=True, progress=False)
+    # a run stopped after epoch 1: the same folder without the epoch-2 checkpoint and the final model
+    part = tmp_path / "part"
+    shutil.copytree(tmp_path / "full", part)
+    ckpts = sorted((part / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    assert len(ckpts) == 2
+    shutil.rmtree(ckpts[-1])
+    shutil.rmtree(part / "model")
+    (part / "teacher.json").unlink()
+    with pytest.raises(OndeviceError, match="different settings"):
+        fine_tune(CrossEncoderConfig(**{**cfg.__dict__, "lr": 5e-4}), part, resume=True, progress=False)
+    resumed = fine_tune(cfg, part, resume=True, progress=False)
+    probe = (["a cat sat", "the dog ran fast"], ["a cat sat on the mat", "big red car"])
+    np.testing.assert_allclose(resumed.logits(*probe), full.logits(*probe), atol=1e-5)
+    assert full.info["threshold"] is not None
+    shutil.rmtree(tmp_path / "full" / "model")
+    with pytest.raises(OndeviceError, match="not a cross-encoder teacher"):
+        CrossEncoderTeacher.load(tmp_path / "full")
+
+
+def test_three_class_teacher(pair_env, tmp_path):
+    cfg = CrossEncoderConfig(task="sick-e", data=str(pair_env.data), base=str(pair_env.base), epochs=1, batch_size=16,
+                             lr=1e-3, max_train_pairs=32, logging_steps=1)
+    t = fine_tune(cfg, tmp_path / "a", progress=False)
+    assert t.logits(["a cat"], ["a dog"]).shape == (1, 3) and "accuracy" in t.info["dev"]
+
+
+def test_bad_config():
+    with pytest.raises(OndeviceError, match="--epochs"):
+        CrossEncoderConfig(task="stsb", data="", epochs=0).validate()
+    with pytest.raises(OndeviceError, match="unknown pair task"):
+        CrossEncoderConfig(task="nli", data="").validate()

@@ -1,0 +1,100 @@
+"""Pair head in a bundle: ONNX fp32 equals the torch head, int8 close, manifest block, golden pairs, Java parity."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.export import add_pair_head, build_head_graph, build_int8_head_graph
+from ondevice.pairs.model import PairHeadConfig, head_forward_numpy, load_head_weights
+from ondevice.runtime import Bundle
+
+
+def _ort(model, u, v):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(["logits"], {"u": u, "v": v})[0]
+
+
+def test_graphs_match_reference():
+    rng = np.random.default_rng(0)
+    cfg = PairHeadConfig(dim=12, hidden=10, outputs=3, kind="classes", labels=["n", "e", "c"])
+    w = {"hidden.weight": rng.normal(0, 0.3, (10, 48)).astype(np.float32), "hidden.bias": rng.normal(size=10).astype(np.float32),
+         "out.weight": rng.normal(0, 0.3, (3, 10)).astype(np.float32), "out.bias": rng.normal(size=3).astype(np.float32)}
+    u, v = np.tanh(rng.normal(size=(64, 12))).astype(np.float32), np.tanh(rng.normal(size=(64, 12))).astype(np.float32)
+    ref = head_forward_numpy(w, u, v)
+    np.testing.assert_allclose(_ort(build_head_graph(cfg, w), u, v), ref, atol=1e-5)
+    q = _ort(build_int8_head_graph(cfg, w), u, v)
+    assert np.abs(q - ref).max() < 0.1 * ref.std() and (q.argmax(1) == ref.argmax(1)).mean() >= 0.9
+
+
+def test_bundle_has_pair_block_and_scores_like_torch(pair_env):
+    from ondevice.pairs.train import PairStudent
+
+    root = pair_env.bundle()
+    ps = PairStudent.load(pair_env.run())
+    a, b = ["the cat sat on the mat.", "a big red car", ""], ["the cat sat on a mat.", "a small blue car", "moon"]
+    ref = ps.logits(a, b)[:, 0] * 5.0  # STS-B: logits in [0, 1] units, scores on the 0-5 scale
+    for precision, tol in (("fp32", 1e-4), ("int8", 0.15)):
+        bundle = Bundle.load(root, precision=precision)
+        block = bundle.manifest["pairs"]
+        assert block["task"] == "stsb" and block["output_transform"] == {"type": "affine", "scale": 5.0, "offset": 0.0}
+        assert block["file"] in bundle.manifest["files"] and block["weights"] in bundle.manifest["files"]
+        assert block["golden"]["pairs"] == 500 and block["run"]["config"]["alpha"] == 0.5
+        np.testing.assert_allclose(bundle.pair_scores(a, b), ref, atol=tol)
+        assert "## Pair head" in (root / precision / "README.md").read_text()
+    g = root / "fp32" / "golden"
+    emb = np.load(g / "embeddings.npy")
+    _, w = load_head_weights(pair_env.run())
+    ia, ib = np.load(g / "pair_a.npy"), np.load(g / "pair_b.npy")
+    np.testing.assert_allclose(np.load(g / "pair_logits.npy"), head_forward_numpy(w, emb[ia], emb[ib]), atol=1e-5)
+
+
+def test_tampered_or_missing_head_is_a_one_line_error(pair_env, tmp_path):
+    src = pair_env.bundle() / "int8"
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    data = bytearray((bad / "pair_head.onnx").read_bytes())
+    data[-5] ^= 0xFF
+    (bad / "pair_head.onnx").write_bytes(bytes(data))
+    with pytest.raises(OndeviceError, match="sha256|modified"):
+        Bundle.load(bad)
+    plain = tmp_path / "plain"
+    shutil.copytree(src, plain)
+    m = json.loads((plain / "manifest.json").read_text())
+    del m["pairs"]
+    (plain / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(OndeviceError, match="no pair head"):
+        Bundle.load(plain).pair_scores(["a"], ["b"])
+    cfg, w = load_head_weights(pair_env.run())
+    wrong = PairHeadConfig(**{**cfg.__dict__, "dim": cfg.dim + 1})
+    with pytest.raises(OndeviceError, match="-d vectors"):
+        add_pair_head(plain, wrong, w, {})
+
+
+JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_pair_head_parity(pair_env, tmp_path):
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
+    sources = [str(p) for p in (core / "src").rglob("*.java")]
+    res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options", "-Werror",
+                          "-encoding", "UTF-8", "-d", str(tmp_path / "c"), *sources], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for precision in ("fp32", "int8"):  # both ship fp32 pair_head.safetensors; golden logits are the fp32 graph's
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"), "ai.ondevice.core.PairParityCheck",
+                              str(pair_env.bundle() / precision), "--max-abs-diff", "1e-5"],
+                             capture_output=True, text=True, timeout=300)
+        values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5

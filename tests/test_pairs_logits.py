@@ -1,0 +1,45 @@
+"""Teacher logits cache: keyed by content, computed once, resumable after a crash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ondevice.pairs.logits import cached_logits, pairs_sha256
+
+
+def _fn(calls):
+    def fn(a, b):
+        calls.append(len(a))
+        return np.array([[len(x) - len(y), len(x)] for x, y in zip(a, b)], np.float32)
+    return fn
+
+
+def test_second_call_computes_nothing_and_keys_by_content(tmp_path):
+    a, b = [f"s{i}" for i in range(50)], [f"t{i * 7}" for i in range(50)]
+    calls: list[int] = []
+    first = cached_logits({"t": 1}, a, b, _fn(calls), 2, chunk=16, root=tmp_path, progress=False)
+    n = len(calls)
+    again = cached_logits({"t": 1}, a, b, _fn(calls), 2, chunk=16, root=tmp_path, progress=False)
+    assert len(calls) == n == 4 and np.array_equal(first, again)
+    cached_logits({"t": 2}, a, b, _fn(calls), 2, root=tmp_path, progress=False)  # another teacher: recomputed
+    assert len(calls) == n + 1
+    assert pairs_sha256(["a\tb"], ["c"]) != pairs_sha256(["a"], ["b\tc"])  # no ambiguity in the key
+
+
+def test_resumes_after_a_crash(tmp_path):
+    a, b = [f"s{i}" for i in range(40)], [f"t{i}" for i in range(40)]
+    calls: list[int] = []
+    good = _fn(calls)
+
+    def flaky(x, y):
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        return good(x, y)
+
+    with pytest.raises(RuntimeError):
+        cached_logits({"t": 1}, a, b, flaky, 2, chunk=10, root=tmp_path, progress=False)
+    out = cached_logits({"t": 1}, a, b, good, 2, chunk=10, root=tmp_path, progress=False)
+    assert calls == [10, 10, 10, 10]  # two chunks before the crash, two after: nothing recomputed
+    assert np.array_equal(out, _fn([])(a, b))
+    assert (next(tmp_path.iterdir()) / "identity.json").is_file()

@@ -1,0 +1,80 @@
+"""DSE students: loss falls, the dev-best epoch is published, resume is exact, alpha is picked on dev."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.data import load_pairs
+from ondevice.pairs.train import PairStudent, train_dse, train_dse_alphas
+
+
+def test_train_publishes_dev_best_and_loss_falls(pair_env):
+    run = pair_env.run()
+    log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and log[-1]["train_loss"] < log[0]["train_loss"]
+    best = max(log, key=lambda e: e["dev"]["spearman"])
+    dev = json.loads((run / "dev.json").read_text())
+    assert dev["epoch"] == best["epoch"]
+    data = json.loads((run / "data.json").read_text())
+    assert data["augment_pairs"] > 0 and data["teacher"]["kind"] == "cross-encoder"
+    ps = PairStudent.load(run)
+    d = load_pairs("stsb", "dev", pair_env.data)
+    assert abs(ps.evaluate(d)["spearman"] - dev["spearman"]) < 0.01  # published weights are the dev-best ones
+    logits = ps.logits(d.a[:4], d.b[:4])
+    swapped_vec = ps.logits_from_vectors(ps.vectors(d.a[:4]), ps.vectors(d.b[:4]))
+    np.testing.assert_allclose(logits, swapped_vec, atol=1e-5)
+
+
+def test_resume_is_exact(pair_env, tmp_path):
+    cfg = pair_env.dse_config(epochs=2, augment_random=10, seed=1)
+    train_dse(cfg, tmp_path / "full", progress=False)
+    with pytest.raises(OndeviceError, match="--resume"):
+        train_dse(cfg, tmp_path / "full", progress=False)
+    one = pair_env.dse_config(epochs=1, augment_random=10, seed=1)
+    train_dse(one, tmp_path / "part", progress=False)
+    cfg_text = (tmp_path / "part" / "dse_config.json").read_text().replace('"epochs": 1', '"epochs": 2')
+    (tmp_path / "part" / "dse_config.json").write_text(cfg_text)  # an interrupted 2-epoch run after epoch 1
+    with pytest.raises(OndeviceError, match="different settings"):
+        train_dse(pair_env.dse_config(epochs=2, augment_random=10, seed=1, lr=1e-2), tmp_path / "part", resume=True,
+                  progress=False)
+    train_dse(cfg, tmp_path / "part", resume=True, progress=False)
+    a = (tmp_path / "full" / "checkpoint" / "model.safetensors").read_bytes()
+    b = (tmp_path / "part" / "checkpoint" / "model.safetensors").read_bytes()
+    assert a == b
+    with pytest.raises(OndeviceError, match="nothing to resume"):
+        train_dse(cfg, tmp_path / "none", resume=True, progress=False)
+
+
+def test_alpha_selection_and_task_mismatch(pair_env, tmp_path):
+    sel = train_dse_alphas(pair_env.dse_config(epochs=1, augment_random=10), tmp_path / "sweep", alphas=(0.0, 1.0),
+                           progress=False)
+    assert set(sel["dev"]) == {"0", "1"}
+    best = max(sel["dev"], key=lambda k: sel["dev"][k]["spearman"])
+    assert sel["chosen_dir"] == f"alpha-{best}"
+    assert json.loads((tmp_path / "sweep" / "alpha-0" / "data.json").read_text())["augment_pairs"] == 0
+    again = train_dse_alphas(pair_env.dse_config(epochs=1, augment_random=10), tmp_path / "sweep", alphas=(0.0, 1.0),
+                             progress=False)  # finished alphas are not retrained
+    assert again == sel
+    with pytest.raises(OndeviceError, match="trained for stsb"):
+        train_dse(pair_env.dse_config(task="mrpc"), tmp_path / "bad", progress=False)
+    shutil.rmtree(tmp_path / "sweep")
+
+
+def test_frozen_encoder_and_alpha_zero_without_teacher(pair_env, tmp_path):
+    from ondevice.student import Student
+
+    cfg = pair_env.dse_config(alpha=0.0, teacher="", freeze_encoder=True, epochs=2, lr=1e-2)
+    train_dse(cfg, tmp_path / "frozen", progress=False)
+    before = Student.load(pair_env.student).model.state_dict()
+    after = Student.load(tmp_path / "frozen" / "student").model.state_dict()
+    assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)  # encoder untouched
+    log = [json.loads(x) for x in (tmp_path / "frozen" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["train_loss"] < log[0]["train_loss"]
+    assert json.loads((tmp_path / "frozen" / "data.json").read_text())["teacher"] is None
+    with pytest.raises(OndeviceError, match="--teacher"):
+        train_dse(pair_env.dse_config(alpha=0.5, teacher=""), tmp_path / "no", progress=False)
