@@ -30,22 +30,14 @@ import sys
 import time
 from pathlib import Path
 
+from ondevice.results import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
 WIDTHS = [64, 256, 1024, 2048]
 THREADS = [1, 2]
 BANDWIDTH_BYTES = 512 << 20
 K = 10
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _meta(argv: list[str]) -> dict:
@@ -58,7 +50,7 @@ def _meta(argv: list[str]) -> dict:
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                 capture_output=True, text=True, check=False).stdout.strip())
     return {"commit": commit + ("-dirty" if dirty else ""), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": _cpu_model(),
+            "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": cpu_model(),
             "cpus": os.cpu_count(), "python": platform.python_version(),
             "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
             "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg()}

@@ -31,18 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.results import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _meta(argv: list[str], threads: int | None) -> dict:
@@ -55,7 +47,7 @@ def _meta(argv: list[str], threads: int | None) -> dict:
         except metadata.PackageNotFoundError:
             versions[dist] = "not installed"
     return {"commit": commit, "dirty": dirty, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([sys.executable.split("/")[-1], "benchmarks/pairs.py", *argv]), "cpu_model": _cpu_model(),
+            "command": " ".join([sys.executable.split("/")[-1], "benchmarks/pairs.py", *argv]), "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(), "threads": threads, "load_average_start": os.getloadavg(),
             "python": platform.python_version(), "versions": versions}
 
