@@ -25,6 +25,9 @@ from ondevice.corpus import default_data_dir
 from ondevice.io import cache_dir
 from ondevice.results import start_run, write_result
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import size_table  # the same table the docs render from the results file
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = cache_dir() / "bench" / "student-100k"
 STSB = default_data_dir() / "stsb" / "sts-test.csv"
@@ -286,17 +289,9 @@ def _by_length(student, work: Path, a: argparse.Namespace) -> list[dict]:
 
 def report(r: dict) -> str:
     """The markdown tables for BENCHMARKS.md."""
-    mb = lambda n: f"{n / 1e6:.2f} MB"
     lines = [(f"Student: {r['student']} (vocab {r['vocab']:,}), binarizer {r['bits']} bits; {r['cpu']} CPU cores, "
               f"load average {r['load_average']:.1f} at start; export of both bundles took {r['export_seconds']} s."), "",
-             "| bundle | total | encoder.onnx | encoder.pt | vocab.txt | onnx weights: embedding / LSTM / proj / binarizer |",
-             "|---|---|---|---|---|---|"]
-    for prec in ("fp32", "int8"):
-        s = r["sizes"][prec]
-        w = s["encoder.onnx weights"]
-        lines.append(f"| {prec} | {mb(s['total'])} | {mb(s['files']['encoder.onnx'])} | {mb(s['files']['encoder.pt'])} | "
-                     f"{mb(s['files']['vocab.txt'])} | " + " / ".join(mb(w.get(k, 0)) for k in
-                                                                     ("embedding", "lstm", "proj", "binarizer")) + " |")
+             size_table(r)]
     qual = r["int8_quality"]
     lines += ["", (f"int8 vs fp32 bundle, the throughput sentences as a catalog: mean cosine "
                    f"{qual['mean_cosine']:.5f}, bit agreement {qual['bit_agreement']:.4f}, top-10 overlap "

@@ -128,7 +128,11 @@ def _mb(n: float) -> str:
 
 
 def bundle_sizes(path: str) -> str:
-    r = _load(path)["results"]
+    return size_table(_load(path)["results"])
+
+
+def size_table(r: dict) -> str:
+    """Bundle sizes by file and by ONNX weight group, from a bundle benchmark's results (also printed by it)."""
     lines = ["| bundle | total | encoder.onnx | encoder.pt | vocab.txt | onnx weights: embedding / LSTM / proj / binarizer |",
              "|---|---|---|---|---|---|"]
     for prec in ("fp32", "int8"):
