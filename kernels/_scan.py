@@ -14,6 +14,7 @@ from numba import njit, prange
 from ondevice.kernels.intrinsics import (
     LANES,
     block_distances,
+    block_distances_group,
     load_word,
     prefetch,
     row_distance,
@@ -25,6 +26,7 @@ from ondevice.kernels.intrinsics import (
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 PREFETCH_BYTES = 2048  # single-query scans ask for the rows 2 KB ahead: ~10% faster than the hardware prefetcher alone
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
+GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
 # ---------------------------------------------------------------------------------------------- top-k heaps
 # One max-heap of (distance, id) per (chunk, query) "slot", stored flat: slot s owns [s*k, s*k + k).
@@ -150,7 +152,12 @@ def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
     if nchunks > 1:
         return heaps
     w = (nbytes + 7) // 8
-    return heaps + tile * (w + 2) + 2 * (tile // LANES) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k
+    return heaps + _temp_words(tile, w) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k
+
+
+def _temp_words(tile: int, w: int) -> int:
+    """int64 words of a kernel's per-chunk temporaries before the query words (the layout is in _build)."""
+    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP
 
 
 # ---------------------------------------------------------------------------------------------- scan kernels
@@ -169,9 +176,9 @@ class Kernels:
         self.words = (nbytes + 7) // 8
         # scratch_words(nbytes, tile, 1, nq, k) == nq * (2k + 1 + query_words) + serial_temp + 2k, kept for speed
         self.query_words = max(self.words, rows8_query_words(nbytes // 8))
-        self.serial_temp = self.tile_rows * (self.words + 2) + 2 * (self.tile_rows // LANES)
-        self.rows, self.blocks, self.range_rows, self.rows8 = _build(nbytes, pop, self.tile_rows, 1)
-        self.rows_serial, self.blocks_serial, self.range_rows_serial, self.rows8_serial = \
+        self.serial_temp = _temp_words(self.tile_rows, self.words)
+        self.rows, self.blocks, self.range_rows, self.rows8, _, _ = _build(nbytes, pop, self.tile_rows, 1)
+        self.rows_serial, self.blocks_serial, self.range_rows_serial, self.rows8_serial, self.one, self.one_ids = \
             _build(nbytes, pop, self.tile_rows, 0)
 
 
@@ -183,13 +190,18 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     QW = rows8_query_words(FULL)  # words per query in the rows8 pattern
     QQ = max(W, QW)  # scratch words per query for either query layout
     # Scratch layout after the heaps (int64 words): interleave buffer, two candidate arrays, block numbers and masks,
-    # then the query words (QQ per query) and two k-sized merge buffers; see temp_words.
+    # the query group's distances and thresholds, then the query words (QQ per query) and two k-sized merge
+    # buffers; see _temp_words.
     C1 = TILE * W
     C2 = C1 + TILE
     BO = C2 + TILE
     MO = BO + TILE // LANES
-    QO = MO + TILE // LANES
+    GD = MO + TILE // LANES
+    GT = GD + GROUP * TILE
+    QO = GT + GROUP
     TEMP = QO
+    G = GROUP
+    GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     jit = njit(parallel=bool(PAR), cache=True)
 
     def rows(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
@@ -255,7 +267,39 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                         buf[dst + LANES * FULL] = load_word(codes, src + 8 * FULL, TAIL)
                 nblk = (nrows + LANES - 1) // LANES
                 last = (1 << (nrows - (nblk - 1) * LANES)) - 1  # lanes past the tile's end hold stale rows
-                for q in range(nq):
+                # Groups of G queries: each block vector is loaded once per group (block_distances_group).
+                gthr = tmp[GT : GT + G]
+                gd = tmp[GD : GD + G * TILE]
+                for g in range(nq // G):
+                    q0 = g * G
+                    for qq in range(G):
+                        gthr[qq] = _threshold(hd, hn, c * nq + q0 + qq, k, strict)
+                    nc = 0
+                    for b in range(nblk):
+                        m = block_distances_group(buf, b * W * LANES, qwords, q0 * W, W, G, POP, gthr, 0, gd,
+                                                  nc * LANES * G)
+                        cand_b[nc] = b
+                        cand_m[nc] = m
+                        nc += m != 0
+                    for j in range(nc):
+                        b = cand_b[j]
+                        m = cand_m[j]
+                        if b == nblk - 1:
+                            m &= last * GLAST
+                        for qq in range(G):
+                            mq = (m >> (8 * qq)) & 255
+                            if mq == 0:
+                                continue
+                            slot = c * nq + q0 + qq
+                            thr = gthr[qq]
+                            for lane in range(LANES):
+                                d = gd[(j * G + qq) * LANES + lane]
+                                if (mq >> lane) & 1 and d <= thr:  # thr drops as the heap fills
+                                    r = start + b * LANES + lane
+                                    _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                                    thr = _threshold(hd, hn, slot, k, strict)
+                            gthr[qq] = thr
+                for q in range(nq // G * G, nq):  # the queries left over after the groups
                     slot = c * nq + q
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
@@ -347,7 +391,31 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
             _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL)
-    return jit(rows), jit(blocks), jit(range_rows), (jit(rows8) if with_rows8 else None)
+    rows_j, rows8_j = jit(rows), (jit(rows8) if with_rows8 else None)
+    few = rows8_j or rows_j  # the few-query scan of this width, called directly below (no dispatch in between)
+
+    # Entry points of the single-query fast path (hamming.knn): the bounds live in the scratch array and the
+    # missing ids are made inside, so a call passes 5-6 arrays instead of 7; each array argument costs ~0.2-0.3 us
+    # of Numba dispatch, which is a tenth of a 1,000-code search.
+    def one(codes, queries, k, scratch, out_d, out_i):
+        if codes.shape[1] != NB or POP < 0 or PAR:  # never true; NB, POP and PAR key the disk cache (see _build)
+            raise ValueError("kernel built for another width")
+        bounds = scratch[:2]
+        bounds[0] = 0
+        bounds[1] = codes.shape[0]
+        few(codes, queries, k, np.empty(0, np.int64), 1, bounds, scratch[2:], out_d, out_i)
+
+    def one_ids(codes, queries, k, ids, strict, scratch, out_d, out_i):
+        if codes.shape[1] != NB or POP < 0 or PAR:  # never true; NB, POP and PAR key the disk cache (see _build)
+            raise ValueError("kernel built for another width")
+        bounds = scratch[:2]
+        bounds[0] = 0
+        bounds[1] = codes.shape[0]
+        few(codes, queries, k, ids, strict, bounds, scratch[2:], out_d, out_i)
+
+    serial_only = PAR == 0
+    return (rows_j, jit(blocks), jit(range_rows), rows8_j, jit(one) if serial_only else None,
+            jit(one_ids) if serial_only else None)
 
 
 _KERNELS: dict[tuple[int, int], Kernels] = {}

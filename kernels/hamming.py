@@ -269,6 +269,10 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
     threads=None chooses the thread count from the work size (see plan_threads); path picks the popcount path
     ('native', 'portable') or plain numpy ('numpy'); all give identical results.
     """
+    if type(codes) is np.ndarray and type(queries) is np.ndarray and type(k) is int and path is None:
+        found = _fast_knn(codes, queries, k, ids, ids_ascending, threads)
+        if found is not None:
+            return found
     codes, queries, ids, threads = _prepare(codes, queries, ids, threads)
     k = int(k)
     if k < 1:
@@ -321,6 +325,50 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
             scan(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
             hd, hi, hn = np.split(scratch[: nchunks * m * (2 * kk + 1)], [nchunks * m * kk, 2 * nchunks * m * kk])
             merge(hd, hi, hn, nchunks, kk, o_d, o_i)
+    return out_d, out_i
+
+
+_FAST: dict = {}  # (code bytes, path) -> (Kernels, scratch words per query, fixed scratch words)
+
+
+def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
+    """The single-query fast path: a few queries, one chunk, well-formed arrays; None when any of that does not hold.
+
+    Everything knn checks is checked here too, only in the order that is cheapest for the common case; the search
+    itself is one Numba call (`one`/`one_ids`, 5-6 array arguments) into a cached per-thread scratch buffer, so
+    the only allocations are the two result arrays.
+    """
+    cs, qs = codes.shape, queries.shape
+    if (len(cs) != 2 or len(qs) != 2 or codes.dtype is not _U8 or queries.dtype is not _U8 or cs[1] != qs[1]
+            or not 0 < qs[0] < BLOCKS_MIN_QUERIES or not 0 < k <= cs[0] or cs[1] == 0):
+        return None
+    n, nb = cs
+    nq = qs[0]
+    if threads != 1:  # as plan_threads: serial when the work is below two threads' worth
+        if (threads is not None and (type(threads) is not int or threads < 1)) or not _PARALLEL_MIN_BYTES \
+                or n * nb * nq >= 2 * _PARALLEL_MIN_BYTES[0]:
+            return None
+    if not (codes.flags.c_contiguous and queries.flags.c_contiguous):
+        return None
+    if ids is not None:
+        if type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,) or not ids.flags.c_contiguous \
+                or ids_ascending is None:
+            return None
+    path = resolve_path(None)
+    if path == "numpy":
+        return None
+    fast = _FAST.get((nb, path))
+    if fast is None:
+        kern = _kernels(nb, path)
+        fast = _FAST[nb, path] = (kern, kern.query_words + 1, kern.serial_temp + 2)
+    kern, per_query, fixed = fast
+    scratch = _scratch(nq * (2 * k + per_query) + fixed + 2 * k)
+    out_d = np.empty((nq, k), np.int32)
+    out_i = np.empty((nq, k), np.int64)
+    if ids is None:
+        kern.one(codes, queries, k, scratch, out_d, out_i)
+    else:
+        kern.one_ids(codes, queries, k, ids, 1 if ids_ascending else 0, scratch, out_d, out_i)
     return out_d, out_i
 
 

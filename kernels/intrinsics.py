@@ -235,3 +235,41 @@ def prefetch(typingctx, codes, byte_off):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def block_distances_group(typingctx, block, word_off, qwords, qword_off, nwords, group, pop, thr, thr_off, out, out_off):
+    """block_distances for `group` queries at once (their words consecutive in qwords, nwords each).
+
+    Each 8-row vector of the block is loaded once and compared with every query of the group, so a group of G
+    queries costs one load per word position instead of G. Query q's 8 distances go to out[out_off + 8q : +8] and
+    its thresholds are thr[thr_off + q]; returns the masks of d <= thr, query q's in bits 8q..8q+7.
+    """
+    nw, g, pp = _literal(nwords), _literal(group), _literal(pop)
+    if nw is None or g is None or pp is None or not 1 <= g <= 8:
+        return None
+    sig = types.int64(block, word_off, qwords, qword_off, nwords, group, pop, thr, thr_off, out, out_off)
+
+    def codegen(context, builder, signature, args):
+        eight = ir.Constant(I64, 8)
+        bbase = _byte_ptr(context, builder, signature.args[0], args[0], builder.mul(args[1], eight))
+        qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], eight))
+        tbase = _byte_ptr(context, builder, signature.args[7], args[7], builder.mul(args[8], eight))
+        obase = _byte_ptr(context, builder, signature.args[9], args[9], builder.mul(args[10], eight))
+        vt = ir.VectorType(I64, LANES)
+        accs = [ir.Constant(vt, [0] * LANES) for _ in range(g)]
+        for w in range(nw):
+            v = _load(builder, bbase, 8 * LANES * w, vt, 8)
+            for q in range(g):
+                qw = _splat(builder, _load(builder, qbase, 8 * (q * nw + w), I64, 8), LANES)
+                accs[q] = builder.add(accs[q], _popcount(builder, builder.xor(v, qw), pp))
+        mask = ir.Constant(I64, 0)
+        for q in range(g):
+            builder.store(accs[q], builder.bitcast(builder.gep(obase, [ir.Constant(I64, 64 * q)]), vt.as_pointer()),
+                          align=8)
+            t = _splat(builder, _load(builder, tbase, 8 * q, I64, 8), LANES)
+            within = builder.zext(builder.bitcast(builder.icmp_signed("<=", accs[q], t), ir.IntType(LANES)), I64)
+            mask = builder.or_(mask, builder.shl(within, ir.Constant(I64, 8 * q)) if q else within)
+        return mask
+
+    return sig, codegen

@@ -231,3 +231,45 @@ def test_numpy_path_matches_kernels():
         np.testing.assert_array_equal(d, rd)
         np.testing.assert_array_equal(i, ri)
     assert H.oneshot_path(20_000, 32, 1) in ("numpy", None)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_single_query_fast_path_matches_brute_force(problem):
+    """The fast path (few queries, one chunk: one Numba call into cached scratch) gives the reference's exact
+    results, ties by smaller id included, with and without ids, ascending or not; it is really the path taken."""
+    codes, queries, ids, k, _ = problem
+    queries = queries[: H.BLOCKS_MIN_QUERIES - 1]
+    ascending = None if ids is None else bool(np.all(ids[1:] > ids[:-1]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(H, "_PARALLEL_MIN_BYTES", [1 << 30])  # every test size is "small": one chunk
+        fast = H._fast_knn(codes, queries, k, ids, ascending, None)
+        for threads in (None, 1, 2):
+            d, i = H.knn(codes, queries, k, ids=ids, ids_ascending=ascending, threads=threads)
+            rd, ri = reference_knn(codes, queries, k, ids)
+            np.testing.assert_array_equal(d, rd)
+            np.testing.assert_array_equal(i, ri)
+    assert (fast is not None) == (0 < k <= len(codes))  # k beyond n (padding) goes the general way
+    if fast is not None:
+        np.testing.assert_array_equal(fast[0], rd)
+        np.testing.assert_array_equal(fast[1], ri)
+
+
+def test_fast_path_declines_what_it_does_not_handle():
+    """Wrong dtypes, shapes, threads or strided arrays leave the fast path for knn's checks and messages."""
+    codes = np.zeros((100, 4), np.uint8)
+    q = np.zeros((1, 4), np.uint8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(H, "_PARALLEL_MIN_BYTES", [1 << 30])
+        assert H._fast_knn(codes, q, 3, None, None, None) is not None
+        assert H._fast_knn(codes.astype(np.int8), q, 3, None, None, None) is None
+        assert H._fast_knn(codes, np.zeros((1, 5), np.uint8), 3, None, None, None) is None
+        assert H._fast_knn(codes, np.zeros((8, 4), np.uint8), 3, None, None, None) is None  # a batch
+        assert H._fast_knn(codes, q, 3, None, None, 0) is None
+        assert H._fast_knn(codes[::2], q, 3, None, None, None) is None
+        assert H._fast_knn(codes, q, 3, np.arange(100), None, None) is None  # ids without their order known
+        mp.setattr(H, "_PARALLEL_MIN_BYTES", [1])
+        assert H._fast_knn(codes, q, 3, None, None, 2) is None  # big enough for threads: the general path
+        assert H._fast_knn(codes, q, 3, None, None, 1) is not None
+    with pytest.raises(ValueError, match="threads"):
+        H.knn(codes, q, 1, threads=0)

@@ -39,6 +39,11 @@ public final class HammingIndex {
         return wordsPerCode;
     }
 
+    /** The codes as words, row after row (not a copy): the benchmark's read-bandwidth scan reads this buffer. */
+    long[] words() {
+        return words;
+    }
+
     /** Distance from a word-packed query to row {@code row}. */
     public int distance(long[] query, int row) {
         int base = row * wordsPerCode;
@@ -62,32 +67,52 @@ public final class HammingIndex {
         k = Math.max(0, Math.min(k, size));
         // Max-heap on (distance, id) of the best k so far. Rows arrive in increasing id, so a row whose distance
         // equals the current worst is never better than it: only strictly smaller distances enter a full heap.
+        // While the heap fills, worst stays above every distance, so the scan loop has a single compare per row.
         int[] hd = new int[k];
         int[] hi = new int[k];
         int n = 0;
-        int worst = Integer.MAX_VALUE;
+        int worst = k == 0 ? Integer.MIN_VALUE : Integer.MAX_VALUE;
         final long[] w = words;
         final int wpc = wordsPerCode;
-        for (int row = 0, base = 0; row < size; row++, base += wpc) {
+        // Four rows at a time: each query word is loaded once and compared with four rows (four independent sums,
+        // so the popcounts do not wait on each other's additions); then the rows are offered in id order.
+        final int size4 = size & ~3;
+        int row = 0;
+        for (int base = 0; row < size4; row += 4, base += 4 * wpc) {
+            int d0 = 0;
+            int d1 = 0;
+            int d2 = 0;
+            int d3 = 0;
+            for (int j = 0, b = base; j < wpc; j++, b++) {
+                long qj = query[j];
+                d0 += Long.bitCount(qj ^ w[b]);
+                d1 += Long.bitCount(qj ^ w[b + wpc]);
+                d2 += Long.bitCount(qj ^ w[b + 2 * wpc]);
+                d3 += Long.bitCount(qj ^ w[b + 3 * wpc]);
+            }
+            if (d0 < worst) {
+                worst = offer(hd, hi, k, n++, d0, row);
+            }
+            if (d1 < worst) {
+                worst = offer(hd, hi, k, n++, d1, row + 1);
+            }
+            if (d2 < worst) {
+                worst = offer(hd, hi, k, n++, d2, row + 2);
+            }
+            if (d3 < worst) {
+                worst = offer(hd, hi, k, n++, d3, row + 3);
+            }
+        }
+        for (int base = row * wpc; row < size; row++, base += wpc) {
             int d = 0;
             for (int j = 0; j < wpc; j++) {
                 d += Long.bitCount(query[j] ^ w[base + j]);
             }
-            if (n < k) {
-                hd[n] = d;
-                hi[n] = row;
-                siftUp(hd, hi, n);
-                n++;
-                if (n == k) {
-                    worst = hd[0];
-                }
-            } else if (d < worst) {
-                hd[0] = d;
-                hi[0] = row;
-                siftDown(hd, hi, k);
-                worst = hd[0];
+            if (d < worst) {
+                worst = offer(hd, hi, k, n++, d, row);
             }
         }
+        n = Math.min(n, k);
         // Pop the heap from the back: largest first.
         int[] ids = new int[n];
         int[] dists = new int[n];
@@ -99,6 +124,23 @@ public final class HammingIndex {
             siftDown(hd, hi, m - 1);
         }
         return new Hits(ids, dists);
+    }
+
+    /**
+     * Put (d, row) in the heap, which holds {@code min(seen, k)} entries ({@code seen} offers so far); returns the
+     * new admission bound: the worst kept distance once the heap is full, else a value above every distance.
+     */
+    private static int offer(int[] hd, int[] hi, int k, int seen, int d, int row) {
+        if (seen < k) {
+            hd[seen] = d;
+            hi[seen] = row;
+            siftUp(hd, hi, seen);
+            return seen + 1 == k ? hd[0] : Integer.MAX_VALUE;
+        }
+        hd[0] = d;
+        hi[0] = row;
+        siftDown(hd, hi, k);
+        return hd[0];
     }
 
     private static boolean greater(int[] hd, int[] hi, int a, int b) {

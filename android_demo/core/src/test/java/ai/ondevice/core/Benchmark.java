@@ -90,21 +90,58 @@ public final class Benchmark {
         int qWarm = quick ? 5 : 30;
         int qReps = quick ? 10 : 100;
         byte[] q = new byte[bits / 8];
+        long[] words = index.words();
+        long sink = 0;
         for (int i = 0; i < qWarm; i++) {
             rnd.nextBytes(q);
-            index.topK(q, 10);
+            sink += index.topK(q, 10).ids[0] + sumLongs(words) + sumLongs4(words);
         }
-        long[] ns = new long[qReps];
-        long[] cpu = new long[qReps];
+        // The read-bandwidth bound of this JVM: the simplest full scan of the same buffer (a sum of its longs, with
+        // one accumulator and with four), timed in turns with the top-10 so that all three see the same machine.
+        long[][] ns = new long[3][qReps];
+        long[][] cpu = new long[3][qReps];
         for (int i = 0; i < qReps; i++) {
             rnd.nextBytes(q);
-            long c0 = CPU.getCurrentThreadCpuTime();
-            long s = System.nanoTime();
-            index.topK(q, 10);
-            ns[i] = System.nanoTime() - s;
-            cpu[i] = CPU.getCurrentThreadCpuTime() - c0;
+            for (int what = 0; what < 3; what++) {
+                long c0 = CPU.getCurrentThreadCpuTime();
+                long s = System.nanoTime();
+                sink += what == 0 ? index.topK(q, 10).ids[0] : what == 1 ? sumLongs(words) : sumLongs4(words);
+                ns[what][i] = System.nanoTime() - s;
+                cpu[what][i] = CPU.getCurrentThreadCpuTime() - c0;
+            }
         }
-        report("hamming top-10 over 100,000 x 2048-bit codes", ns, cpu);
+        report("hamming top-10 over 100,000 x 2048-bit codes", ns[0], cpu[0]);
+        report("read bound: sum of the same 3.2M longs", ns[1], cpu[1]);
+        report("read bound: sum of the same longs, 4 sums", ns[2], cpu[2]);
+        System.out.println("(checksum " + sink + ")");
+    }
+
+    /** Sum of every long: the least work a full scan of the codes can do. */
+    static long sumLongs(long[] a) {
+        long s = 0;
+        for (int i = 0; i < a.length; i++) {
+            s += a[i];
+        }
+        return s;
+    }
+
+    /** The same with four independent sums, in case one accumulator's dependency chain is what limits it. */
+    static long sumLongs4(long[] a) {
+        long s0 = 0;
+        long s1 = 0;
+        long s2 = 0;
+        long s3 = 0;
+        int i = 0;
+        for (; i + 3 < a.length; i += 4) {
+            s0 += a[i];
+            s1 += a[i + 1];
+            s2 += a[i + 2];
+            s3 += a[i + 3];
+        }
+        for (; i < a.length; i++) {
+            s0 += a[i];
+        }
+        return (s0 + s1) + (s2 + s3);
     }
 
     private static float[] uniform(Random r, int n, float scale) {

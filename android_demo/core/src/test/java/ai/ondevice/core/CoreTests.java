@@ -127,7 +127,7 @@ public final class CoreTests {
         });
         check("hamming top-k equals brute force with ties", () -> {
             Random r = new Random(7);
-            for (int cb : new int[] {1, 6, 8, 13, 256}) {
+            for (int cb : new int[] {1, 6, 8, 13, 24, 32, 40, 256}) {
                 int n = 500;
                 byte[] codes = new byte[n * cb];
                 r.nextBytes(codes);
