@@ -1,9 +1,12 @@
 """Draw the README's speed plots from results files (never from numbers typed in here).
 
-    python benchmarks/plots.py      # docs/results/hamming_scaling.png, docs/results/bundle_latency.png
+    python benchmarks/plots.py      # docs/results/hamming_scaling.png, docs/results/bundle_latency.png,
+                                    # docs/results/hamming_grid.png
 
 Hamming search time against catalog size comes from benchmarks/results/hamming_knn.json (ondevice vs FAISS,
-256-bit codes, 2 threads); bundle latency against sentence length from the newest bundle_*.json.
+256-bit codes, 2 threads); bundle latency against sentence length from the newest bundle_*.json; the device-sized
+grid (time vs catalog size per width, ondevice vs FAISS vs numpy, 1 and 2 threads) from the hamming_grid-*.json runs
+that BENCHMARKS.md's `hamming_grid` table cites.
 """
 
 from __future__ import annotations
@@ -63,6 +66,25 @@ def bundle_latency(path: Path, out: Path) -> Path:
     return out
 
 
+def grid_runs() -> list[Path]:
+    """The hamming_grid results files BENCHMARKS.md's grid table is rendered from (so plot and table agree)."""
+    import re
+
+    m = re.search(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8"))
+    return [ROOT / f for f in m.group("files").split()] if m else []
+
+
+def hamming_grid(paths: list[Path], out: Path) -> Path:
+    """ms per query against catalog size, one panel per code width (benchmarks/hamming_knn.py's plot)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hamming_knn", Path(__file__).with_name("hamming_knn.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.plot([json.loads(p.read_text()) for p in paths], out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
@@ -73,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     print(hamming_scaling(a.results / "hamming_knn.json", a.out / "hamming_scaling.png"))
+    if grid_runs():
+        print(hamming_grid(grid_runs(), a.out / "hamming_grid.png"))
     bundles = sorted(a.results.glob("bundle_2*.json"))
     if bundles:
         print(bundle_latency(bundles[-1], a.out / "bundle_latency.png"))

@@ -259,7 +259,26 @@ def jvm_core(path: str) -> str:
     for x in r["rows"]:
         lines.append(f"| {x['what']} | {x['cpu_p50_ms']:.2f} ms | {x['wall_p50_ms']:.2f} / {x['wall_p99_ms']:.2f} ms "
                      f"| {x['n']} |")
+    bound = r.get("read_bound")
+    if bound:
+        lines += ["", (f"Hamming top-10 over the JVM's read bound (its fastest plain scan of the same buffer, "
+                       f"{bound['cpu_p50_ms']:.2f} ms = {bound['gbps']:.1f} GB/s, CPU p50): "
+                       f"**{bound['topk_over_bound']:.2f}x** (target: within 2x, "
+                       f"{'met' if bound['topk_over_bound'] <= 2 else 'missed'}).")]
     return "\n".join(lines)
+
+
+def hamming_grid(*paths: str) -> str:
+    """The device-sized grid of benchmarks/hamming_knn.py (one or more runs), with its targets, as it prints it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hamming_knn", Path(__file__).with_name("hamming_knn.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = [_load(p) for p in paths]
+    runs = [f"`{Path(p).name}` (commit {r['commit'][:12]}, {r['cpu_model']}, {r['cpus']} CPUs, load "
+            f"{r['load_average_start'][0]:.1f} at start, {r['load_average_end'][0]:.1f} at end)" for p, r in zip(paths, results)]
+    return "Runs: " + "; ".join(runs) + ".\n\n" + module.report(results)
 
 
 def coverage(path: str) -> str:
@@ -354,7 +373,8 @@ def distill_speed(path: str) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     distill_ablation, distill_quality, distill_targets, distill_speed,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage)}
+    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage,
+    hamming_grid)}
 
 
 def render(text: str) -> str:
