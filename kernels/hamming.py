@@ -344,16 +344,14 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
         return None
     n, nb = cs
     nq = qs[0]
-    if threads != 1:  # as plan_threads: serial when the work is below two threads' worth
-        if (threads is not None and (type(threads) is not int or threads < 1)) or not _PARALLEL_MIN_BYTES \
-                or n * nb * nq >= 2 * _PARALLEL_MIN_BYTES[0]:
-            return None
+    if threads != 1 and ((threads is not None and (type(threads) is not int or threads < 1)) or not _PARALLEL_MIN_BYTES
+                         or n * nb * nq >= 2 * _PARALLEL_MIN_BYTES[0]):
+        return None  # as plan_threads: serial when the work is below two threads' worth, or threads=1
     if not (codes.flags.c_contiguous and queries.flags.c_contiguous):
         return None
-    if ids is not None:
-        if type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,) or not ids.flags.c_contiguous \
-                or ids_ascending is None:
-            return None
+    if ids is not None and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)
+                            or not ids.flags.c_contiguous or ids_ascending is None):
+        return None
     path = resolve_path(None)
     if path == "numpy":
         return None
