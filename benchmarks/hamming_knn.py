@@ -224,12 +224,20 @@ def run_worker(cfg: dict) -> dict:
 
 def report(results: list[dict]) -> str:
     """The grid as markdown tables, from one or more results files."""
-    cells = [c for r in results for c in r["cells"]]
-    probes = results[0]["probes"]
-    bw = {int(k): v for k, v in probes["read_gbps"].items()}
-    lines = ["Read bandwidth: " + ", ".join(f"{t} thread(s) {g:.1f} GB/s" for t, g in sorted(bw.items()))
-             + "; popcount peak: " + ", ".join(f"{t} thread(s) {g:.1f} G words/s"
-                                               for t, g in sorted(probes["popcount_gwords"].items())), ""]
+    # every cell is compared with the probes of its own run
+    cells = [{**c, "_probes": r["probes"]} for r in results for c in r["cells"]]
+    lines = []
+    for r in results:
+        probes = r["probes"]
+        lines.append(("Read bandwidth: " if len(results) == 1 else f"Run of {r['date']}: read bandwidth ")
+                     + ", ".join(f"{t} thread(s) {g:.1f} GB/s" for t, g in sorted(probes["read_gbps"].items()))
+                     + "; popcount peak: " + ", ".join(f"{t} thread(s) {g:.1f} G words/s"
+                                                       for t, g in sorted(probes["popcount_gwords"].items())))
+    lines.append("")
+
+    def read_pct(c: dict) -> float:
+        bw = {int(k): v for k, v in c["_probes"]["read_gbps"].items()}[c["threads"]]
+        return 100 * c["n"] * c["bits"] / 8 / (c["ms"] / 1e3) / 1e9 / bw
 
     def get(lib, n, bits, t, nq=1):
         return next((c for c in cells if (c["lib"], c["n"], c["bits"], c["threads"], c["nq"]) == (lib, n, bits, t, nq)),
@@ -253,7 +261,7 @@ def report(results: list[dict]) -> str:
                 ratio = f["ms"] / o["ms"] if f else None
                 if ratio is not None and (worst is None or ratio < worst[0]):
                     worst = (ratio, n, bits, t)
-                pct = 100 * n * bits / 8 / (o["ms"] / 1e3) / 1e9 / bw[t] if n >= 1_000_000 else None
+                pct = read_pct(o) if n >= 1_000_000 else None
                 row = [f"{n:,}", str(bits), str(t), f"{o['ms']:.4f}", f"{f['ms']:.4f}" if f else "",
                        f"{npy['ms']:.3f}" if npy and t == 1 else "", f"{ratio:.2f}x" if ratio else "",
                        f"{auto['ms']:.4f}" if auto else "", f"{pct:.0f}%" if pct else ""]
@@ -269,7 +277,7 @@ def report(results: list[dict]) -> str:
                 if o and f and f["ms"] < o["ms"]:
                     misses.append(f"{n:,} x {bits} bits, {t} thread(s): {f['ms'] / o['ms']:.2f}x")
                 if o and n >= 1_000_000:
-                    pct = 100 * n * bits / 8 / (o["ms"] / 1e3) / 1e9 / bw[t]
+                    pct = read_pct(o)
                     if pct < 90:
                         slow.append(f"{n:,} x {bits} bits, {t} thread(s): {pct:.0f}%")
     lines += ["", "Targets (issue 14):",
@@ -277,9 +285,11 @@ def report(results: list[dict]) -> str:
               f"- >= 90% of read bandwidth from 1M codes: {'met' if not slow else 'missed in ' + '; '.join(slow)}"]
     for c in cells:
         if c["nq"] > 1 and c["lib"] == "ondevice":
-            f = get("faiss", c["n"], c["bits"], c["threads"], c["nq"])
+            f = next(x for x in cells if x["lib"] == "faiss" and x["_probes"] is c["_probes"] and  # same run
+                     (x["n"], x["bits"], x["threads"], x["nq"]) == (c["n"], c["bits"], c["threads"], c["nq"]))
             gw = c["n"] * c["nq"] * c["bits"] / 64 / (c["ms"] / 1e3) / 1e9
-            peak = probes["popcount_gwords"].get(str(c["threads"]), probes["popcount_gwords"].get(c["threads"]))
+            pops = c["_probes"]["popcount_gwords"]
+            peak = pops.get(str(c["threads"]), pops.get(c["threads"]))
             lines += ["", (f"{c['nq']}-query batch, {c['n']:,} x {c['bits']} bits, {c['threads']} threads: ondevice "
                            f"{c['ms']:.1f} ms = {gw:.1f} G 64-bit words compared/s (popcount peak {peak:.1f}); FAISS "
                            f"{f['ms']:.1f} ms ({f['ms'] / c['ms']:.2f}x); target >= 20 G words/s: "

@@ -35,6 +35,7 @@ TINY = {
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
+    "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "--batch", "4",
                     "--batch-n", "20000", "--budget", "0.05", "--out-dir", "{tmp}/out"],
 }
