@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import first_failure, training_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
@@ -51,13 +52,10 @@ class CrossEncoderConfig:
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         task_spec(self.task)
-        checks = [(self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
-                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
-                  (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
-                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure([*training_checks(self.epochs, self.batch_size, self.lr),
+                       (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
+                       (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
+                       (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
 
 
 def _st():
