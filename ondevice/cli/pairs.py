@@ -1,4 +1,4 @@
-"""ondevice pairs: pair data, cross-encoder teachers, DSE students, single-sentence heads, evaluation, export."""
+"""ondevice pairs: pair data, cross-encoder teachers, DSE and DvBERT students, single-sentence heads, evaluation, export."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-train-pairs", type=int, default=None, help="train on a seeded subset of this many pairs")
     s.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     s.add_argument("--seed", type=int, default=c.seed)
+    s.add_argument("--swap", action="store_true", help="fine-tune and score on (b, a) instead of (a, b): "
+                   "the A/B input-order teacher of DvBERT")
     s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
 
     d = DSEConfig(task="stsb", data="", student="", teacher="")
@@ -72,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue unfinished alphas from their checkpoints")
+
+    _add_dvbert(sub, fmt)
 
     h = SentenceHeadConfig(data="", student="")
     s = sub.add_parser("sentence", help="paper-004 single-sentence MLP head over the student (SST-2)", formatter_class=fmt)
@@ -102,6 +106,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--golden", action="store_true", help="golden files, including golden pairs")
     s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
     s.add_argument("--seed", type=int, default=0)
+
+
+def _add_dvbert(sub, fmt) -> None:
+    from ondevice.pairs.dvbert import DvBERTConfig
+
+    v = DvBERTConfig(task="stsb", data="", student="")
+    s = sub.add_parser("dvbert", help="train a DvBERT student from several cross-encoder teachers (teacher annealing)",
+                       formatter_class=fmt)
+    _common(s)
+    s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
+    s.add_argument("--teachers", required=True, help="comma-separated teacher dirs of --task; DIR:ba scores that "
+                   "teacher with the pair order swapped")
+    s.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every listed teacher")
+    s.add_argument("--out", required=True, help="run folder (evaluates and exports like a DSE run)")
+    s.add_argument("--anneal", default=v.anneal, help="gold weight lambda: linear (0 -> 1 over training), "
+                   "none (teachers only), constant:X")
+    s.add_argument("--head", default=v.head, choices=["auto", "linear", "mlp"],
+                   help="linear: softmax(W [u, v, |u-v|]); mlp: the DSE head; auto: linear for classes, mlp for regression")
+    s.add_argument("--head-hidden", type=int, default=v.head_hidden, help="hidden units of the mlp head")
+    s.add_argument("--epochs", type=int, default=v.epochs)
+    s.add_argument("--batch-size", type=int, default=v.batch_size)
+    s.add_argument("--lr", type=float, default=v.lr)
+    s.add_argument("--max-train-pairs", type=int, default=None)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=v.seed)
+    s.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+
+
+def _dvbert(a: argparse.Namespace) -> int:
+    from ondevice.pairs.dvbert import DvBERTConfig, parse_teachers, train_dvbert
+
+    cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
+                       anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
+                       lr=a.lr, max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
+                       threads=a.threads)
+    train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
+    from ondevice.io import read_json
+
+    print(json.dumps({"run": a.out, "teachers": cfg.teachers, "dev": read_json(f"{a.out}/dev.json", "dev metrics")}))
+    return 0
 
 
 def _run_dir(path: str):
@@ -146,7 +190,8 @@ def run(a: argparse.Namespace) -> int:
 
         cfg = CrossEncoderConfig(task=a.task, data=str(a.data), base=a.base, epochs=a.epochs, batch_size=a.batch_size,
                                  lr=a.lr, warmup_ratio=a.warmup_ratio, max_length=a.max_length, seed=a.seed,
-                                 split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads)
+                                 split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads,
+                                 swap=a.swap)
         teacher = fine_tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
         print(json.dumps({"teacher": a.out, "dev": teacher.info["dev"], "threshold": teacher.info["threshold"]}))
         return 0
@@ -160,6 +205,8 @@ def run(a: argparse.Namespace) -> int:
                         split_seed=a.split_seed, threads=a.threads)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))
         return 0
+    if cmd == "dvbert":
+        return _dvbert(a)
     if cmd == "sentence":
         from ondevice.pairs.single import SentenceHeadConfig, evaluate_sentence_head, train_sentence_head
 
@@ -190,7 +237,8 @@ def run(a: argparse.Namespace) -> int:
 
     run_dir = _run_dir(a.run)
     if not (Path(run_dir) / "pair_head.json").is_file():
-        raise OndeviceError(f"{run_dir} is not a DSE run (no pair_head.json); pass a folder from `ondevice pairs train`")
+        raise OndeviceError(f"{run_dir} is not a DSE run or DvBERT run (no pair_head.json); pass a folder from "
+                           "`ondevice pairs train` or `ondevice pairs dvbert`")
     binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
     folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
                                  golden=a.golden, with_weights=a.with_weights, seed=a.seed)
