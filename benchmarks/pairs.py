@@ -14,6 +14,12 @@ encoded by the int8 bundle): encode + exhaustive head vs encode + Hamming top-10
 latter against the former; the cross-encoder's time for the same query is N / its pairs/s (extrapolated).
 
     python benchmarks/pairs.py speed --teacher T --bundle B --catalog 100000 --threads 1
+
+Seeds (DvBERT, paper 001, vs DSE): for every seed, a DSE student (alphas picked on dev) and a DvBERT student
+(K teacher views, teacher annealing) from the same SRA student; test metrics per seed, mean, sample std, min, max,
+and the per-seed DvBERT - DSE difference.
+
+    python benchmarks/pairs.py seeds --task stsb --student S --teachers T0,T1,T0:ba --workdir W --seeds 0,1,2,3,4
 """
 
 from __future__ import annotations
@@ -262,6 +268,73 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def _spread(values: list[float]) -> dict:
+    arr = np.asarray(values, np.float64)
+    return {"mean": round(float(arr.mean()), 3), "std": round(float(arr.std(ddof=1)), 3) if len(arr) > 1 else None,
+            "min": round(float(arr.min()), 3), "max": round(float(arr.max()), 3), "n": len(arr),
+            "values": [round(float(x), 3) for x in arr]}
+
+
+def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
+    """DvBERT vs DSE over several seeds: train each (or reuse finished runs in --workdir), test metrics, mean and spread."""
+    import dataclasses
+
+    import torch
+
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.dvbert import DvBERTConfig, finished, parse_teachers, parse_view, train_dvbert
+    from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = task_spec(a.task)
+    seed_list = [int(x) for x in a.seeds.split(",") if x.strip()]
+    views = parse_teachers(a.teachers, a.both_orders)
+    if not views:
+        raise SystemExit("--teachers needs at least one teacher dir")
+    dse_teacher = a.dse_teacher or parse_view(views[0])[0]
+    alphas = [float(x) for x in a.dse_alphas.split(",") if x.strip()]
+    work = Path(a.workdir)
+    test = load_pairs(a.task, "test", a.data)
+    out = {**_meta(argv, a.threads), "task": a.task, "metric": spec.metric, "seeds": seed_list, "test_pairs": len(test),
+           "dvbert_teachers": views, "dse_teacher": dse_teacher, "dse_alphas": alphas, "workdir": str(work)}
+    common = {"task": a.task, "data": a.data, "student": a.student, "epochs": a.epochs, "batch_size": a.batch_size,
+              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads}
+    rows: dict[str, dict] = {"dse": {}, "dvbert": {}}
+    for seed in seed_list:
+        dse_dir = work / f"dse-seed{seed}"
+        dcfg = DSEConfig(teacher=dse_teacher, seed=seed, augment_random=a.augment_random,
+                         augment_neighbors=a.augment_neighbors, **common)
+        sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=True, progress=not a.quiet)
+        chosen = dse_dir / sel["chosen_dir"]
+        rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
+                             "chosen_alpha": sel["chosen_alpha"]}
+        dv_dir = work / f"dvbert-seed{seed}"
+        vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **common)
+        if not finished(dv_dir, vcfg.epochs):
+            train_dvbert(vcfg, dv_dir, resume=(dv_dir / "checkpoint").exists(), progress=not a.quiet)
+        rows["dvbert"][seed] = {"test": PairStudent.load(dv_dir).evaluate(test),
+                                "dev": json.loads((dv_dir / "dev.json").read_text())}
+        if not a.quiet:
+            print(f"seed {seed}: DSE {rows['dse'][seed]['test'][spec.metric]}, DvBERT {rows['dvbert'][seed]['test'][spec.metric]}",
+                  flush=True)
+    out["runs"] = {m: {str(k): v for k, v in r.items()} for m, r in rows.items()}
+    metrics = [k for k, v in next(iter(rows["dse"].values()))["test"].items() if isinstance(v, (int, float))]
+    out["summary"] = {m: {k: _spread([r[s]["test"][k] for s in seed_list]) for k in metrics} for m, r in rows.items()}
+    diff = [rows["dvbert"][s]["test"][spec.metric] - rows["dse"][s]["test"][spec.metric] for s in seed_list]
+    out["dvbert_minus_dse"] = {"metric": spec.metric, "per_seed": _spread(diff)}
+    d, e = out["summary"]["dvbert"][spec.metric], out["summary"]["dse"][spec.metric]
+    spread = max(d["std"] or 0.0, e["std"] or 0.0)
+    out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > spread) if len(seed_list) > 1 else None
+    out["dvbert_config"] = dataclasses.asdict(vcfg)
+    if not a.skip_teachers:
+        out["teachers_test"] = {}
+        for v in dict.fromkeys(parse_view(p)[0] for p in views):
+            out["teachers_test"][v] = evaluate_teacher(CrossEncoderTeacher.load(v), test)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from ondevice.corpus import WIKI_RELPATH, default_data_dir
@@ -288,11 +361,31 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--ce-pairs", type=int, default=256)
     s.add_argument("--repeats", type=int, default=3)
     s.add_argument("--threads", type=int, default=1)
-    for x in (q, s):
+    v = sub.add_parser("seeds", help="DvBERT vs DSE over several seeds (mean and spread of test metrics)")
+    v.add_argument("--task", required=True)
+    v.add_argument("--student", required=True, help="the SRA student both start from")
+    v.add_argument("--teachers", required=True, help="DvBERT teacher views, comma-separated (DIR or DIR:ba)")
+    v.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every teacher")
+    v.add_argument("--dse-teacher", default=None, help="DSE's teacher (default: the first of --teachers)")
+    v.add_argument("--dse-alphas", default="0,0.5,1", help="DSE alphas per seed, dev picks one (as `pairs train`)")
+    v.add_argument("--seeds", default="0,1,2,3,4")
+    v.add_argument("--workdir", required=True, help="run folders dse-seed<S>/ and dvbert-seed<S>/ (finished ones are reused)")
+    v.add_argument("--anneal", default="linear")
+    v.add_argument("--head", default="auto")
+    v.add_argument("--epochs", type=int, default=4)
+    v.add_argument("--batch-size", type=int, default=32)
+    v.add_argument("--lr", type=float, default=5e-4)
+    v.add_argument("--augment-random", type=int, default=5000, help="DSE augmentation (DvBERT uses none)")
+    v.add_argument("--augment-neighbors", type=int, default=1)
+    v.add_argument("--max-train-pairs", type=int, default=None)
+    v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
+    v.add_argument("--threads", type=int, default=0)
+    v.add_argument("--quiet", action="store_true")
+    for x in (q, s, v):
         x.add_argument("--data", default=str(default_data_dir()))
     s.add_argument("--corpus", default=str(default_data_dir() / WIKI_RELPATH))
     a = p.parse_args(argv)
-    result = quality(a, argv) if a.mode == "quality" else speed(a, argv)
+    result = {"quality": quality, "speed": speed, "seeds": seeds}[a.mode](a, argv)
     _write(result, a.mode)
     print(json.dumps({k: v for k, v in result.items() if k not in ("versions", "split_rules")}, indent=1, default=float)[:6000])
     return 0
