@@ -247,7 +247,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
 
     sra = _sra_teacher(config, student) if config.sra_weight > 0 else None
-    t_vec = torch.from_numpy(np.asarray(cached_vectors(sra, texts, progress=progress), np.float32)) if sra else None
+    t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)) if sra else None
     dev_t_vec = np.asarray(cached_vectors(sra, dev_texts, progress=progress), np.float32) if sra else None
 
     head_cfg = config.head_config(2 * student.config.hidden_size, spec)
