@@ -125,3 +125,28 @@ def test_tampered_missing_and_bad_input(dipair_env, tmp_path):
         dp.states(["x"], role="c")
     with pytest.raises(OndeviceError, match="equal counts"):
         dp.pair_scores(["a", "b"], ["c"])
+
+
+JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_dipair_head_parity(dipair_env, tmp_path):
+    import re
+    import subprocess
+    from pathlib import Path
+
+    _, root = dipair_env
+    core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
+    sources = [str(p) for p in (core / "src").rglob("*.java")]
+    res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options",
+                                            "-Werror", "-encoding", "UTF-8", "-d", str(tmp_path / "c"), *sources],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for precision in ("fp32", "int8"):  # both ship fp32 dipair_head.safetensors; golden logits are the fp32 graph's
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+                                                "ai.ondevice.core.DiPairParityCheck", str(root / precision), "--max-abs-diff", "1e-4"],
+                             capture_output=True, text=True, timeout=300)
+        values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert int(values["pairs"]) == 300 and float(values["max_abs_diff"]) <= 1e-4
