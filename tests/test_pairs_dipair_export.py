@@ -10,7 +10,12 @@ import pytest
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.dipair import DiPairHeadConfig, build_head, head_forward_numpy, load_head_weights
-from ondevice.pairs.dipair_export import build_head_graph, build_int8_head_graph, export_dipair_bundle, run_head
+from ondevice.pairs.dipair_export import (
+    build_head_graph,
+    build_int8_head_graph,
+    export_dipair_bundle,
+    run_head,
+)
 from ondevice.runtime import Bundle
 
 
@@ -76,8 +81,8 @@ def test_bundle_states_scores_and_rerank(dipair_env):
             np.testing.assert_allclose(sb, ds.states(texts, "b"), atol=tol)
             np.testing.assert_allclose(sa, ds.states(texts, "a"), atol=tol)
             np.testing.assert_allclose(dp.pair_scores(texts, texts[::-1]), ds.logits(texts, texts[::-1])[:, 0] * 5.0, atol=1e-4)
-        keys_t, rows_t = dp.rerank("the cat sat", texts, k=3)
-        keys_c, rows_c = dp.rerank("the cat sat", sb, k=3)
+        _, rows_t = dp.rerank("the cat sat", texts, k=3)
+        _, rows_c = dp.rerank("the cat sat", sb, k=3)
         np.testing.assert_array_equal(rows_t, rows_c)
         # Hamming shortlist covering the catalog gives exactly the exhaustive head order
         bundle.index_texts(texts)

@@ -29,7 +29,6 @@ from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     head_forward_numpy,
     head_weights,
-    states_numpy,
 )
 
 HEAD_ONNX = "dipair_head.onnx"

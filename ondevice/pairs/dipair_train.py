@@ -226,12 +226,15 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)
-    teacher = CrossEncoderTeacher.load(config.teacher)
-    if teacher.spec.name != spec.name:
-        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
     student = Student.load(config.student)
     if student.config.pooling == "last":
         raise OndeviceError("DiPair needs a mean/max/meanmax-pooled student (its token outputs); this one pools 'last'")
+    if config.sra_weight > 0 and not (config.sra_teacher or (student.config.teacher or {}).get("path")):
+        raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
+                            "distilled from) or --sra-weight 0")
+    teacher = CrossEncoderTeacher.load(config.teacher)
+    if teacher.spec.name != spec.name:
+        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
     train = load_pairs(config.task, "train", config.data, config.split_seed)
     dev = load_pairs(config.task, "dev", config.data, config.split_seed)
     if config.max_train_pairs:
