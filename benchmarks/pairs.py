@@ -20,6 +20,13 @@ Seeds (DvBERT, paper 001, vs DSE): for every seed, a DSE student (alphas picked 
 and the per-seed DvBERT - DSE difference.
 
     python benchmarks/pairs.py seeds --task stsb --student S --teachers T0,T1,T0:ba --workdir W --seeds 0,1,2,3,4
+
+DiPair (issue 16): `dipair-speed` (head pairs/s vs the cross-encoder, head and cache sizes; through /work/bg/quiet)
+and `dipair-quality` (test metrics of one or more DiPair runs: several runs with different --n/--m/--d/--select are
+the ablation table; vs the cross-encoder and a DSE run; SRA cosine before/after).
+
+    python benchmarks/pairs.py dipair-speed --teacher T --n 8 --m 8 --d 128 --threads 1
+    python benchmarks/pairs.py dipair-quality --task stsb --teacher T --dse-run R --runs D1 D2 ...
 """
 
 from __future__ import annotations
@@ -338,6 +345,130 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def _ce_pairs_per_s(a: argparse.Namespace, task: str) -> tuple[dict, str]:
+    """Cross-encoder pairs/s (torch, batch 32) on the task's test pairs: a fine-tuned teacher or the same-cost MiniLM."""
+    import torch
+
+    from ondevice.pairs.data import load_pairs
+
+    if a.teacher:
+        from ondevice.pairs.crossencoder import CrossEncoderTeacher
+
+        teacher, weights = CrossEncoderTeacher.load(a.teacher), "fine-tuned teacher " + a.teacher
+        task = teacher.spec.name
+    else:
+        from sentence_transformers import CrossEncoder
+
+        from ondevice.teacher import resolve_teacher
+
+        base = CrossEncoder(str(resolve_teacher("all-MiniLM-L6-v2")), num_labels=1, max_length=128, device="cpu",
+                            local_files_only=True, activation_fn=torch.nn.Identity())
+        teacher = type("Untrained", (), {"logits": lambda self, x, y, batch_size=32: base.predict(
+            list(zip(x, y)), batch_size=batch_size, show_progress_bar=False)})()
+        weights = "packaged all-MiniLM-L6-v2 with a fresh 1-logit layer (speed only)"
+    test = load_pairs(task, "test", a.data)
+    n = min(a.ce_pairs, len(test))
+    teacher.logits(test.a[:8], test.b[:8], batch_size=32)  # warm-up
+    s = _median_time(lambda: teacher.logits(test.a[:n], test.b[:n], batch_size=32), a.repeats)
+    return {"pairs": n, "batch": 32, "seconds_median": s, "pairs_per_s": round(n / s, 1), "weights": weights}, task
+
+
+def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
+    """DiPair head pairs/s (onnxruntime, fp32 and int8 graphs, one query's states against P cached items) vs the
+    cross-encoder; head and per-item cache sizes. Without --bundle the head has random weights of the given shape
+    (its cost does not depend on the weights)."""
+    import torch
+
+    from ondevice.pairs.dipair import DiPairHeadConfig, build_head, build_projection, load_head_weights
+    from ondevice.pairs.dipair_export import build_head_graph, build_int8_head_graph
+
+    torch.set_num_threads(a.threads)
+    out = {**_meta(argv, a.threads)}
+    ce, task = _ce_pairs_per_s(a, a.task)
+    out["task"], out["cross_encoder"] = task, ce
+    if a.bundle:
+        cfg, w = load_head_weights(Path(a.bundle) / "fp32")
+        out["head_weights"] = "trained: " + a.bundle
+    else:
+        cfg = DiPairHeadConfig(in_dim=1024, n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn)
+        torch.manual_seed(0)
+        w = {f"proj.{k}": v.numpy() for k, v in build_projection(cfg).state_dict().items()}
+        w.update({k: v.numpy() for k, v in build_head(cfg).state_dict().items()})
+        out["head_weights"] = "random (speed and size only)"
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = a.threads
+    rng = np.random.default_rng(0)
+    sa = np.tanh(rng.normal(0, 0.8, (1, cfg.n, cfg.d))).astype(np.float32)
+    sb = np.tanh(rng.normal(0, 0.8, (a.pairs, cfg.m, cfg.d))).astype(np.float32)
+    rows = {}
+    for name, graph in (("fp32", build_head_graph(cfg, w)), ("int8", build_int8_head_graph(cfg, w))):
+        data = graph.SerializeToString()
+        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+        def run(sess=sess):
+            for s in range(0, a.pairs, a.batch):
+                b = sb[s : s + a.batch]
+                sess.run(["logits"], {"states_a": np.broadcast_to(sa, (len(b), cfg.n, cfg.d)).copy(), "states_b": b})
+        run()
+        t = _median_time(run, a.repeats)
+        rows[name] = {"pairs": a.pairs, "batch": a.batch, "seconds_median": t, "pairs_per_s": round(a.pairs / t, 1),
+                      "x_cross_encoder": round(a.pairs / t / ce["pairs_per_s"], 1), "onnx_bytes": len(data)}
+    out["head"] = rows
+    out["shape"] = {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
+                    "head_parameters_without_projection": int(sum(v.size for k, v in w.items() if not k.startswith("proj."))),
+                    "cache_bytes_per_item_int8": cfg.cache_bytes(True), "cache_bytes_per_item_fp32": cfg.cache_bytes(False)}
+    return out
+
+
+def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
+    """Test metrics of DiPair runs (one per --runs folder: the N, M, D ablation when several) vs the cross-encoder and
+    the DSE run; held-out SRA cosine before/after and the STS-B cosine/Hamming of the fine-tuned encoder."""
+    import torch
+
+    from ondevice.corpus import read_corpus
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.dipair_train import DiPairStudent
+    from ondevice.pairs.logits import teacher_logits
+    from ondevice.pairs.metrics import evaluate_scores
+    from ondevice.pairs.train import PairStudent
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = task_spec(a.task)
+    out = {**_meta(argv, a.threads), "task": a.task}
+    test = load_pairs(a.task, "test", a.data)
+    head = spec.metric
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        out["cross_encoder"] = evaluate_scores(spec, teacher_logits(teacher, test.a, test.b, progress=False), test.gold,
+                                               teacher.info.get("threshold"))
+    if a.dse_run:
+        run = Path(a.dse_run)
+        if (run / "selection.json").is_file():
+            run = run / json.loads((run / "selection.json").read_text())["chosen_dir"]
+        out["dse"] = {"run": str(run), "test": PairStudent.load(run).evaluate(test)}
+    rows = []
+    for r in a.runs:
+        ds = DiPairStudent.load(r)
+        row = {"run": r, "config": json.loads((Path(r) / "dipair_config.json").read_text()), "test": ds.evaluate(test),
+               "dev": json.loads((Path(r) / "dev.json").read_text()),
+               "sra_cosine": json.loads((Path(r) / "sra_cosine.json").read_text()),
+               "cache_bytes_per_item_int8": ds.cfg.cache_bytes(True)}
+        if "cross_encoder" in out:
+            row["ratio_to_cross_encoder"] = round(row["test"][head] / out["cross_encoder"][head], 4)
+        if "dse" in out:
+            row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
+        if not a.skip_hamming:
+            fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
+            row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
+        rows.append(row)
+    out["dipair"] = rows
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from ondevice.corpus import WIKI_RELPATH, default_data_dir
@@ -384,11 +515,31 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
     v.add_argument("--threads", type=int, default=0)
     v.add_argument("--quiet", action="store_true")
-    for x in (q, s, v):
+    ds = sub.add_parser("dipair-speed")
+    ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")
+    ds.add_argument("--task", default="stsb")
+    ds.add_argument("--bundle", default=None, help="`ondevice pairs dipair-export --precision both` folder (default: random head)")
+    for flag, default in (("--n", 8), ("--m", 8), ("--d", 128), ("--layers", 2), ("--heads", 1), ("--ffn", 256)):
+        ds.add_argument(flag, type=int, default=default)
+    ds.add_argument("--pairs", type=int, default=100000, help="cached items one query is scored against")
+    ds.add_argument("--batch", type=int, default=4096)
+    ds.add_argument("--ce-pairs", type=int, default=256)
+    ds.add_argument("--repeats", type=int, default=3)
+    ds.add_argument("--threads", type=int, default=1)
+    dq = sub.add_parser("dipair-quality")
+    dq.add_argument("--task", required=True)
+    dq.add_argument("--teacher", default=None)
+    dq.add_argument("--dse-run", default=None, help="DSE run to compare with (selection.json parent or an alpha folder)")
+    dq.add_argument("--runs", nargs="+", required=True, help="DiPair run folders (several: the N, M, D ablation table)")
+    dq.add_argument("--skip-hamming", action="store_true", help="leave out the STS-B cosine/Hamming of each encoder")
+    dq.add_argument("--corpus", default=None)
+    dq.add_argument("--threads", type=int, default=0)
+    for x in (q, s, v, ds, dq):
         x.add_argument("--data", default=str(default_data_dir()))
     s.add_argument("--corpus", default=str(default_data_dir() / WIKI_RELPATH))
     a = p.parse_args(argv)
-    result = {"quality": quality, "speed": speed, "seeds": seeds}[a.mode](a, argv)
+    result = {"quality": quality, "speed": speed, "seeds": seeds, "dipair-speed": dipair_speed,
+              "dipair-quality": dipair_quality}[a.mode](a, argv)
     _write(result, a.mode)
     print(json.dumps({k: v for k, v in result.items() if k not in ("versions", "split_rules")}, indent=1, default=float)[:6000])
     return 0

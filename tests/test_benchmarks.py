@@ -31,8 +31,10 @@ TINY = {
     "cli_search": ["--help"],
     "scale": ["--help"],
     "web_variants": ["--help"],
-    # Needs a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise what it drives).
-    "pairs": ["--help"],
+    # Its quality/speed modes need a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise
+    # what they drive); dipair-speed runs with a random head of the given shape and the same-cost packaged MiniLM.
+    "pairs": ["dipair-speed", "--n", "4", "--m", "4", "--d", "32", "--ffn", "64", "--pairs", "500", "--batch", "256",
+              "--ce-pairs", "8", "--repeats", "1"],
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],

@@ -106,6 +106,92 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--golden", action="store_true", help="golden files, including golden pairs")
     s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
     s.add_argument("--seed", type=int, default=0)
+    _add_dipair(sub, fmt)
+
+
+def _add_dipair(sub, fmt) -> None:
+    """`pairs dipair` and `pairs dipair-export` (issue 16)."""
+    from ondevice.pairs.dipair_train import DiPairConfig
+
+    d = DiPairConfig(task="stsb", data="", student="", teacher="")
+    s = sub.add_parser("dipair", help="DiPair: first N/M token states of the student into a small transformer head",
+                       formatter_class=fmt)
+    _common(s)
+    s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
+    s.add_argument("--teacher", required=True, help="cross-encoder teacher dir (`ondevice pairs teacher`)")
+    s.add_argument("--sra-teacher", default="", help="bi-encoder the student was distilled from (default: from its config)")
+    s.add_argument("--out", required=True, help="run folder to write")
+    s.add_argument("--n", type=int, default=d.n, help="token states of sentence A")
+    s.add_argument("--m", type=int, default=d.m, help="token states of sentence B (the cached catalog side)")
+    s.add_argument("--d", type=int, default=d.d, help="projected width")
+    s.add_argument("--layers", type=int, default=d.layers)
+    s.add_argument("--heads", type=int, default=d.heads)
+    s.add_argument("--ffn", type=int, default=d.ffn)
+    s.add_argument("--select", default=d.select, choices=["first", "firstlast"], help="first N, or first N/2 + last N/2")
+    s.add_argument("--stage1-epochs", type=int, default=d.stage1_epochs, help="head + projection, encoder frozen")
+    s.add_argument("--stage2-epochs", type=int, default=d.stage2_epochs, help="everything, plus the SRA loss")
+    s.add_argument("--batch-size", type=int, default=d.batch_size)
+    s.add_argument("--lr1", type=float, default=d.lr1)
+    s.add_argument("--lr2", type=float, default=d.lr2)
+    s.add_argument("--temperature", type=float, default=d.temperature)
+    s.add_argument("--sra-weight", type=float, default=d.sra_weight, help="SRA cosine loss weight in stage 2")
+    s.add_argument("--augment-random", type=int, default=d.augment_random)
+    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
+    s.add_argument("--augment-bits", type=int, default=d.augment_bits)
+    s.add_argument("--max-train-pairs", type=int, default=None)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=d.seed)
+    s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
+
+    s = sub.add_parser("dipair-export", help="bundle of a DiPair run: encoder with token-state outputs + dipair_head.onnx",
+                       formatter_class=fmt)
+    s.add_argument("--run", required=True, help="DiPair run folder (`ondevice pairs dipair`)")
+    s.add_argument("--out", required=True, help="bundle folder to write")
+    s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
+    s.add_argument("--bits", type=int, default=256)
+    s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
+    s.add_argument("--no-int8-states", action="store_true", help="leave out the int8 token-state outputs")
+    s.add_argument("--golden", action="store_true", help="golden files, including DiPair golden pairs")
+    s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
+    s.add_argument("--seed", type=int, default=0)
+
+
+def _run_dipair(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ondevice.errors import OndeviceError
+
+    if a.pairs_command == "dipair":
+        from ondevice.eval.data import check_data_dir
+        from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+
+        check_data_dir(a.data)
+        for flag, path in (("--student", a.student), ("--teacher", a.teacher)):
+            if not Path(path).is_dir():
+                raise OndeviceError(f"{flag} {path} is not a folder; pass the folder `ondevice {'distill' if flag == '--student' else 'pairs teacher'}` wrote")
+        cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
+                           n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
+                           stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
+                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, augment_random=a.augment_random,
+                           augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
+                           max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
+        cfg.validate()
+        train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
+        from ondevice.io import read_json
+
+        print(json.dumps({"run": a.out, "dev": read_json(Path(a.out) / "dev.json", "dev metrics"),
+                          "sra_cosine": read_json(Path(a.out) / "sra_cosine.json", "SRA cosine")}))
+        return 0
+    from ondevice.binarize import Binarizer
+    from ondevice.pairs.dipair_export import export_dipair_bundle
+
+    if not (Path(a.run) / "dipair_head.json").is_file():
+        raise OndeviceError(f"{a.run} is not a DiPair run (no dipair_head.json); pass a folder from `ondevice pairs dipair`")
+    binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
+    folders = export_dipair_bundle(a.run, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision, golden=a.golden,
+                                   with_weights=a.with_weights, int8_states=not a.no_int8_states, seed=a.seed)
+    print(json.dumps({"bundles": [str(f) for f in folders]}))
+    return 0
 
 
 def _add_dvbert(sub, fmt) -> None:
@@ -175,6 +261,8 @@ def run(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
 
     cmd = a.pairs_command
+    if cmd in ("dipair", "dipair-export"):
+        return _run_dipair(a)
     if cmd != "export":
         from ondevice.eval.data import check_data_dir
 
