@@ -399,6 +399,14 @@ class Bundle:
             self._pair_head = PairScorer.from_bundle(self, threads)
         return self._pair_head
 
+    def dipair(self, threads: int = 0):
+        """The bundle's DiPair scorer (ondevice.pairs.dipair_runtime; loaded on first use); an error if it has none."""
+        if getattr(self, "_dipair", None) is None:
+            from ondevice.pairs.dipair_runtime import DiPairScorer
+
+            self._dipair = DiPairScorer.from_bundle(self, threads)
+        return self._dipair
+
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of text pairs (a[i], b[i]) by the pair head: regression scale, probability, or class probabilities."""
         return self.pair_head().pair_scores(a, b)
