@@ -239,7 +239,7 @@ def _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpu
     out = ds.map_batches(actor, batch_size=None, batch_format="numpy", num_cpus=cpus_per_worker,
                          compute=data.ActorPoolStrategy(size=workers), fn_constructor_kwargs=kwargs)
     timings["dataset_s"] = time.time() - t0
-    batches = iter(out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=1))
+    batches = iter(out.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=0))
     try:
         for batch in batches:
             for pid, start, ready in zip(*np.unique(np.stack([batch["actor_pid"], batch["actor_start"],
