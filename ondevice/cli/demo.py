@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--bits", type=int, default=d.bits, help="code length of the binarizer")
     p.add_argument("--method", default=d.method, help="binarization method")
+    p.add_argument("--teacher-backend", default=d.teacher_backend, choices=["torch", "onnx", "onnx-int8"],
+                   help="how the teacher labels the corpus (see `ondevice distill --help`)")
     p.add_argument("--catalog", type=int, default=d.catalog, help="corpus sentences after the training ones to index")
     p.add_argument("--query", action="append", default=None, help="a query to answer (repeatable; default: built-in)")
     p.add_argument("--out", default=None, help="output dir (default: <cache>/demo/<settings>)")
@@ -35,10 +37,11 @@ def run(a: argparse.Namespace) -> int:
 
     data = Path(a.data) if a.data else default_data_dir()
     corpus = Path(a.corpus) if a.corpus else data / WIKI_RELPATH
-    name = f"s{a.sentences}-e{a.epochs}-{a.method}{a.bits}-c{a.catalog}-seed{a.seed}"
+    name = f"s{a.sentences}-e{a.epochs}-{a.method}{a.bits}-c{a.catalog}-{a.teacher_backend}-seed{a.seed}"
     out = Path(a.out) if a.out else cache_dir() / "demo" / name
     config = DemoConfig(corpus=str(corpus), data=str(data), out=str(out), sentences=a.sentences, epochs=a.epochs,
-                        bits=a.bits, method=a.method, catalog=a.catalog, seed=a.seed)
+                        bits=a.bits, method=a.method, catalog=a.catalog, seed=a.seed,
+                        teacher_backend=a.teacher_backend)
     if a.query:
         config.queries = tuple(a.query)
     meta = start_run(threads=None)

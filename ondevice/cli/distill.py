@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", default=d.ray_address, help="--backend ray: join this Ray cluster (default: a local Ray)")
     p.add_argument("--ray-workers", type=int, default=d.ray_workers, help="--backend ray: teacher actors (0 = fill the CPUs)")
     p.add_argument("--word-vectors", default=d.word_vectors,
-                   help="'glove-6b-50d' (packaged), a word-vectors file (word2vec/GloVe text or binary, .vec), "
-                        "'teacher' (made from the teacher) or 'random'")
+                   help="'teacher' (made from the teacher: the measured default), 'glove-6b-50d' (packaged, the paper's), "
+                        "a word-vectors file (word2vec/GloVe text or binary, .vec) or 'random'")
     p.add_argument("--allow-pickle", action="store_true",
                    help="accept gensim pickles (.kv/.model/.wv) as --word-vectors: loading one RUNS ANY CODE it holds; "
                         "only for files you made yourself")
