@@ -14,7 +14,7 @@ from ondevice.scale.shards import build_shards, shard_bounds
 pytest.importorskip("ray", reason="ray is not installed: the Ray tests need `pip install 'ondevice[scale]'`")
 serve = pytest.importorskip("ray.serve", reason="ray[serve] is not installed: `pip install 'ondevice[scale]'`")
 
-from ondevice.scale import serve as odserve  # noqa: E402
+from ondevice.scale import serve as odserve
 
 
 @pytest.fixture(scope="module")
