@@ -26,7 +26,7 @@ from ondevice.io import cache_dir
 from ondevice.results import start_run, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tables import size_table  # the same table the docs render from the results file
+from tables import latency_table, size_table  # the same tables the docs render from the results file
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = cache_dir() / "bench" / "student-100k"
@@ -296,17 +296,8 @@ def report(r: dict) -> str:
     lines += ["", (f"int8 vs fp32 bundle, the throughput sentences as a catalog: mean cosine "
                    f"{qual['mean_cosine']:.5f}, bit agreement {qual['bit_agreement']:.4f}, top-10 overlap "
                    f"{qual['top10_overlap']:.3f} ({qual['top10_overlap_ties']:.3f} counting ties at the 10th distance).")]
-    teacher = next((x for x in r["rows"] if x["name"].startswith("teacher fp32")), None)
     lines += ["", "CPU time of the calling thread (1 intra-op thread); wall-clock time on this shared machine in brackets.",
-              "", ("| encoder (1 thread) | p50, 20-token sentence | p50 of 50-call windows, min-max | p99 | "
-              "throughput, batches of 64 | vs teacher fp32 |"),
-              "|---|---|---|---|---|---|"]
-    for x in r["rows"]:
-        ratio = f"{x['sentences_per_s'] / teacher['sentences_per_s']:.1f}x" if teacher else "-"
-        lines.append(f"| {x['name']} | {x['p50_ms']:.3f} ms ({x['wall_p50_ms']:.3f}) | "
-                     f"{x['window_p50_min_ms']:.3f}-{x['window_p50_max_ms']:.3f} ms | {x['p99_ms']:.3f} ms "
-                     f"({x['wall_p99_ms']:.3f}) | {x['sentences_per_s']:,.0f} sent/s ({x['wall_sentences_per_s']:,.0f}) "
-                     f"| {ratio} |")
+              "", latency_table(r)]
     return "\n".join(lines)
 
 

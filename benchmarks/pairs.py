@@ -14,6 +14,19 @@ encoded by the int8 bundle): encode + exhaustive head vs encode + Hamming top-10
 latter against the former; the cross-encoder's time for the same query is N / its pairs/s (extrapolated).
 
     python benchmarks/pairs.py speed --teacher T --bundle B --catalog 100000 --threads 1
+
+Seeds (DvBERT, paper 001, vs DSE): for every seed, a DSE student (alphas picked on dev) and a DvBERT student
+(K teacher views, teacher annealing) from the same SRA student; test metrics per seed, mean, sample std, min, max,
+and the per-seed DvBERT - DSE difference.
+
+    python benchmarks/pairs.py seeds --task stsb --student S --teachers T0,T1,T0:ba --workdir W --seeds 0,1,2,3,4
+
+DiPair (issue 16): `dipair-speed` (head pairs/s vs the cross-encoder, head and cache sizes; through /work/bg/quiet)
+and `dipair-quality` (test metrics of one or more DiPair runs: several runs with different --n/--m/--d/--select are
+the ablation table; vs the cross-encoder and a DSE run; SRA cosine before/after).
+
+    python benchmarks/pairs.py dipair-speed --teacher T --n 8 --m 8 --d 128 --threads 1
+    python benchmarks/pairs.py dipair-quality --task stsb --teacher T --dse-run R --runs D1 D2 ...
 """
 
 from __future__ import annotations
@@ -262,6 +275,200 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def _spread(values: list[float]) -> dict:
+    arr = np.asarray(values, np.float64)
+    return {"mean": round(float(arr.mean()), 3), "std": round(float(arr.std(ddof=1)), 3) if len(arr) > 1 else None,
+            "min": round(float(arr.min()), 3), "max": round(float(arr.max()), 3), "n": len(arr),
+            "values": [round(float(x), 3) for x in arr]}
+
+
+def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
+    """DvBERT vs DSE over several seeds: train each (or reuse finished runs in --workdir), test metrics, mean and spread."""
+    import dataclasses
+
+    import torch
+
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.dvbert import DvBERTConfig, finished, parse_teachers, parse_view, train_dvbert
+    from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = task_spec(a.task)
+    seed_list = [int(x) for x in a.seeds.split(",") if x.strip()]
+    views = parse_teachers(a.teachers, a.both_orders)
+    if not views:
+        raise SystemExit("--teachers needs at least one teacher dir")
+    dse_teacher = a.dse_teacher or parse_view(views[0])[0]
+    alphas = [float(x) for x in a.dse_alphas.split(",") if x.strip()]
+    work = Path(a.workdir)
+    test = load_pairs(a.task, "test", a.data)
+    out = {**_meta(argv, a.threads), "task": a.task, "metric": spec.metric, "seeds": seed_list, "test_pairs": len(test),
+           "dvbert_teachers": views, "dse_teacher": dse_teacher, "dse_alphas": alphas, "workdir": str(work)}
+    common = {"task": a.task, "data": a.data, "student": a.student, "epochs": a.epochs, "batch_size": a.batch_size,
+              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads}
+    rows: dict[str, dict] = {"dse": {}, "dvbert": {}}
+    for seed in seed_list:
+        dse_dir = work / f"dse-seed{seed}"
+        dcfg = DSEConfig(teacher=dse_teacher, seed=seed, augment_random=a.augment_random,
+                         augment_neighbors=a.augment_neighbors, **common)
+        sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=True, progress=not a.quiet)
+        chosen = dse_dir / sel["chosen_dir"]
+        rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
+                             "chosen_alpha": sel["chosen_alpha"]}
+        dv_dir = work / f"dvbert-seed{seed}"
+        vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **common)
+        if not finished(dv_dir, vcfg.epochs):
+            train_dvbert(vcfg, dv_dir, resume=(dv_dir / "checkpoint").exists(), progress=not a.quiet)
+        rows["dvbert"][seed] = {"test": PairStudent.load(dv_dir).evaluate(test),
+                                "dev": json.loads((dv_dir / "dev.json").read_text())}
+        if not a.quiet:
+            print(f"seed {seed}: DSE {rows['dse'][seed]['test'][spec.metric]}, DvBERT {rows['dvbert'][seed]['test'][spec.metric]}",
+                  flush=True)
+    out["runs"] = {m: {str(k): v for k, v in r.items()} for m, r in rows.items()}
+    metrics = [k for k, v in next(iter(rows["dse"].values()))["test"].items() if isinstance(v, (int, float))]
+    out["summary"] = {m: {k: _spread([r[s]["test"][k] for s in seed_list]) for k in metrics} for m, r in rows.items()}
+    diff = [rows["dvbert"][s]["test"][spec.metric] - rows["dse"][s]["test"][spec.metric] for s in seed_list]
+    dev_diff = [rows["dvbert"][s]["dev"][spec.metric] - rows["dse"][s]["dev"][spec.metric] for s in seed_list]
+    # dev picked the epoch (both) and the alpha (DSE), so dev figures are the selected ones, optimistic for both
+    out["summary_dev"] = {m: {spec.metric: _spread([r[s]["dev"][spec.metric] for s in seed_list])} for m, r in rows.items()}
+    out["dvbert_minus_dse"] = {"metric": spec.metric, "per_seed": _spread(diff), "dev_per_seed": _spread(dev_diff)}
+    d, e = out["summary"]["dvbert"][spec.metric], out["summary"]["dse"][spec.metric]
+    spread = max(d["std"] or 0.0, e["std"] or 0.0)
+    out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > spread) if len(seed_list) > 1 else None
+    out["dvbert_config"] = dataclasses.asdict(vcfg)
+    if not a.skip_teachers:
+        out["teachers_test"] = {}
+        for v in dict.fromkeys(parse_view(p)[0] for p in views):
+            out["teachers_test"][v] = evaluate_teacher(CrossEncoderTeacher.load(v), test)
+    return out
+
+
+def _ce_pairs_per_s(a: argparse.Namespace, task: str) -> tuple[dict, str]:
+    """Cross-encoder pairs/s (torch, batch 32) on the task's test pairs: a fine-tuned teacher or the same-cost MiniLM."""
+    import torch
+
+    from ondevice.pairs.data import load_pairs
+
+    if a.teacher:
+        from ondevice.pairs.crossencoder import CrossEncoderTeacher
+
+        teacher, weights = CrossEncoderTeacher.load(a.teacher), "fine-tuned teacher " + a.teacher
+        task = teacher.spec.name
+    else:
+        from sentence_transformers import CrossEncoder
+
+        from ondevice.teacher import resolve_teacher
+
+        base = CrossEncoder(str(resolve_teacher("all-MiniLM-L6-v2")), num_labels=1, max_length=128, device="cpu",
+                            local_files_only=True, activation_fn=torch.nn.Identity())
+        teacher = type("Untrained", (), {"logits": lambda self, x, y, batch_size=32: base.predict(
+            list(zip(x, y)), batch_size=batch_size, show_progress_bar=False)})()
+        weights = "packaged all-MiniLM-L6-v2 with a fresh 1-logit layer (speed only)"
+    test = load_pairs(task, "test", a.data)
+    n = min(a.ce_pairs, len(test))
+    teacher.logits(test.a[:8], test.b[:8], batch_size=32)  # warm-up
+    s = _median_time(lambda: teacher.logits(test.a[:n], test.b[:n], batch_size=32), a.repeats)
+    return {"pairs": n, "batch": 32, "seconds_median": s, "pairs_per_s": round(n / s, 1), "weights": weights}, task
+
+
+def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
+    """DiPair head pairs/s (onnxruntime, fp32 and int8 graphs, one query's states against P cached items) vs the
+    cross-encoder; head and per-item cache sizes. Without --bundle the head has random weights of the given shape
+    (its cost does not depend on the weights)."""
+    import torch
+
+    from ondevice.pairs.dipair import DiPairHeadConfig, build_head, build_projection, load_head_weights
+    from ondevice.pairs.dipair_export import build_head_graph, build_int8_head_graph
+
+    torch.set_num_threads(a.threads)
+    out = {**_meta(argv, a.threads)}
+    ce, task = _ce_pairs_per_s(a, a.task)
+    out["task"], out["cross_encoder"] = task, ce
+    if a.bundle:
+        cfg, w = load_head_weights(Path(a.bundle) / "fp32")
+        out["head_weights"] = "trained: " + a.bundle
+    else:
+        cfg = DiPairHeadConfig(in_dim=1024, n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn)
+        torch.manual_seed(0)
+        w = {f"proj.{k}": v.numpy() for k, v in build_projection(cfg).state_dict().items()}
+        w.update({k: v.numpy() for k, v in build_head(cfg).state_dict().items()})
+        out["head_weights"] = "random (speed and size only)"
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = a.threads
+    rng = np.random.default_rng(0)
+    sa = np.tanh(rng.normal(0, 0.8, (1, cfg.n, cfg.d))).astype(np.float32)
+    sb = np.tanh(rng.normal(0, 0.8, (a.pairs, cfg.m, cfg.d))).astype(np.float32)
+    rows = {}
+    for name, graph in (("fp32", build_head_graph(cfg, w)), ("int8", build_int8_head_graph(cfg, w))):
+        data = graph.SerializeToString()
+        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+        def run(sess=sess):
+            for s in range(0, a.pairs, a.batch):
+                b = sb[s : s + a.batch]
+                sess.run(["logits"], {"states_a": np.broadcast_to(sa, (len(b), cfg.n, cfg.d)).copy(), "states_b": b})
+        run()
+        t = _median_time(run, a.repeats)
+        rows[name] = {"pairs": a.pairs, "batch": a.batch, "seconds_median": t, "pairs_per_s": round(a.pairs / t, 1),
+                      "x_cross_encoder": round(a.pairs / t / ce["pairs_per_s"], 1), "onnx_bytes": len(data)}
+    out["head"] = rows
+    out["shape"] = {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
+                    "head_parameters_without_projection": int(sum(v.size for k, v in w.items() if not k.startswith("proj."))),
+                    "cache_bytes_per_item_int8": cfg.cache_bytes(True), "cache_bytes_per_item_fp32": cfg.cache_bytes(False)}
+    return out
+
+
+def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
+    """Test metrics of DiPair runs (one per --runs folder: the N, M, D ablation when several) vs the cross-encoder and
+    the DSE run; held-out SRA cosine before/after and the STS-B cosine/Hamming of the fine-tuned encoder."""
+    import torch
+
+    from ondevice.corpus import read_corpus
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.dipair_train import DiPairStudent
+    from ondevice.pairs.logits import teacher_logits
+    from ondevice.pairs.metrics import evaluate_scores
+    from ondevice.pairs.train import PairStudent
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    spec = task_spec(a.task)
+    out = {**_meta(argv, a.threads), "task": a.task}
+    test = load_pairs(a.task, "test", a.data)
+    head = spec.metric
+    if a.teacher:
+        teacher = CrossEncoderTeacher.load(a.teacher)
+        out["cross_encoder"] = evaluate_scores(spec, teacher_logits(teacher, test.a, test.b, progress=False), test.gold,
+                                               teacher.info.get("threshold"))
+    if a.dse_run:
+        run = Path(a.dse_run)
+        if (run / "selection.json").is_file():
+            run = run / json.loads((run / "selection.json").read_text())["chosen_dir"]
+        out["dse"] = {"run": str(run), "test": PairStudent.load(run).evaluate(test)}
+    rows = []
+    for r in a.runs:
+        ds = DiPairStudent.load(r)
+        row = {"run": r, "config": json.loads((Path(r) / "dipair_config.json").read_text()), "test": ds.evaluate(test),
+               "dev": json.loads((Path(r) / "dev.json").read_text()),
+               "sra_cosine": json.loads((Path(r) / "sra_cosine.json").read_text()),
+               "cache_bytes_per_item_int8": ds.cfg.cache_bytes(True)}
+        if "cross_encoder" in out:
+            row["ratio_to_cross_encoder"] = round(row["test"][head] / out["cross_encoder"][head], 4)
+        if "dse" in out:
+            row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
+        if not a.skip_hamming:
+            fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
+            row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
+        rows.append(row)
+    out["dipair"] = rows
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from ondevice.corpus import WIKI_RELPATH, default_data_dir
@@ -288,11 +495,51 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--ce-pairs", type=int, default=256)
     s.add_argument("--repeats", type=int, default=3)
     s.add_argument("--threads", type=int, default=1)
-    for x in (q, s):
+    v = sub.add_parser("seeds", help="DvBERT vs DSE over several seeds (mean and spread of test metrics)")
+    v.add_argument("--task", required=True)
+    v.add_argument("--student", required=True, help="the SRA student both start from")
+    v.add_argument("--teachers", required=True, help="DvBERT teacher views, comma-separated (DIR or DIR:ba)")
+    v.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every teacher")
+    v.add_argument("--dse-teacher", default=None, help="DSE's teacher (default: the first of --teachers)")
+    v.add_argument("--dse-alphas", default="0,0.5,1", help="DSE alphas per seed, dev picks one (as `pairs train`)")
+    v.add_argument("--seeds", default="0,1,2,3,4")
+    v.add_argument("--workdir", required=True, help="run folders dse-seed<S>/ and dvbert-seed<S>/ (finished ones are reused)")
+    v.add_argument("--anneal", default="linear")
+    v.add_argument("--head", default="auto")
+    v.add_argument("--epochs", type=int, default=4)
+    v.add_argument("--batch-size", type=int, default=32)
+    v.add_argument("--lr", type=float, default=5e-4)
+    v.add_argument("--augment-random", type=int, default=5000, help="DSE augmentation (DvBERT uses none)")
+    v.add_argument("--augment-neighbors", type=int, default=1)
+    v.add_argument("--max-train-pairs", type=int, default=None)
+    v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
+    v.add_argument("--threads", type=int, default=0)
+    v.add_argument("--quiet", action="store_true")
+    ds = sub.add_parser("dipair-speed")
+    ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")
+    ds.add_argument("--task", default="stsb")
+    ds.add_argument("--bundle", default=None, help="`ondevice pairs dipair-export --precision both` folder (default: random head)")
+    for flag, default in (("--n", 8), ("--m", 8), ("--d", 128), ("--layers", 2), ("--heads", 1), ("--ffn", 256)):
+        ds.add_argument(flag, type=int, default=default)
+    ds.add_argument("--pairs", type=int, default=100000, help="cached items one query is scored against")
+    ds.add_argument("--batch", type=int, default=4096)
+    ds.add_argument("--ce-pairs", type=int, default=256)
+    ds.add_argument("--repeats", type=int, default=3)
+    ds.add_argument("--threads", type=int, default=1)
+    dq = sub.add_parser("dipair-quality")
+    dq.add_argument("--task", required=True)
+    dq.add_argument("--teacher", default=None)
+    dq.add_argument("--dse-run", default=None, help="DSE run to compare with (selection.json parent or an alpha folder)")
+    dq.add_argument("--runs", nargs="+", required=True, help="DiPair run folders (several: the N, M, D ablation table)")
+    dq.add_argument("--skip-hamming", action="store_true", help="leave out the STS-B cosine/Hamming of each encoder")
+    dq.add_argument("--corpus", default=None)
+    dq.add_argument("--threads", type=int, default=0)
+    for x in (q, s, v, ds, dq):
         x.add_argument("--data", default=str(default_data_dir()))
     s.add_argument("--corpus", default=str(default_data_dir() / WIKI_RELPATH))
     a = p.parse_args(argv)
-    result = quality(a, argv) if a.mode == "quality" else speed(a, argv)
+    result = {"quality": quality, "speed": speed, "seeds": seeds, "dipair-speed": dipair_speed,
+              "dipair-quality": dipair_quality}[a.mode](a, argv)
     _write(result, a.mode)
     print(json.dumps({k: v for k, v in result.items() if k not in ("versions", "split_rules")}, indent=1, default=float)[:6000])
     return 0

@@ -36,13 +36,9 @@ def hamming_scaling(path: Path, out: Path) -> Path:
         ax.set_xlabel("codes in the catalog (256 bits each)")
         ax.set_ylabel("ms per search call (top-10)")
         ax.set_title(f"{nq} quer{'y' if nq == 1 else 'ies'} per call, 2 threads", fontsize=10)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        _grid_legend(ax)
     fig.suptitle(f"exact Hamming top-10 vs FAISS IndexBinaryFlat ({path.name})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def bundle_latency(path: Path, out: Path) -> Path:
@@ -57,9 +53,20 @@ def bundle_latency(path: Path, out: Path) -> Path:
     ax.set_xlabel("sentence length (student tokens)")
     ax.set_ylabel("p50 ms per sentence (thread CPU time)")
     ax.set_yscale("log")
+    _grid_legend(ax)
+    ax.set_title(f"one sentence, 1 thread ({path.name})", fontsize=9)
+    return _save(fig, out)
+
+
+def _grid_legend(ax) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    ax.set_title(f"one sentence, 1 thread ({path.name})", fontsize=9)
+
+
+def _save(fig, out: Path) -> Path:
+    """Lay out, write and close `fig`; returns `out`."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)

@@ -1,13 +1,16 @@
 """Scale-out benchmark: teacher labelling local vs Ray, sharded vs single Hamming search, projection to 100M/1B codes.
 
     /work/bg/quiet .venv/bin/python benchmarks/scale.py --part label            # labelling (about 3 minutes)
+    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part label --teacher-backend onnx-int8 --sentences 4096
     /work/bg/quiet .venv/bin/python benchmarks/scale.py --part search           # search 1M and 10M codes
     .venv/bin/python benchmarks/scale.py --part label --sentences 200 --repeats 1  # a quick look
 
 Labelling: the packaged teacher (torch) on the first --sentences Wikipedia sentences, each run into a fresh cache,
 at equal CPUs: local with 2 threads, Ray with 1 actor x 2 threads, Ray with 2 actors x 1 thread (the local Ray
 starts once, before the timed runs; each timed Ray run includes creating the actor pool and loading the teacher
-in every actor, as a real run does). Median of --repeats.
+in every actor, as a real run does). Median of --repeats. Each Ray run records where its time went (actor start,
+actor ready, each chunk written); the fixed start cost of a run is its time minus its rows at its own steady rate,
+and from the fixed cost and the steady rates follows the corpus size at which Ray's overhead drops under 10%.
 Search: random 256-bit codes, k=10; one HammingIndex (memory-mapped file) vs the same codes as 4 shards searched
 in-process and on 4 Ray actors. Latency: 1 query per call; throughput: 100 queries per call. Medians of --repeats.
 The projection uses the measured per-code scan cost of one shard actor and the measured router overhead.
@@ -69,16 +72,18 @@ def bench_label(a: argparse.Namespace) -> dict:
     corpus = default_data_dir() / "wiki" / "wiki_en_sentences_1m.txt.gz"
     sentences = read_corpus(corpus, a.sentences)
     torch.set_num_threads(a.cpus)
-    teacher = Teacher(a.teacher)
+    teacher = Teacher(a.teacher, backend=a.teacher_backend, threads=a.cpus)
     teacher.encode(sentences[:64])  # warm the driver's model (local runs use it; Ray runs load their own)
     temp = tempfile.mkdtemp(prefix="rb", dir="/tmp")
     t0 = time.perf_counter()
     _ray_init(a.cpus + 1, temp)  # one logical CPU beyond the pool, as ondevice's own local start does
     ray_start_s = time.perf_counter() - t0
     configs = [("local", 0, a.cpus), ("ray", 1, a.cpus), ("ray", a.cpus, 1)]
+    configs = [c for c in configs if ("local" if c[0] == "local" else f"ray_{c[1]}x{c[2]}") in a.configs + ["local"]]
     runs: dict[str, list[float]] = {}
     steady: dict[str, list[float]] = {}
     chunk_times: dict[str, list[list[float]]] = {}  # seconds from the run's start to each chunk write
+    phases: dict[str, list[dict]] = {}  # ray_cached_vectors' own timings per Ray run
     vectors = {}
     for rep in range(a.repeats):
         for backend, workers, threads in configs:  # interleaved, so drifting machine load hits every config alike
@@ -98,8 +103,11 @@ def bench_label(a: argparse.Namespace) -> dict:
                     stamps.append(time.perf_counter())
                 out = cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False)  # reads it back
             else:
+                timings: dict = {}
                 out = ray_cached_vectors(teacher, sentences, chunk=a.chunk, root=root, progress=False, workers=workers,
-                                         cpus_per_worker=threads, on_chunk=lambda c, s=stamps: s.append(time.perf_counter()))
+                                         cpus_per_worker=threads, on_chunk=lambda c, s=stamps: s.append(time.perf_counter()),
+                                         timings=timings)
+                phases.setdefault(name, []).append(_phases(timings))
             runs.setdefault(name, []).append(time.perf_counter() - t0)
             # Steady state: rows of the chunks written after each worker's first one, over the time from the
             # last of those first writes to the last write (excludes starting the actor pool and loading the
@@ -120,12 +128,38 @@ def bench_label(a: argparse.Namespace) -> dict:
                       "steady_sentences_per_s_runs": steady[name], "chunk_write_s": chunk_times[name],
                       "steady_sentences_per_s": statistics.median(steady[name]),
                       "max_abs_diff_vs_local": float(np.abs(np.asarray(vectors[name]) - ref).max())}
+    local = rows["local"]
     for name, row in rows.items():
-        row["overhead_vs_local"] = row["median_s"] / rows["local"]["median_s"] - 1
-        row["steady_overhead_vs_local"] = rows["local"]["steady_sentences_per_s"] / row["steady_sentences_per_s"] - 1
+        row["overhead_vs_local"] = row["median_s"] / local["median_s"] - 1
+        row["overhead_vs_local_incl_ray_start"] = (row["median_s"] + (ray_start_s if name != "local" else 0)) / local["median_s"] - 1
+        row["steady_overhead_vs_local"] = local["steady_sentences_per_s"] / row["steady_sentences_per_s"] - 1
+        if name == "local":
+            continue
+        row["phases"] = phases[name]
+        # Fixed start cost: the run's time beyond its rows at its own steady rate (pool start, teacher load in each
+        # actor, first results through Ray Data); then the corpus size where (ray - local) / local reaches 10%.
+        fixed = [t - len(sentences) / r for t, r in zip(row["seconds"], row["steady_sentences_per_s_runs"])]
+        row["fixed_start_s"] = statistics.median(fixed)
+        per_ray, per_local = 1 / row["steady_sentences_per_s"], 1 / local["steady_sentences_per_s"]
+        margin = 1.10 * per_local - per_ray  # seconds per sentence left over for the fixed cost under the target
+        for key, cost in (("", row["fixed_start_s"]), ("_incl_ray_start", row["fixed_start_s"] + ray_start_s)):
+            row["sentences_for_10pct" + key] = math.ceil(cost / margin) if margin > 0 else None
     return {"part": "label", "sentences": len(sentences), "chunk": a.chunk, "cpus": a.cpus, "teacher": teacher.info.path,
             "teacher_backend": teacher.backend, "ray_local_start_s": ray_start_s, "runs": rows,
+            "fixed_cost_method": "ray run seconds minus sentences / that run's steady rate (chunks after each actor's "
+                                 "first); sentences_for_10pct = fixed / (1.10 / local steady rate - 1 / ray steady rate)",
             "overhead_target": 0.10}
+
+
+def _phases(t: dict) -> dict:
+    """A Ray run's timings, rounded: Ray up, each actor's start and ready time, first and last chunk (s from call)."""
+    actors = sorted(t.get("actors", {}).values(), key=lambda x: x["start_s"])
+    return {"actor_kind": t.get("actor_kind"), "ray_up_s": round(t.get("ray_up_s", 0), 3),
+            "dataset_built_s": round(t.get("dataset_s", 0), 3),
+            "actor_start_s": [round(x["start_s"], 3) for x in actors],
+            "actor_ready_s": [round(x["ready_s"], 3) for x in actors],
+            "actor_load_s": [round(x["ready_s"] - x["start_s"], 3) for x in actors],
+            "first_chunk_s": round(t["chunks_s"][0], 3), "last_chunk_s": round(t["chunks_s"][-1], 3)}
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -236,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=2048)
     p.add_argument("--chunk", type=int, default=128, help="cache chunk (rows per Ray block)")
     p.add_argument("--teacher", default="all-MiniLM-L6-v2")
+    p.add_argument("--teacher-backend", default="torch", choices=["torch", "onnx", "onnx-int8"],
+                   help="local and Ray runs alike; the ONNX ones run torch-free Ray actors")
+    p.add_argument("--configs", nargs="+", default=["ray_1x2", "ray_2x1"],
+                   help="Ray configurations besides local (ray_<actors>x<threads>, for --cpus 2)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs every configuration gets")
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--shards", type=int, default=4)

@@ -133,19 +133,45 @@ def bundle_sizes(path: str) -> str:
 
 def size_table(r: dict) -> str:
     """Bundle sizes by file and by ONNX weight group, from a bundle benchmark's results (also printed by it)."""
-    lines = ["| bundle | total | encoder.onnx | encoder.pt | vocab.txt | onnx weights: embedding / LSTM / proj / binarizer |",
-             "|---|---|---|---|---|---|"]
+    lines = [("| bundle | total | without encoder.pt | encoder.onnx | encoder.pt | binarizer.safetensors | vocab.txt | "
+              "onnx weights: embedding / LSTM / proj / binarizer |"), "|---|---|---|---|---|---|---|---|"]
     for prec in ("fp32", "int8"):
         s = r["sizes"][prec]
-        w = s["encoder.onnx weights"]
-        lines.append(f"| {prec} | {_mb(s['total'])} | {_mb(s['files']['encoder.onnx'])} | {_mb(s['files']['encoder.pt'])} | "
-                     f"{_mb(s['files']['vocab.txt'])} | " + " / ".join(_mb(w.get(k, 0)) for k in
-                                                                     ("embedding", "lstm", "proj", "binarizer")) + " |")
+        w, f = s["encoder.onnx weights"], s["files"]
+        lines.append(f"| {prec} | {_mb(s['total'])} | {_mb(s['total'] - f.get('encoder.pt', 0))} | {_mb(f['encoder.onnx'])} | "
+                     f"{_mb(f.get('encoder.pt', 0))} | {_mb(f['binarizer.safetensors'])} | {_mb(f['vocab.txt'])} | "
+                     + " / ".join(_mb(w.get(k, 0)) for k in ("embedding", "lstm", "proj", "binarizer")) + " |")
+    return "\n".join(lines)
+
+
+def bundle_codes(path: str) -> str:
+    """benchmarks/bundle_codes.py: the shipped int8 bundle's size per stored projection, then each graph's codes."""
+    r = _load(path)["results"]
+    sizes = r["shipped_configuration_bytes"]
+    lines = ["| int8 bundle as shipped (64 golden sentences, no encoder.pt) | total | encoder.onnx | binarizer.safetensors |",
+             "|---|---|---|---|"]
+    for proj in ("float32", "float16"):
+        s = sizes[proj]
+        lines.append(f"| projection stored as {proj} | {_mb(s['total'])} | {_mb(s['files']['encoder.onnx'])} | "
+                     f"{_mb(s['files']['binarizer.safetensors'])} |")
+    lines += ["", (f"| graph ({r['sentences']:,} STS-B dev sentences) | STS-B dev, cosine | STS-B dev, Hamming | "
+                   "bit agreement vs reference | mean cosine vs reference | batches of 64 = one per call |"),
+              "|---|---|---|---|---|---|"]
+    for g in r["graphs"]:
+        same = g.get("batch_64_equals_one_per_call")
+        same_txt = "-" if same is None else (f"yes (codes of {same['codes_rows_identical']:.1%} of rows)"
+                                             if same["embeddings"] else f"no (codes of {same['codes_rows_identical']:.1%} of rows)")
+        lines.append(f"| {g['name']} | {g['stsb_dev_cosine']:.2f} | {g['stsb_dev_hamming']:.2f} | "
+                     f"{g['bit_agreement_vs_reference']:.4f} | {g['mean_cosine_vs_reference']:.5f} | {same_txt} |")
     return "\n".join(lines)
 
 
 def bundle_latency(path: str) -> str:
-    r = _load(path)["results"]
+    return latency_table(_load(path)["results"])
+
+
+def latency_table(r: dict) -> str:
+    """Latency and throughput rows of a bundle benchmark's results (also printed by it)."""
     teacher = next((x for x in r["rows"] if x["name"].startswith("teacher fp32")), None)
     lines = [("| encoder (1 thread) | p50, 20-token sentence | p50 of 50-call windows, min-max | p99 | "
              "throughput, batches of 64 | vs teacher fp32 |"), "|---|---|---|---|---|---|"]
@@ -373,7 +399,7 @@ def distill_speed(path: str) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     distill_ablation, distill_quality, distill_targets, distill_speed,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage,
+    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
 
 

@@ -42,6 +42,7 @@ from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECIS
 from ondevice.student import Student
 
 CHOICES = (*PRECISIONS, "both")
+PROJECTIONS = ("auto", "float16", "float32")
 TORCHSCRIPT_FILE = "encoder.pt"
 CHECK_SENTENCES = 256  # generated sentences the export-time parity checks run on
 
@@ -57,11 +58,22 @@ class ExportConfig:
     torchscript: bool = True  # encoder.pt beside encoder.onnx; off for a bundle that must stay small
     golden_count: int = 1000  # generated golden sentences (the hard cases and --golden-sentences come on top)
     seed: int = 0
+    # how the binarizer projection is stored (in encoder.onnx and binarizer.safetensors alike): "auto" is float16
+    # for int8 bundles (half the bytes; every runtime then uses the same rounded weights) and float32 for fp32 ones
+    projection: str = "auto"
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         if self.precision not in CHOICES:
             raise OndeviceError(f"--precision must be one of {', '.join(CHOICES)}, got {self.precision!r}")
+        if self.projection not in PROJECTIONS:
+            raise OndeviceError(f"--projection must be one of {', '.join(PROJECTIONS)}, got {self.projection!r}")
+
+    def projection_dtype(self, precision: str) -> str:
+        """float16 / float32: the stored projection of a `precision` bundle."""
+        if self.projection != "auto":
+            return self.projection
+        return "float16" if precision == "int8" else "float32"
 
 
 def _versions() -> dict[str, str]:
@@ -107,14 +119,28 @@ def _binarizer_config(binarizer) -> dict[str, Any]:
     return {"method": binarizer.method, "bits": binarizer.bits, "dim": binarizer.dim, "bit_order": BIT_ORDER}
 
 
-def _write_binarizer(directory: Path, binarizer) -> dict[str, Any]:
-    """binarizer.json + binarizer.safetensors with only what inference needs: projection and offset."""
+def stored_projection(projection: np.ndarray, dtype: str) -> np.ndarray:
+    """The projection as a bundle stores it (float16 or float32)."""
+    return np.ascontiguousarray(projection, np.float16 if dtype == "float16" else np.float32)
+
+
+def _write_binarizer(directory: Path, binarizer, dtype: str) -> dict[str, Any]:
+    """binarizer.json + binarizer.safetensors with only what inference needs: projection (`dtype`) and offset.
+
+    A float16 projection records the affine_sha256 of the float32 binarizer it was rounded from: indexes keep
+    treating its codes as the same binarizer's (close, like int8 vs fp32), not as another binarizer's.
+    """
     from safetensors.numpy import save_file
 
+    from ondevice.index import affine_sha256
+
     A, c = binarizer.affine()
+    metadata = {"format": "ondevice-binarizer", "bit_order": BIT_ORDER, "projection_dtype": dtype}
+    if dtype == "float16":
+        metadata["affine_sha256"] = affine_sha256(A, c)
     with atomic_path(directory / "binarizer.safetensors") as tmp:
-        save_file({"projection": np.ascontiguousarray(A, np.float32), "offset": np.ascontiguousarray(c, np.float32)},
-                  str(tmp), metadata={"format": "ondevice-binarizer", "bit_order": BIT_ORDER})
+        save_file({"projection": stored_projection(A, dtype), "offset": np.ascontiguousarray(c, np.float32)},
+                  str(tmp), metadata=metadata)
     config = _binarizer_config(binarizer)
     write_json(directory / "binarizer.json", config)
     return config
@@ -129,18 +155,21 @@ def _state(student: Student) -> dict[str, np.ndarray]:
     return state
 
 
-def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str]) -> dict[str, Any]:
+def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str], dtype: str) -> dict[str, Any]:
     """Parity of the bundle's graph with the eager student + binarizer on `sentences`; raises if fp32 drifts."""
     from ondevice.bits import unpack
 
-    ref = student.encode(sentences)
+    ref = student.encode(sentences).astype(np.float32)
     A, c = binarizer.affine()
-    ref_codes = pack((ref.astype(np.float32) @ A + c) > 0)
+    ref_codes = pack((ref @ A + c) > 0)
     emb, codes = bundle.embed(sentences)
-    agree = float((unpack(codes, binarizer.bits) == unpack(ref_codes, binarizer.bits)).mean())
+    bits = lambda x, y: float((unpack(x, binarizer.bits) == unpack(y, binarizer.bits)).mean())
     cos = (emb * ref).sum(1) / np.maximum(np.linalg.norm(emb, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
     out = {"sentences": len(sentences), "max_abs_diff_vs_torch": float(np.abs(emb - ref).max()),
-           "mean_cosine_vs_torch": round(float(cos.mean()), 6), "bit_agreement_vs_torch": round(agree, 6)}
+           "mean_cosine_vs_torch": round(float(cos.mean()), 6), "bit_agreement_vs_torch": round(bits(codes, ref_codes), 6)}
+    if dtype == "float16":  # the rounding alone: torch vectors through the stored vs the float32 projection
+        rounded = pack((ref @ stored_projection(A, dtype).astype(np.float32) + c) > 0)
+        out["bit_agreement_float16_projection"] = round(bits(rounded, ref_codes), 6)
     if bundle.precision == "fp32" and out["max_abs_diff_vs_torch"] >= 1e-4:
         raise OndeviceError(f"exported fp32 graph differs from torch by {out['max_abs_diff_vs_torch']:.2e} "
                             "(limit 1e-4); please report this with the student config")
@@ -155,7 +184,7 @@ def _reference_runner(model: bytes):
     return lambda ids, lengths: tuple(session.run(["embedding", "code"], {"ids": ids, "lengths": lengths}))
 
 
-def _manifest(student: Student, binarizer_cfg: dict, precision: str, training: dict,
+def _manifest(student: Student, binarizer_cfg: dict, precision: str, dtype: str, training: dict,
               evaluation: dict | None, checks: dict, golden: dict | None) -> dict[str, Any]:
     cfg = student.config
     manifest: dict[str, Any] = {
@@ -170,8 +199,12 @@ def _manifest(student: Student, binarizer_cfg: dict, precision: str, training: d
         "teacher": dict(cfg.teacher), "training": training,
         "onnx": {"opset": OPSET, "ir_version": IR_VERSION,
                  "quantized": list(QUANTIZED_OPS) + ["embedding (row-wise int8)"] if precision == "int8" else []},
-        "checks": checks, "versions": _versions(),
+        "checks": checks, "versions": _versions(), "projection_dtype": dtype,
     }
+    if precision == "int8":
+        # the graph's range anchors make each row's result independent of the other rows of a call (older int8
+        # bundles said "int8_rows_per_run": 1 instead: their LSTM quantized activations over the whole call)
+        manifest["int8_rows_independent"] = True
     if evaluation:
         manifest["eval"] = evaluation
     if golden:
@@ -191,9 +224,12 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
                  training: dict, evaluation: dict | None = None) -> Path:
     """Write one bundle of `precision` into the empty folder `directory`."""
     state = _state(student)
+    dtype = config.projection_dtype(precision)
     A, c = binarizer.affine()
-    reference = build_graph(student.config, state, A, c).SerializeToString()
-    graph = build_int8_graph(student.config, state, A, c).SerializeToString() if precision == "int8" else reference
+    A = stored_projection(A, dtype).astype(np.float32)  # every runtime (ONNX, TorchScript, Java) uses these weights
+    reference = build_graph(student.config, state, A, c, projection_dtype=dtype).SerializeToString()
+    graph = (build_int8_graph(student.config, state, A, c, projection_dtype=dtype).SerializeToString()
+             if precision == "int8" else reference)
     if external_tensors(graph):  # Bundle.load refuses these; fail here with the cause rather than there
         raise OndeviceError("the exported graph refers to external data files; please report this with the student config")
     with atomic_path(directory / ONNX_FILE) as tmp:
@@ -202,7 +238,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
         module = scriptable_encoder(student.model, A, c)
         save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
     student.tokenizer.save(directory)
-    binarizer_cfg = _write_binarizer(directory, binarizer)
+    binarizer_cfg = _write_binarizer(directory, binarizer, dtype)
     # Weights ship once: with --precision both only the fp32 folder gets them (the Java forward pass is fp32 anyway).
     weights_here = config.with_weights and not (config.precision == "both" and precision == "int8")
     if weights_here:
@@ -212,12 +248,12 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
             save_file(state, str(tmp), metadata={"format": "ondevice-student", "precision": "fp32"})
 
     # a provisional manifest lets the runtime load the graph for the checks and the golden files
-    provisional = _manifest(student, binarizer_cfg, precision, training, evaluation, {}, None)
+    provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None)
     provisional["files"] = _file_table(directory)
     write_json(directory / MANIFEST, provisional)
     bundle = Bundle.load(directory, threads=1)
     sentences = golden_mod.golden_sentences(student.tokenizer, n=CHECK_SENTENCES, seed=config.seed + 7)
-    checks = _checks(student, binarizer, bundle, sentences)
+    checks = _checks(student, binarizer, bundle, sentences, dtype)
     golden = None
     if config.golden:
         texts = golden_mod.golden_sentences(student.tokenizer, n=config.golden_count, seed=config.seed,
@@ -227,12 +263,10 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
         run_ids = bundle.run_ids if precision == "fp32" else _reference_runner(reference)
         golden = golden_mod.write_golden(directory, texts, student.tokenizer, run_ids, seed=config.seed)
 
-    manifest = _manifest(student, binarizer_cfg, precision, training, evaluation, checks, golden)
+    manifest = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, checks, golden)
     if config.with_weights:
         manifest["weights"] = ("student.safetensors: fp32 student weights for runtimes with their own forward pass"
                                if weights_here else "not in this folder: the fp32 weights are in ../fp32/student.safetensors")
-    if precision == "int8":
-        manifest["int8_rows_per_run"] = 1  # the int8 LSTM quantizes activations per run: run one sentence at a time
     manifest["files"] = _file_table(directory)
     write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
     manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),

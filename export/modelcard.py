@@ -38,6 +38,12 @@ def model_card(manifest: dict) -> str:
         *([("int8: run `encoder.onnx` on **one sentence per call**; its int8 LSTM quantizes activations over a "
             "whole call, so a batched sentence's code would depend on the other sentences of the batch."), ""]
           if manifest.get("int8_rows_per_run") == 1 else []),
+        *([("int8: batch freely; the graph's range anchors (two constant LSTM inputs and two hidden units held at "
+            "+1 and -1) pin the int8 LSTM's activation scales in every row, so a sentence's code is the same in "
+            "any batch as alone."), ""] if manifest.get("int8_rows_independent") else []),
+        *([("The binarizer projection is stored as float16, in `encoder.onnx` (cast to float in the graph) and in "
+            "`binarizer.safetensors` alike: use those rounded weights, in float32 arithmetic."), ""]
+          if manifest.get("projection_dtype") == "float16" else []),
         *([f"Weights: {manifest['weights']}.", ""] if manifest.get("weights") else []),
         "## Inputs and outputs", "",
         "| name | type |", "|---|---|",

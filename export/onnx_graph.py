@@ -46,9 +46,40 @@ def rowwise_int8(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+# Range anchors (int8 graph): onnxruntime's DynamicQuantizeLSTM quantizes its input and, at every step, the hidden
+# state with one scale per call, from the min and max over all rows, so a sentence batched with others got other
+# bits. Two constant input features (the embedding table's largest and smallest value) and two extra hidden units
+# held at +1 and -1 (forget and output gates saturated, initial cell +-ANCHOR_CELL, no weights in or out) put
+# those extremes into every row: each row then pins the scales by itself, so its result no longer depends on its
+# neighbours and rows can share a call. Real units see only zero weights from the anchors (exact in int8 too).
+ANCHOR_UNITS = 2
+ANCHOR_GATE = 30.0  # sigmoid(30) == 1.0 in float32: the anchors' forget and output gates are fully open
+ANCHOR_CELL = 20.0  # tanh(20) == 1.0 in float32
+
+
+def anchored_lstm_weights(W: np.ndarray, R: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX LSTM W, R, B widened by ANCHOR_UNITS hidden units (gate rows) and input features (zero weights)."""
+    dirs, four_h, E = W.shape
+    H, A = four_h // 4, ANCHOR_UNITS
+    W2 = np.zeros((dirs, 4 * (H + A), E + A), np.float32)
+    R2 = np.zeros((dirs, 4 * (H + A), H + A), np.float32)
+    B2 = np.zeros((dirs, 8 * (H + A)), np.float32)
+    for g in range(4):  # gates i, o, f, c: each block gets A anchor rows after its H real rows
+        rows, src = slice(g * (H + A), g * (H + A) + H), slice(g * H, (g + 1) * H)
+        W2[:, rows, :E], R2[:, rows, :H] = W[:, src], R[:, src]
+        B2[:, rows], B2[:, 4 * (H + A) + rows.start : 4 * (H + A) + rows.stop] = B[:, src], B[:, 4 * H + src.start : 4 * H + src.stop]
+    for g in (1, 2):  # output and forget gates of the anchor units open: c stays at its initial value, h = tanh(c)
+        B2[:, g * (H + A) + H : (g + 1) * (H + A)] = ANCHOR_GATE
+    return W2, R2, B2
+
+
 def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection: np.ndarray, offset: np.ndarray,
-                int8_embedding: bool = False):
-    """The ONNX ModelProto of student `cfg` with weights `state` and binarizer (projection, offset)."""
+                int8_embedding: bool = False, range_anchors: bool = False, projection_dtype: str = "float32"):
+    """The ONNX ModelProto of student `cfg` with weights `state` and binarizer (projection, offset).
+
+    `range_anchors` widens the LSTM so int8 quantization is per row (see ANCHOR_UNITS); `projection_dtype`
+    "float16" stores the binarizer projection in half precision (half the bytes) and casts it to float in the graph.
+    """
     onnx = require("onnx", "export")
     helper, TP = onnx.helper, onnx.TensorProto
     H, bits = cfg.hidden_size, int(projection.shape[1])
@@ -83,8 +114,33 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
         (x,) = node("Gather", [const("embedding_weight", table), ids_t], "embedding_lookup")
     (seq,) = node("Cast", ["lengths"], "lengths_int32", to=TP.INT32)
     W, R, B = lstm_weights(state, H)
-    Y, Y_h = node("LSTM", [x, const("lstm_W", W), const("lstm_R", R), const("lstm_B", B), seq], "bilstm", n_out=2,
-                  direction="bidirectional", hidden_size=H)
+    if range_anchors:
+        values = q.astype(np.float32) * scale if int8_embedding else table  # what the lookup can produce
+        for name, value in (("anchor_high", values.max()), ("anchor_low", values.min())):
+            (x,) = node("Pad", [x, const(f"{name}_pads", np.array([0, 0, 0, 0, 0, 1], np.int64)),
+                                const(f"{name}_value", np.array(value, np.float32))], f"{name}_feature", mode="constant")
+        W, R, B = anchored_lstm_weights(W, R, B)
+        HA = H + ANCHOR_UNITS
+        state0 = np.zeros((2, 1, HA), np.float32)
+        cell0 = state0.copy()
+        state0[:, :, H:], cell0[:, :, H:] = [1.0, -1.0], [ANCHOR_CELL, -ANCHOR_CELL]
+        (ishape,) = node("Shape", ["ids"], "ids_shape_batch")
+        (batch,) = node("Slice", [ishape, const("zero_1d", np.array([0], np.int64)), const("one_1d", np.array([1], np.int64))],
+                        "batch_size")
+        (sshape,) = node("Concat", [const("two_1d", np.array([2], np.int64)), batch, const("ha_1d", np.array([HA], np.int64))],
+                         "state_shape", axis=0)
+        (h0,) = node("Expand", [const("anchor_h0", state0), sshape], "initial_h")
+        (c0,) = node("Expand", [const("anchor_c0", cell0), sshape], "initial_c")
+        Ya, Y_ha = node("LSTM", [x, const("lstm_W", W), const("lstm_R", R), const("lstm_B", B), seq, h0, c0], "bilstm",
+                        n_out=2, direction="bidirectional", hidden_size=HA)
+        # the real units only, as the graph without anchors has them
+        (Y,) = node("Slice", [Ya, const("zero_1d_y", np.array([0], np.int64)), const("h_1d", np.array([H], np.int64)),
+                              const("axis3_1d", np.array([3], np.int64))], "bilstm_real_units")
+        (Y_h,) = node("Slice", [Y_ha, const("zero_1d_h", np.array([0], np.int64)), const("h_1d_h", np.array([H], np.int64)),
+                                const("axis2_1d", np.array([2], np.int64))], "bilstm_last_real_units")
+    else:
+        Y, Y_h = node("LSTM", [x, const("lstm_W", W), const("lstm_R", R), const("lstm_B", B), seq], "bilstm", n_out=2,
+                      direction="bidirectional", hidden_size=H)
 
     (len2,) = node("Unsqueeze", ["lengths", const("axes_1", np.array([1], np.int64))], "lengths_col")
     pooled_parts = []
@@ -122,7 +178,14 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
     pad = nbytes * 8 - bits
     A = np.pad(np.asarray(projection, np.float32), ((0, 0), (0, pad)))
     c = np.concatenate([np.asarray(offset, np.float32), -np.ones(pad, np.float32)])
-    (logit,) = node("MatMul", ["embedding", const("binarizer_projection", A)], BINARIZER_NODE)
+    if projection_dtype == "float16":  # the runtime folds the cast once at load; the weights are the rounded ones
+        (A_f32,) = node("Cast", [const("binarizer_projection", A.astype(np.float16))], "binarizer_projection_float",
+                        to=TP.FLOAT)
+    elif projection_dtype == "float32":
+        A_f32 = const("binarizer_projection", A)
+    else:
+        raise OndeviceError(f"projection dtype must be float16 or float32, got {projection_dtype!r}")
+    (logit,) = node("MatMul", ["embedding", A_f32], BINARIZER_NODE)
     (shifted,) = node("Add", [logit, const("binarizer_offset", c)], "binarizer_add")
     (bit,) = node("Greater", [shifted, const("zero_f32", np.array(0.0, np.float32))], "bits")
     # packing as one small MatMul: bits (B, bytes, 8) times [1, 2, ..., 128] (bit order "little"), exact in float

@@ -26,11 +26,16 @@ QUANTIZED_OPS = ("LSTM",)
 
 
 def build_int8_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection: np.ndarray,
-                     offset: np.ndarray):
-    """The int8 ModelProto: same inputs and outputs as `build_graph`; embedding and LSTM weights int8."""
+                     offset: np.ndarray, range_anchors: bool = True, projection_dtype: str = "float32"):
+    """The int8 ModelProto: same inputs and outputs as `build_graph`; embedding and LSTM weights int8.
+
+    With `range_anchors` (the default) a row's result does not depend on the other rows of a call (see
+    onnx_graph.ANCHOR_UNITS), so the runtime may batch; without, run one sentence per call.
+    """
     onnx = require("onnx", "export")
     quantization = require("onnxruntime.quantization", "export")
-    model = build_graph(cfg, state, projection, offset, int8_embedding=True)
+    model = build_graph(cfg, state, projection, offset, int8_embedding=True, range_anchors=range_anchors,
+                        projection_dtype=projection_dtype)
     with tempfile.TemporaryDirectory(prefix="ondevice-quant-") as tmp:
         out = Path(tmp) / "int8.onnx"
         previous = logging.root.manager.disable

@@ -41,3 +41,16 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def first_failure(checks: list[tuple[bool, str]]) -> None:
+    """Raise the one-line OndeviceError of the first (ok, message) pair that is not ok."""
+    for ok, message in checks:
+        if not ok:
+            raise OndeviceError(message)
+
+
+def training_checks(epochs: int, batch_size: int, lr: float) -> list[tuple[bool, str]]:
+    """The (ok, message) checks every training config shares: --epochs, --batch-size, --lr."""
+    return [(epochs >= 1, "--epochs must be >= 1"), (batch_size >= 1, "--batch-size must be >= 1"),
+            (lr > 0, "--lr must be > 0")]

@@ -47,6 +47,13 @@ MAX_K = 1 << 20  # neighbours per query in `search`
 PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json")
 
 
+def _safetensors_metadata(data: bytes) -> dict:
+    """The `__metadata__` of safetensors bytes that safetensors itself already parsed ({} when absent)."""
+    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
 class CodeIndex(Protocol):
     """What `Bundle.search` needs from an index: FAISS-style search over packed codes."""
 
@@ -281,8 +288,16 @@ class Bundle:
                 raise _bundle_error(self.path, f"{name} fails its sha256 check (modified after loading); reload the bundle")
             weights = load_safetensors(data)
             binarizer = affine_sha256(weights["projection"], weights["offset"])
+            if weights["projection"].dtype == np.float16:  # rounded at export: the binarizer it came from
+                recorded = _safetensors_metadata(data).get("affine_sha256")
+                binarizer = recorded if isinstance(recorded, str) and _SHA256.match(recorded) else binarizer
             self._encoder_id = EncoderId(manifest_sha, binarizer, self.precision)
         return self._encoder_id
+
+    @property
+    def rows_independent(self) -> bool:
+        """Whether a sentence's result is the same in any batch (fp32; int8 graphs with range anchors)."""
+        return self.precision == "fp32" or self.manifest.get("int8_rows_independent") is True
 
     def _embed_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """One sentence per onnxruntime run, rows spread over `threads` Python threads (onnxruntime releases the GIL)."""
@@ -305,10 +320,10 @@ class Bundle:
     def embed(self, texts: str | Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """Embeddings and codes of `texts` in one pass, in input order (a str is one text).
 
-        int8 bundles run one sentence per onnxruntime call: its int8 LSTM quantizes activations over the whole
-        call, so in a batch a sentence's code would depend on its neighbours.
-        One sentence per call makes every code a function of its sentence alone, for any batch_size and thread
-        count, and equal to what an app encoding one sentence at a time gets. fp32 bundles batch (exact anyway).
+        Sentences are sorted by length and run `batch_size` per onnxruntime call when the bundle's rows are
+        independent (fp32, and int8 exports with range anchors: every code is then a function of its sentence
+        alone, equal to a one-sentence call, tested bit for bit). Older int8 bundles (`"int8_rows_per_run": 1`)
+        run one sentence per call: their int8 LSTM quantizes activations over the whole call.
         """
         texts = as_texts(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -317,7 +332,7 @@ class Bundle:
             return np.zeros((0, self.dim), np.float32), np.zeros((0, self.code_bytes), np.uint8)
         if len(texts) == 1:  # the on-device hot path: one sentence, no sorting or scatter
             return self.run_ids(*self.tokenizer.batch(texts))
-        if self.precision == "int8" and texts:
+        if not self.rows_independent:
             return self._embed_rows(texts)
         emb = np.zeros((len(texts), self.dim), dtype=np.float32)
         codes = np.zeros((len(texts), self.code_bytes), dtype=np.uint8)
@@ -383,6 +398,14 @@ class Bundle:
 
             self._pair_head = PairScorer.from_bundle(self, threads)
         return self._pair_head
+
+    def dipair(self, threads: int = 0):
+        """The bundle's DiPair scorer (ondevice.pairs.dipair_runtime; loaded on first use); an error if it has none."""
+        if getattr(self, "_dipair", None) is None:
+            from ondevice.pairs.dipair_runtime import DiPairScorer
+
+            self._dipair = DiPairScorer.from_bundle(self, threads)
+        return self._dipair
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of text pairs (a[i], b[i]) by the pair head: regression scale, probability, or class probabilities."""

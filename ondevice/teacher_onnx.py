@@ -74,15 +74,19 @@ def quantize_int8(src: Path, dst: Path) -> None:
 class OnnxSession:
     """An onnxruntime session over one exported teacher graph; `run` takes the tokenizer's numpy tensors."""
 
-    def __init__(self, path: Path, input_names: tuple[str, ...], threads: int = 0):
+    def __init__(self, path: Path | bytes, input_names: tuple[str, ...], threads: int = 0):
         ort = require("onnxruntime", "base")
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
         opts.inter_op_num_threads = 1
         try:
-            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            # bytes: a graph shipped to a Ray actor through the object store (no teacher files on that node)
+            self.session = ort.InferenceSession(path if isinstance(path, bytes) else str(path), opts,
+                                                providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
+            if isinstance(path, bytes):
+                raise OndeviceError(f"cannot load the shipped teacher graph: {str(exc).splitlines()[0]}") from None
             raise OndeviceError(f"cannot load teacher graph {path}: {str(exc).splitlines()[0]}; delete {path.parent} to re-export") from None
         self.input_names = input_names
 
@@ -93,6 +97,11 @@ class OnnxSession:
 
 def load_session(teacher: Teacher, precision: str, threads: int = 0) -> OnnxSession:
     """The cached graph for `teacher` at `precision` ('fp32' or 'int8'), exported and checked on first use."""
+    return OnnxSession(graph_path(teacher, precision, threads), teacher.input_names, threads)
+
+
+def graph_path(teacher: Teacher, precision: str, threads: int = 0) -> Path:
+    """Path of the cached graph for `teacher` at `precision`, exported, checked and quantized on first use."""
     folder = graph_dir(teacher)
     fp32, int8 = folder / "teacher.onnx", folder / "teacher.int8.onnx"
     if not fp32.is_file():
@@ -106,12 +115,12 @@ def load_session(teacher: Teacher, precision: str, threads: int = 0) -> OnnxSess
                                 "use --teacher-backend torch")
         write_json(folder / "export.json", {"teacher": teacher.info, "opset": OPSET, "parity_min_cosine": cos})
     if precision == "fp32":
-        return OnnxSession(fp32, teacher.input_names, threads)
+        return fp32
     if precision != "int8":
         raise OndeviceError(f"unknown teacher precision {precision!r}; choose fp32 or int8")
     if not int8.is_file():
         quantize_int8(fp32, int8)
-    return OnnxSession(int8, teacher.input_names, threads)
+    return int8
 
 
 def _agreement(teacher: Teacher, session: OnnxSession) -> float:

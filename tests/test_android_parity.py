@@ -47,12 +47,13 @@ def java_classes(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    """A bundle of a seeded tiny random student, exported with golden files and weights."""
+    """A bundle of a seeded tiny random student, exported with golden files, weights and a float16 projection
+    (what int8 bundles store; the default-size test below covers float32)."""
     pytest.importorskip("torch")  # the student is built and exported with torch
     pytest.importorskip("onnx")
     import make_parity_bundle
 
-    return make_parity_bundle.build(tmp_path_factory.mktemp("parity"))
+    return make_parity_bundle.build(tmp_path_factory.mktemp("parity"), projection="float16")
 
 
 def test_java_forward_pass_for_every_pooling(java_classes, tmp_path):

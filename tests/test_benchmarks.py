@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,13 +26,18 @@ TINY = {
     # These three need a trained student, a site or a package folder to write into; --help at least loads them
     # (tests/test_web_demo.py and tests/test_pretrained.py exercise what they drive).
     "make_pretrained": ["--help"],
+    # needs a trained student and binarizer (tests/test_runtime.py and tests/test_export.py check the two changes
+    # it measures: rows independent with range anchors, the float16 projection)
+    "bundle_codes": ["--help"],
     "web_demo": ["--help"],
     # Added on main while this list was written; --help only until their authors give tiny sizes.
     "cli_search": ["--help"],
     "scale": ["--help"],
     "web_variants": ["--help"],
-    # Needs a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise what it drives).
-    "pairs": ["--help"],
+    # Its quality/speed modes need a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise
+    # what they drive); dipair-speed runs with a random head of the given shape and the same-cost packaged MiniLM.
+    "pairs": ["dipair-speed", "--n", "4", "--m", "4", "--d", "32", "--ffn", "64", "--pairs", "500", "--batch", "256",
+              "--ce-pairs", "8", "--repeats", "1"],
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
@@ -62,3 +68,29 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
     if name in WRITES_RESULTS:
         written = list((bench / "results").glob(f"{name}*.json"))
         assert written and all('"commit"' in p.read_text() for p in written), written
+
+
+@pytest.mark.slow
+def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
+    """`benchmarks/pairs.py seeds` (DvBERT vs DSE) end to end on the tiny pair fixtures; its results JSON is complete."""
+    import json
+
+    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    (bench / "results").mkdir()
+    teacher = str(pair_env.teacher())
+    args = ["seeds", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
+            "--teachers", f"{teacher},{teacher}:ba", "--seeds", "0,1", "--epochs", "1", "--max-train-pairs", "32",
+            "--augment-random", "10", "--augment-neighbors", "0", "--dse-alphas", "0.5", "--workdir", str(tmp_path / "w"),
+            "--quiet"]
+    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (path,) = (bench / "results").glob("pairs-seeds-stsb-*.json")
+    out = json.loads(path.read_text())
+    for method in ("dse", "dvbert"):
+        s = out["summary"][method]["spearman"]
+        assert s["n"] == 2 and s["std"] is not None and min(s["values"]) == s["min"]
+    per_seed = [out["runs"]["dvbert"][k]["test"]["spearman"] - out["runs"]["dse"][k]["test"]["spearman"] for k in ("0", "1")]
+    assert out["dvbert_minus_dse"]["per_seed"]["mean"] == pytest.approx(np.mean(per_seed), abs=2e-3)
+    assert out["dvbert_teachers"] == [teacher, teacher + ":ba"] and teacher in out["teachers_test"]

@@ -46,3 +46,24 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     from ondevice.runtime import Bundle
 
     assert Bundle.load(tmp_path / "b").pair_scores("a cat", "a dog").shape == (1,)
+
+
+def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_env, tiny_teacher):
+    base = ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
+            "--teacher", str(pair_env.teacher()), "--quiet"]
+    assert "--n" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--n", "0"])
+    assert "divisible" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--d", "6", "--heads", "4"])
+    assert "not a folder" in _one_line_error(capsys, ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data),
+                                                      "--student", str(tmp_path / "nope"), "--teacher", "t", "--out", "o"])
+    assert "--sra-teacher" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o2")])  # tiny student names none
+    assert "invalid choice" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--select", "middle"])
+    assert "not a DiPair run" in _one_line_error(capsys, ["pairs", "dipair-export", "--run", str(tmp_path), "--out",
+                                                          str(tmp_path / "b")])
+    assert main([*base, "--out", str(tmp_path / "run"), "--sra-teacher", str(tiny_teacher), "--n", "3", "--m", "3",
+                 "--d", "8", "--ffn", "8", "--stage1-epochs", "1", "--stage2-epochs", "1", "--augment-random", "10",
+                 "--seed", "3"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "spearman" in res["dev"] and res["sra_cosine"]["before"] is not None
+    assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle"), "--bits", "64",
+                 "--precision", "int8"]) == 0
+    assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["dipair"]["head"]["n"] == 3

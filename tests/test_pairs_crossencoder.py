@@ -64,3 +64,13 @@ def test_bad_config():
         CrossEncoderConfig(task="stsb", data="", epochs=0).validate()
     with pytest.raises(OndeviceError, match="unknown pair task"):
         CrossEncoderConfig(task="nli", data="").validate()
+
+
+def test_swapped_teacher_scores_b_a_under_its_own_identity(pair_env):
+    plain = CrossEncoderTeacher.load(pair_env.teacher())
+    info = json.loads(json.dumps(plain.info))
+    info["config"]["swap"] = True  # as `ondevice pairs teacher --swap` records it
+    swapped = CrossEncoderTeacher(plain.directory, plain.model, info)
+    a, b = ["a cat sat on the mat", "the dog ran"], ["a big red car", "the dog ran fast"]
+    np.testing.assert_allclose(swapped.logits(a, b), plain.logits(b, a), atol=1e-6)
+    assert swapped.identity == {**plain.identity, "input_order": "ba"} and "input_order" not in plain.identity

@@ -61,6 +61,44 @@ def test_ray_killed_after_k_chunks_resumes_only_missing(ray_local, tiny_teacher,
     np.testing.assert_allclose(got, reference, atol=1e-6, rtol=0)
 
 
+def test_light_tokenizer_matches_the_teacher_call(tiny_teacher):
+    from ondevice.scale.ray_label import light_tokenizer, tokenizer_spec
+
+    teacher = Teacher(tiny_teacher, backend="onnx", threads=1)
+    texts = make_sentences(20, seed=5) + ["the cat " * 60, "", "zebra unknownword ."]  # truncated, empty, [UNK]
+    want = teacher.tokenizer(texts, padding=True, truncation=True, max_length=teacher.info.max_length,
+                             return_tensors="np")
+    got = light_tokenizer(tokenizer_spec(teacher)).encode_batch(texts)
+    assert max(len(e.ids) for e in got) == teacher.info.max_length  # the long text was cut like the teacher cuts it
+    np.testing.assert_array_equal(np.array([e.ids for e in got]), want["input_ids"])
+    np.testing.assert_array_equal(np.array([e.attention_mask for e in got]), want["attention_mask"])
+    np.testing.assert_array_equal(np.array([e.type_ids for e in got]), want["token_type_ids"])
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_ray_onnx_backends_use_light_actors_and_equal_local(ray_local, tiny_teacher, tmp_path, backend):
+    teacher = Teacher(tiny_teacher, backend=backend, threads=1)
+    sentences = make_sentences(50, seed=6) + ["the cat " * 60]
+    local = np.array(cached_vectors(teacher, sentences, chunk=16, root=tmp_path / "local", progress=False))
+    timings: dict = {}
+    got = np.array(ray_cached_vectors(teacher, sentences, chunk=16, root=tmp_path / "ray", progress=False, workers=1,
+                                      timings=timings))
+    assert cache_folder(teacher, sentences, tmp_path / "ray")[0].name == cache_folder(teacher, sentences,
+                                                                                     tmp_path / "local")[0].name
+    np.testing.assert_allclose(got, local, atol=1e-6, rtol=0)
+    assert timings["actor_kind"] == "onnx-light" and len(timings["chunks_s"]) == 4
+    (actor,) = timings["actors"].values()
+    assert 0 <= actor["start_s"] <= actor["ready_s"] <= timings["chunks_s"][0]
+
+
+def test_torch_backend_keeps_full_actors_and_reports_timings(ray_local, tiny_teacher, tmp_path):
+    timings: dict = {}
+    ray_cached_vectors(Teacher(tiny_teacher), make_sentences(20, seed=7), chunk=8, root=tmp_path, progress=False,
+                       workers=1, timings=timings)
+    assert timings["actor_kind"] == "torch" and len(timings["chunks_s"]) == 3
+    assert timings["planned_s"] <= timings["ray_up_s"] <= timings["dataset_s"] <= timings["chunks_s"][0]
+
+
 def test_ray_too_many_workers_is_one_line_error(ray_local, tiny_teacher, tmp_path):
     with pytest.raises(OndeviceError, match="leave no CPU free"):
         ray_cached_vectors(Teacher(tiny_teacher), make_sentences(5), root=tmp_path, progress=False, workers=4)

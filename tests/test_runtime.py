@@ -153,7 +153,6 @@ def test_hamming_topk_breaks_ties_by_row_id():
 def test_concurrent_encode_from_threads_gives_same_results(exported):
     b = Bundle.load(exported[2], precision="int8")
     texts = [f"{w} {v} sat on the {u}" for w in WORDS for v in WORDS[:4] for u in WORDS[:2]]
-    # int8 activations are quantized per batch, so compare the same batches computed serially
     expected = [b.embed(texts[i::4], batch_size=7) for i in range(4)]
     barrier = threading.Barrier(4)
 
@@ -295,16 +294,49 @@ def test_wrong_tokenizer_version_is_one_line(exported, tmp_path):
         Bundle.load(b)
 
 
+def _one_per_call(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    single = [bundle.run_ids(*bundle.tokenizer.batch([t])) for t in texts]
+    return np.concatenate([e for e, _ in single]), np.concatenate([c for _, c in single])
+
+
+def test_int8_range_anchors_make_rows_independent(exported, tmp_path):
+    """One onnxruntime call on many rows gives each row exactly what a call on that row alone gives, because of
+    the graph's range anchors; the same int8 graph without them does not (activations quantized per call)."""
+    import onnxruntime as ort
+    from ondevice.export.bundle import _state
+    from ondevice.export.quantize import build_int8_graph
+
+    student, binarizer, out = exported
+    texts = [" ".join(np.random.default_rng(i).choice(WORDS, size=1 + i % 9)) for i in range(60)] + TEXTS
+    b = Bundle.load(out, precision="int8", threads=1)
+    assert b.rows_independent and b.manifest["projection_dtype"] == "float16"
+    emb1, codes1 = _one_per_call(b, texts)
+    ids, lengths = b.tokenizer.batch(texts)
+    emb, codes = b.run_ids(ids, lengths)
+    np.testing.assert_array_equal(emb, emb1)
+    np.testing.assert_array_equal(codes, codes1)
+    A, c = binarizer.affine()
+    plain = build_int8_graph(student.config, _state(student), A, c, range_anchors=False)
+    session = ort.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"])
+    single = np.concatenate([session.run(["embedding"], {"ids": ids[i : i + 1, : lengths[i]], "lengths": lengths[i : i + 1]})[0]
+                             for i in range(len(texts))])
+    assert not np.array_equal(session.run(["embedding"], {"ids": ids, "lengths": lengths})[0], single)
+    # an int8 bundle without the manifest's promise (older exports) runs one sentence per call, same results
+    old = _copy(out / "int8", tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["int8_rows_independent"]
+    manifest["int8_rows_per_run"] = 1
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    legacy = Bundle.load(old, threads=1)
+    assert not legacy.rows_independent
+    np.testing.assert_array_equal(legacy.codes(texts, batch_size=64), codes1)
+
+
 def test_int8_codes_do_not_depend_on_batch_or_threads(exported):
     """Issue 17 item 1: an int8 code is a function of its sentence alone (batch size, order, threads)."""
     out = exported[2]
     texts = [" ".join(np.random.default_rng(i).choice(WORDS, size=1 + i % 9)) for i in range(60)] + TEXTS
-    ref = Bundle.load(out, precision="int8", threads=1)
-    single = [ref.run_ids(*ref.tokenizer.batch([t])) for t in texts]
-    emb1 = np.concatenate([e for e, _ in single])
-    codes1 = np.concatenate([c for _, c in single])
-    raw_emb, _ = ref.run_ids(*ref.tokenizer.batch(texts))  # what batching inside one onnxruntime call gives
-    assert not np.array_equal(raw_emb, emb1)  # the problem is real for this model: activations quantized per call
+    emb1, codes1 = _one_per_call(Bundle.load(out, precision="int8", threads=1), texts)
     for threads in (0, 1, 2):
         b = Bundle.load(out, precision="int8", threads=threads)
         for batch_size in (1, 7, 64):
@@ -367,5 +399,5 @@ def test_with_weights_ships_weights_once(exported):
     assert (out / "fp32" / "student.safetensors").is_file()
     assert not (out / "int8" / "student.safetensors").exists()
     int8 = json.loads((out / "int8" / "manifest.json").read_text())
-    assert "../fp32/student.safetensors" in int8["weights"] and int8["int8_rows_per_run"] == 1
+    assert "../fp32/student.safetensors" in int8["weights"] and int8["int8_rows_independent"] is True
     assert "../fp32/student.safetensors" in (out / "int8" / "README.md").read_text()

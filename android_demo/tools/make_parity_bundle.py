@@ -82,11 +82,12 @@ def build_binarizer(workdir: Path, student, texts: list[str], bits: int = 72):
 LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str = "cli", size: str = "tiny") -> Path:
+def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str = "cli", size: str = "tiny",
+          projection: str = "auto") -> Path:
     """Export workdir/bundle and return its path.
 
     exporter "cli": the real `ondevice export --precision fp32 --golden --with-weights`, with our sentences as
-    --golden-sentences (those without line breaks) on top of the exporter's own golden set.
+    --golden-sentences (those without line breaks) on top of the exporter's own golden set, and `--projection`.
     exporter "dev": a quick stand-in with the same layout but no encoder.onnx/encoder.pt, golden values from
     torch; used to check the Java forward pass for every pooling without paying for several ONNX exports.
     """
@@ -105,7 +106,7 @@ def build(workdir: Path, pooling: str = "meanmax", n: int = 1200, exporter: str 
                      encoding="utf-8")
     rc = main(["export", "--student", str(workdir / "student"), "--binarizer", str(workdir / "binarizer"),
                "--out", str(out), "--precision", "fp32", "--golden", "--golden-sentences", str(extra),
-               "--with-weights", "--seed", str(SEED)])
+               "--with-weights", "--projection", projection, "--seed", str(SEED)])
     if rc != 0:
         raise RuntimeError(f"ondevice export failed with exit code {rc}")
     return out

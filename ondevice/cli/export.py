@@ -9,7 +9,7 @@ HELP = "export a student and its binarizer as one verified bundle (encoder.onnx,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.export.bundle import CHOICES, ExportConfig
+    from ondevice.export.bundle import CHOICES, PROJECTIONS, ExportConfig
 
     d = ExportConfig()
     p.add_argument("--student", required=True, help="student dir written by `ondevice distill`")
@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write student.safetensors (fp32) for runtimes with their own forward pass; with "
                         "--precision both it goes into fp32/ only (int8/ stays small)")
     p.add_argument("--no-torchscript", action="store_true", help="leave encoder.pt out (ONNX only: a smaller bundle)")
+    p.add_argument("--projection", default=d.projection, choices=PROJECTIONS,
+                   help="how the binarizer projection is stored: auto = float16 in int8 bundles (half its bytes; "
+                        "codes from the rounded weights everywhere), float32 in fp32 ones")
     p.add_argument("--eval", default=None, help="JSON file with an evaluation summary to put in the manifest")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the generated golden and check sentences")
 
@@ -45,7 +48,7 @@ def run(a: argparse.Namespace) -> int:
     if evaluation is not None and not isinstance(evaluation, dict):
         raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
     config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=extra, with_weights=a.with_weights,
-                          torchscript=not a.no_torchscript, seed=a.seed)
+                          torchscript=not a.no_torchscript, projection=a.projection, seed=a.seed)
     student = Student.load(a.student)
     written = export(student, Binarizer.load(a.binarizer), a.out, config, student_dir=a.student, evaluation=evaluation)
     for folder in written:

@@ -1,4 +1,4 @@
-"""ondevice pairs: pair data, cross-encoder teachers, DSE students, single-sentence heads, evaluation, export."""
+"""ondevice pairs: pair data, cross-encoder teachers, DSE and DvBERT students, single-sentence heads, evaluation, export."""
 
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--max-train-pairs", type=int, default=None, help="train on a seeded subset of this many pairs")
     s.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     s.add_argument("--seed", type=int, default=c.seed)
+    s.add_argument("--swap", action="store_true", help="fine-tune and score on (b, a) instead of (a, b): "
+                   "the A/B input-order teacher of DvBERT")
     s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
 
     d = DSEConfig(task="stsb", data="", student="", teacher="")
@@ -72,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue unfinished alphas from their checkpoints")
+
+    _add_dvbert(sub, fmt)
 
     h = SentenceHeadConfig(data="", student="")
     s = sub.add_parser("sentence", help="paper-004 single-sentence MLP head over the student (SST-2)", formatter_class=fmt)
@@ -102,6 +106,132 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--golden", action="store_true", help="golden files, including golden pairs")
     s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
     s.add_argument("--seed", type=int, default=0)
+    _add_dipair(sub, fmt)
+
+
+def _add_dipair(sub, fmt) -> None:
+    """`pairs dipair` and `pairs dipair-export` (issue 16)."""
+    from ondevice.pairs.dipair_train import DiPairConfig
+
+    d = DiPairConfig(task="stsb", data="", student="", teacher="")
+    s = sub.add_parser("dipair", help="DiPair: first N/M token states of the student into a small transformer head",
+                       formatter_class=fmt)
+    _common(s)
+    s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
+    s.add_argument("--teacher", required=True, help="cross-encoder teacher dir (`ondevice pairs teacher`)")
+    s.add_argument("--sra-teacher", default="", help="bi-encoder the student was distilled from (default: from its config)")
+    s.add_argument("--out", required=True, help="run folder to write")
+    s.add_argument("--n", type=int, default=d.n, help="token states of sentence A")
+    s.add_argument("--m", type=int, default=d.m, help="token states of sentence B (the cached catalog side)")
+    s.add_argument("--d", type=int, default=d.d, help="projected width")
+    s.add_argument("--layers", type=int, default=d.layers)
+    s.add_argument("--heads", type=int, default=d.heads)
+    s.add_argument("--ffn", type=int, default=d.ffn)
+    s.add_argument("--select", default=d.select, choices=["first", "firstlast"], help="first N, or first N/2 + last N/2")
+    s.add_argument("--stage1-epochs", type=int, default=d.stage1_epochs, help="head + projection, encoder frozen")
+    s.add_argument("--stage2-epochs", type=int, default=d.stage2_epochs, help="everything, plus the SRA loss")
+    s.add_argument("--batch-size", type=int, default=d.batch_size)
+    s.add_argument("--lr1", type=float, default=d.lr1)
+    s.add_argument("--lr2", type=float, default=d.lr2)
+    s.add_argument("--temperature", type=float, default=d.temperature)
+    s.add_argument("--sra-weight", type=float, default=d.sra_weight, help="SRA cosine loss weight in stage 2")
+    s.add_argument("--augment-random", type=int, default=d.augment_random)
+    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
+    s.add_argument("--augment-bits", type=int, default=d.augment_bits)
+    s.add_argument("--max-train-pairs", type=int, default=None)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=d.seed)
+    s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
+
+    s = sub.add_parser("dipair-export", help="bundle of a DiPair run: encoder with token-state outputs + dipair_head.onnx",
+                       formatter_class=fmt)
+    s.add_argument("--run", required=True, help="DiPair run folder (`ondevice pairs dipair`)")
+    s.add_argument("--out", required=True, help="bundle folder to write")
+    s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
+    s.add_argument("--bits", type=int, default=256)
+    s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
+    s.add_argument("--no-int8-states", action="store_true", help="leave out the int8 token-state outputs")
+    s.add_argument("--golden", action="store_true", help="golden files, including DiPair golden pairs")
+    s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
+    s.add_argument("--seed", type=int, default=0)
+
+
+def _run_dipair(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ondevice.errors import OndeviceError
+
+    if a.pairs_command == "dipair":
+        from ondevice.eval.data import check_data_dir
+        from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+
+        check_data_dir(a.data)
+        for flag, path in (("--student", a.student), ("--teacher", a.teacher)):
+            if not Path(path).is_dir():
+                raise OndeviceError(f"{flag} {path} is not a folder; pass the folder `ondevice {'distill' if flag == '--student' else 'pairs teacher'}` wrote")
+        cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
+                           n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
+                           stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
+                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, augment_random=a.augment_random,
+                           augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
+                           max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
+        cfg.validate()
+        train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
+        from ondevice.io import read_json
+
+        print(json.dumps({"run": a.out, "dev": read_json(Path(a.out) / "dev.json", "dev metrics"),
+                          "sra_cosine": read_json(Path(a.out) / "sra_cosine.json", "SRA cosine")}))
+        return 0
+    from ondevice.binarize import Binarizer
+    from ondevice.pairs.dipair_export import export_dipair_bundle
+
+    if not (Path(a.run) / "dipair_head.json").is_file():
+        raise OndeviceError(f"{a.run} is not a DiPair run (no dipair_head.json); pass a folder from `ondevice pairs dipair`")
+    binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
+    folders = export_dipair_bundle(a.run, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision, golden=a.golden,
+                                   with_weights=a.with_weights, int8_states=not a.no_int8_states, seed=a.seed)
+    print(json.dumps({"bundles": [str(f) for f in folders]}))
+    return 0
+
+
+def _add_dvbert(sub, fmt) -> None:
+    from ondevice.pairs.dvbert import DvBERTConfig
+
+    v = DvBERTConfig(task="stsb", data="", student="")
+    s = sub.add_parser("dvbert", help="train a DvBERT student from several cross-encoder teachers (teacher annealing)",
+                       formatter_class=fmt)
+    _common(s)
+    s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
+    s.add_argument("--teachers", required=True, help="comma-separated teacher dirs of --task; DIR:ba scores that "
+                   "teacher with the pair order swapped")
+    s.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every listed teacher")
+    s.add_argument("--out", required=True, help="run folder (evaluates and exports like a DSE run)")
+    s.add_argument("--anneal", default=v.anneal, help="gold weight lambda: linear (0 -> 1 over training), "
+                   "none (teachers only), constant:X")
+    s.add_argument("--head", default=v.head, choices=["auto", "linear", "mlp"],
+                   help="linear: softmax(W [u, v, |u-v|]); mlp: the DSE head; auto: linear for classes, mlp for regression")
+    s.add_argument("--head-hidden", type=int, default=v.head_hidden, help="hidden units of the mlp head")
+    s.add_argument("--epochs", type=int, default=v.epochs)
+    s.add_argument("--batch-size", type=int, default=v.batch_size)
+    s.add_argument("--lr", type=float, default=v.lr)
+    s.add_argument("--max-train-pairs", type=int, default=None)
+    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--seed", type=int, default=v.seed)
+    s.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+
+
+def _dvbert(a: argparse.Namespace) -> int:
+    from ondevice.pairs.dvbert import DvBERTConfig, parse_teachers, train_dvbert
+
+    cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
+                       anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
+                       lr=a.lr, max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
+                       threads=a.threads)
+    train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
+    from ondevice.io import read_json
+
+    print(json.dumps({"run": a.out, "teachers": cfg.teachers, "dev": read_json(f"{a.out}/dev.json", "dev metrics")}))
+    return 0
 
 
 def _run_dir(path: str):
@@ -131,6 +261,8 @@ def run(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
 
     cmd = a.pairs_command
+    if cmd in ("dipair", "dipair-export"):
+        return _run_dipair(a)
     if cmd != "export":
         from ondevice.eval.data import check_data_dir
 
@@ -146,7 +278,8 @@ def run(a: argparse.Namespace) -> int:
 
         cfg = CrossEncoderConfig(task=a.task, data=str(a.data), base=a.base, epochs=a.epochs, batch_size=a.batch_size,
                                  lr=a.lr, warmup_ratio=a.warmup_ratio, max_length=a.max_length, seed=a.seed,
-                                 split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads)
+                                 split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads,
+                                 swap=a.swap)
         teacher = fine_tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
         print(json.dumps({"teacher": a.out, "dev": teacher.info["dev"], "threshold": teacher.info["threshold"]}))
         return 0
@@ -160,6 +293,8 @@ def run(a: argparse.Namespace) -> int:
                         split_seed=a.split_seed, threads=a.threads)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))
         return 0
+    if cmd == "dvbert":
+        return _dvbert(a)
     if cmd == "sentence":
         from ondevice.pairs.single import SentenceHeadConfig, evaluate_sentence_head, train_sentence_head
 
@@ -190,7 +325,8 @@ def run(a: argparse.Namespace) -> int:
 
     run_dir = _run_dir(a.run)
     if not (Path(run_dir) / "pair_head.json").is_file():
-        raise OndeviceError(f"{run_dir} is not a DSE run (no pair_head.json); pass a folder from `ondevice pairs train`")
+        raise OndeviceError(f"{run_dir} is not a DSE run or DvBERT run (no pair_head.json); pass a folder from "
+                           "`ondevice pairs train` or `ondevice pairs dvbert`")
     binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
     folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
                                  golden=a.golden, with_weights=a.with_weights, seed=a.seed)

@@ -175,9 +175,10 @@ class BundleEncoder:
         self._last = (texts, codes)
         return emb
 
-    def codes(self, texts: Sequence[str]) -> np.ndarray:
-        """The bundle's packed codes (uint8), computed by its own graph."""
+    def codes(self, texts: Sequence[str], reuse: bool = True) -> np.ndarray:
+        """The bundle's packed codes (uint8), computed by its own graph; `reuse` takes them from the last `encode`
+        pass over the same texts (reuse=False runs the graph again, as a speed measurement must)."""
         texts = list(texts)
-        if self._last is not None and self._last[0] == texts:
+        if reuse and self._last is not None and self._last[0] == texts:
             return self._last[1]
         return self._bundle.codes(texts)

@@ -3,5 +3,7 @@
 Modules, one job each: `data` (tasks and seeded splits), `crossencoder` (teacher fine-tuning), `logits`
 (content-keyed logit cache), `augment` (random and Hamming-neighbour pairs), `model` (head and loss), `train`
 (DSE students, alpha on dev), `single` (paper-004 single-sentence MLP head), `metrics`, `export` (pair head in a
-bundle) and `runtime` (torch-free scoring and reranking). Nothing heavy is imported here.
+bundle) and `runtime` (torch-free scoring and reranking); DiPair: `dipair` (token states and transformer head),
+`dipair_train` (two-stage training), `dipair_export` (encoder token-state outputs, head graph) and
+`dipair_runtime`. Nothing heavy is imported here.
 """

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import first_failure, training_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
@@ -47,17 +48,15 @@ class CrossEncoderConfig:
     max_train_pairs: int | None = None
     threads: int = 0
     logging_steps: int = 50
+    swap: bool = False  # A/B input order: fine-tune and score on (b, a) instead of (a, b) (DvBERT teacher views)
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         task_spec(self.task)
-        checks = [(self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
-                  (self.lr > 0, "--lr must be > 0"), (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
-                  (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
-                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure([*training_checks(self.epochs, self.batch_size, self.lr),
+                       (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
+                       (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
+                       (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
 
 
 def _st():
@@ -108,8 +107,16 @@ class CrossEncoderTeacher:
     @property
     def identity(self) -> dict:
         """What makes two teachers' logits interchangeable: task, output width and the weights' hash."""
-        return {"kind": "cross-encoder", "task": self.spec.name, "num_outputs": self.spec.num_outputs,
-                "weights_sha256": self.info["weights_sha256"], "max_length": self.info["config"]["max_length"]}
+        out = {"kind": "cross-encoder", "task": self.spec.name, "num_outputs": self.spec.num_outputs,
+               "weights_sha256": self.info["weights_sha256"], "max_length": self.info["config"]["max_length"]}
+        if self.swapped:  # only swapped teachers carry the key, so caches of (a, b) teachers keep their keys
+            out["input_order"] = "ba"
+        return out
+
+    @property
+    def swapped(self) -> bool:
+        """Whether this teacher was fine-tuned on, and scores, (b, a) instead of (a, b)."""
+        return bool(self.info["config"].get("swap", False))
 
     def logits(self, a: Sequence[str], b: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Raw logits float32 (n, num_outputs) for the pairs (a[i], b[i])."""
@@ -118,7 +125,8 @@ class CrossEncoderTeacher:
             raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
         if not len(a):
             return np.zeros((0, self.spec.num_outputs), np.float32)
-        out = self.model.predict(list(zip(a, b)), batch_size=batch_size, show_progress_bar=False,
+        pairs = list(zip(b, a)) if self.swapped else list(zip(a, b))
+        out = self.model.predict(pairs, batch_size=batch_size, show_progress_bar=False,
                                  activation_fn=torch.nn.Identity(), convert_to_numpy=True)
         return np.asarray(out, np.float32).reshape(len(a), self.spec.num_outputs)
 
@@ -144,7 +152,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     if resume and (out / "config.json").is_file():
         saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / "config.json", "teacher config"), "teacher config")
         keys = [k for k in ("task", "base", "epochs", "batch_size", "lr", "seed", "split_seed", "max_train_pairs",
-                            "max_length") if getattr(saved, k) != getattr(config, k)]
+                            "max_length", "swap") if getattr(saved, k) != getattr(config, k)]
         if keys:
             raise OndeviceError(f"--resume with different settings ({', '.join(keys)}); use the original flags or a new --out")
     if config.threads:
@@ -161,7 +169,8 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
                             local_files_only=True, device="cpu", activation_fn=torch.nn.Identity())
     labels = spec.normalize(train.gold)
-    dataset = datasets.Dataset.from_dict({"sentence1": train.a, "sentence2": train.b,
+    first, second = (train.b, train.a) if config.swap else (train.a, train.b)
+    dataset = datasets.Dataset.from_dict({"sentence1": first, "sentence2": second,
                                           "label": labels.tolist()})
     args = st.cross_encoder.CrossEncoderTrainingArguments(
         output_dir=str(out / CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,

@@ -194,29 +194,44 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
             from ondevice.pairs.augment import training_sentences
             from ondevice.pairs.data import load_pairs
 
-            cfg = read_json(run / "dse_config.json", "DSE config")
+            cfg = read_json(_config_path(run), "pair run config")
             sentences = training_sentences(load_pairs(cfg["task"], "train", cfg["data"], cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(pair.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
                                                                  with_weights=with_weights, seed=seed),
                      student_dir=run / STUDENT)
     head_cfg, weights = load_head_weights(run)
-    info = {"method": "dse", "run": _run_summary(run), **(extra_info or {})}
+    info = {"method": _method(run), "run": _run_summary(run), **(extra_info or {})}
+    if info["method"] == "dvbert" and read_json(run / "data.json", "data summary").get("head") == "linear":
+        info["dvbert_head"] = ("logits = W [u, v, |u-v|] + b, stored exactly in the formula above: W1 = [W; -W] "
+                               "(zero u*v block), b1 = [b; -b], W2 = [I, -I], b2 = 0, since x = relu(x) - relu(-x)")
     for folder in folders:
         add_pair_head(folder, head_cfg, weights, info, seed=seed)
     return folders
 
 
+def _config_path(run: Path) -> Path:
+    """The run's settings file: dse_config.json, or dvbert_config.json for a DvBERT run."""
+    return run / "dvbert_config.json" if (run / "dvbert_config.json").is_file() else run / "dse_config.json"
+
+
+def _method(run: Path) -> str:
+    return "dvbert" if (run / "dvbert_config.json").is_file() else "dse"
+
+
 def _run_summary(run: Path) -> dict:
     out: dict[str, Any] = {}
-    if (run / "dse_config.json").is_file():
-        cfg = read_json(run / "dse_config.json", "DSE config")
+    if _config_path(run).is_file():
+        cfg = read_json(_config_path(run), "pair run config")
         out["config"] = {k: cfg[k] for k in ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "seed",
-                                             "augment_random", "augment_neighbors") if k in cfg}
+                                             "augment_random", "augment_neighbors", "teachers", "anneal", "head")
+                         if k in cfg}
     if (run / "dev.json").is_file():
         out["student_dev"] = read_json(run / "dev.json", "dev metrics")
     if (run / "data.json").is_file():
         data = read_json(run / "data.json", "data summary")
         out["teacher"] = data.get("teacher")
         out["train_pairs"], out["augment_pairs"] = data.get("train_pairs"), data.get("augment_pairs")
+        if "teachers" in data:  # DvBERT: every teacher view
+            out["teachers"] = [{"order": t["order"], "identity": t["identity"]} for t in data["teachers"]]
     return out

@@ -7,7 +7,6 @@ A run folder holds `student/` (fine-tuned encoder), `sentence_head.safetensors` 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from ondevice._deps import require
-from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json, write_text
+from ondevice.checks import first_failure, training_checks
+from ondevice.io import atomic_path, read_json, write_json
 from ondevice.pairs.data import load_sst2
+from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -42,12 +42,9 @@ class SentenceHeadConfig:
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
-        checks = [(self.task in TASKS, f"--task must be one of {', '.join(TASKS)}"), (self.hidden >= 1, "--hidden must be >= 1"),
-                  (self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
-                  (self.lr > 0, "--lr must be > 0"), (self.max_train is None or self.max_train >= 2, "--max-train must be >= 2")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure([(self.task in TASKS, f"--task must be one of {', '.join(TASKS)}"), (self.hidden >= 1, "--hidden must be >= 1"),
+                       *training_checks(self.epochs, self.batch_size, self.lr),
+                       (self.max_train is None or self.max_train >= 2, "--max-train must be >= 2")])
 
 
 def _model(encoder, dim: int, hidden: int, classes: int):
@@ -81,20 +78,11 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
     """Fine-tune student + MLP on the task's train split; returns dev (and, once done, test) accuracy."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _load_checkpoint, _save_checkpoint
-
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
-    if (out / "checkpoint").exists() and not resume:
-        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
-    if resume and not (out / "checkpoint").exists():
-        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
-    if resume:
-        saved = dataclass_from_dict(SentenceHeadConfig, read_json(out / "sentence_config.json", "config"), "config")
-        diff = [k for k in ("task", "hidden", "epochs", "batch_size", "lr", "max_train", "seed") if getattr(saved, k) != getattr(config, k)]
-        if diff:
-            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    check_resume(out, config, "sentence_config.json", "config",
+                 ("task", "hidden", "epochs", "batch_size", "lr", "max_train", "seed"), resume)
     if config.threads:
         torch.set_num_threads(config.threads)
     student = Student.load(config.student)
@@ -109,42 +97,32 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
     model = _model(student.model, student.config.output_dim, config.hidden, classes)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     holder = SimpleNamespace(model=model)
-    state = {"epoch": 0, "step": 0, "log": [], "best": None}
-    if resume:
-        state = _load_checkpoint(out, holder, opt)
-        state.pop("param_groups", None)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "sentence_config.json", config)
-    epoch, step = state["epoch"], state["step"]
-    try:
-        while epoch < config.epochs:
-            perm = np.random.default_rng(config.seed * 1000003 + epoch).permutation(len(tr_ids))
-            batches = [perm[i : i + config.batch_size] for i in range(0, len(perm), config.batch_size)]
-            model.train()
-            losses = []
-            for rows in tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress):
-                x, lens = pad_ids([tr_ids[i] for i in rows])
-                loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x), torch.from_numpy(lens)), tr_y[rows])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                step += 1
-                losses.append(loss.item())
-            acc = float((_predict(model, dev_ids).argmax(1) == dev.labels).mean())
-            state["log"].append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
-                                 "dev_accuracy": round(100 * acc, 2), "time": time.time()})
-            if state["best"] is None or acc > state["best"]["dev_accuracy"]:
-                state["best"] = {"epoch": epoch + 1, "dev_accuracy": acc}
-                _save_head(out, model, student, {"task": config.task, "dim": student.config.output_dim,
-                                                  "hidden": config.hidden, "classes": classes})
-                write_json(out / "dev.json", {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
-            epoch, step = epoch + 1, 0
-            _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
-    except KeyboardInterrupt:
-        _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    state = start_or_resume(out, holder, opt, config, "sentence_config.json", resume)
+
+    def train_epoch(pos: Position) -> dict:
+        epoch = pos.epoch
+        perm = np.random.default_rng(config.seed * 1000003 + epoch).permutation(len(tr_ids))
+        batches = [perm[i : i + config.batch_size] for i in range(0, len(perm), config.batch_size)]
+        model.train()
+        losses = []
+        for rows in tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress):
+            x, lens = pad_ids([tr_ids[i] for i in rows])
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x), torch.from_numpy(lens)), tr_y[rows])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            pos.step += 1
+            losses.append(loss.item())
+        acc = float((_predict(model, dev_ids).argmax(1) == dev.labels).mean())
+        if state["best"] is None or acc > state["best"]["dev_accuracy"]:
+            state["best"] = {"epoch": epoch + 1, "dev_accuracy": acc}
+            _save_head(out, model, student, {"task": config.task, "dim": student.config.output_dim,
+                                              "hidden": config.hidden, "classes": classes})
+            write_json(out / "dev.json", {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
+        return {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
+                "dev_accuracy": round(100 * acc, 2), "time": time.time()}
+
+    run_epochs(out, holder, opt, state, config.epochs, train_epoch)
     return read_json(out / "dev.json", "dev metrics")
 
 

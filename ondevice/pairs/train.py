@@ -9,7 +9,6 @@ A run folder holds `student/` (the fine-tuned encoder, a normal student dir that
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,8 +18,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import first_failure, training_checks
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.io import read_json, write_json
 from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
@@ -33,6 +33,7 @@ from ondevice.pairs.model import (
     load_head_weights,
     save_head,
 )
+from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -65,14 +66,11 @@ class DSEConfig:
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         task_spec(self.task)
-        checks = [(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
-                  (self.epochs >= 1, "--epochs must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
-                  (self.lr > 0, "--lr must be > 0"), (self.augment_random >= 0, "--augment-random must be >= 0"),
-                  (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"), (self.threads >= 0, "--threads must be >= 0"),
-                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure([(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
+                       *training_checks(self.epochs, self.batch_size, self.lr),
+                       (self.augment_random >= 0, "--augment-random must be >= 0"),
+                       (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"), (self.threads >= 0, "--threads must be >= 0"),
+                       (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
@@ -148,22 +146,12 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     """Train (or resume) one DSE student with `config.alpha`; keeps the dev-best epoch."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _load_checkpoint, _save_checkpoint
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
 
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
-    ckpt = out / "checkpoint"
-    if ckpt.exists() and not resume:
-        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
-    if resume and not ckpt.exists():
-        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
-    if resume:
-        saved = dataclass_from_dict(DSEConfig, read_json(out / "dse_config.json", "DSE config"), "DSE config")
-        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
-        if diff:
-            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    check_resume(out, config, "dse_config.json", "DSE config", _RESUME_KEYS, resume)
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)
@@ -208,13 +196,8 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     model.encoder.requires_grad_(not config.freeze_encoder)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     holder = SimpleNamespace(model=model)
-    state = {"epoch": 0, "step": 0, "log": [], "best": None}
-    if resume:
-        state = _load_checkpoint(out, holder, opt)
-        state.pop("param_groups", None)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "dse_config.json", config)
+    state = start_or_resume(out, holder, opt, config, "dse_config.json", resume)
+    if not resume:
         write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
                                         "augment_pairs_made": len(aug) if aug is not None else 0, "dev_pairs": len(dev),
                                         "teacher": teacher.identity if teacher is not None else None})
@@ -231,48 +214,44 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     if config.freeze_encoder:
         with torch.inference_mode():
             frozen = torch.from_numpy(student.encode(texts))
-    epoch, step = state["epoch"], state["step"]
-    try:
-        while epoch < config.epochs:
-            batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
-            model.train()
-            losses: list[float] = []
-            bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
-            for rows in bar:
-                if frozen is not None:  # encoder frozen: its vectors were computed once
-                    logits = model.head(frozen[torch.from_numpy(pa[rows])], frozen[torch.from_numpy(pb[rows])])
-                else:
-                    uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
-                    x, lens = pad_ids([ids[i] for i in uniq])
-                    ia, ib = inv[: len(rows)], inv[len(rows):]
-                    logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
-                r = torch.from_numpy(rows)
-                loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                step += 1
-                losses.append(loss.item())
-                if len(losses) % 20 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-            bar.close()
-            dl = _dev_logits(model, dev_ids, da, db)
-            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
-            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
-            entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
-                     "time": time.time()}
-            state["log"].append(entry)
-            if progress:
-                print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
-            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
-                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
-                publish({**metrics, "epoch": epoch + 1}, threshold)
-            epoch, step = epoch + 1, 0
-            _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
-    except KeyboardInterrupt:
-        _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+
+    def train_epoch(pos: Position) -> dict:
+        epoch = pos.epoch
+        batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
+        model.train()
+        losses: list[float] = []
+        bar = tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
+        for rows in bar:
+            if frozen is not None:  # encoder frozen: its vectors were computed once
+                logits = model.head(frozen[torch.from_numpy(pa[rows])], frozen[torch.from_numpy(pb[rows])])
+            else:
+                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+                x, lens = pad_ids([ids[i] for i in uniq])
+                ia, ib = inv[: len(rows)], inv[len(rows):]
+                logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
+            r = torch.from_numpy(rows)
+            loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            pos.step += 1
+            losses.append(loss.item())
+            if len(losses) % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+        bar.close()
+        dl = _dev_logits(model, dev_ids, da, db)
+        threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
+        metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+        entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
+                 "time": time.time()}
+        if progress:
+            print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
+        if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+            state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+            publish({**metrics, "epoch": epoch + 1}, threshold)
+        return entry
+
+    run_epochs(out, holder, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)
 
 

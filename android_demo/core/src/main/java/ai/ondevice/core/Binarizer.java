@@ -3,7 +3,8 @@ package ai.ondevice.core;
 /**
  * Embedding -> packed code: bit b is set when {@code sum_j embedding[j] * projection[j][b] + offset[b] > 0};
  * bits are packed in the "little" order of {@link Codes}. Weights come from binarizer.safetensors
- * ("projection" float32 [dim, bits], "offset" float32 [bits]).
+ * ("projection" float32 or float16 [dim, bits], "offset" float32 [bits]; a float16 projection is widened exactly and
+ * used in float arithmetic, like the graph's Cast does).
  */
 public final class Binarizer {
     private final int dim;

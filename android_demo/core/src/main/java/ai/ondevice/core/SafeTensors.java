@@ -12,7 +12,7 @@ import java.util.Map;
 /**
  * Reads a safetensors file: an 8-byte little-endian header length N, N bytes of JSON header
  * {@code {"name": {"dtype", "shape", "data_offsets": [start, end]}, "__metadata__": {...}}}, then the data
- * (offsets relative to the end of the header). Only F32 tensors can be read as floats.
+ * (offsets relative to the end of the header). F32 and F16 tensors can be read as floats.
  */
 public final class SafeTensors {
     /** One tensor: its dtype, shape and raw little-endian bytes. */
@@ -37,12 +37,19 @@ public final class SafeTensors {
             return n;
         }
 
-        /** The values as a flat row-major float array; the tensor must be F32. */
+        /** The values as a flat row-major float array; the tensor must be F32 or F16 (widened exactly). */
         public float[] floats() {
-            if (!"F32".equals(dtype)) {
-                throw new BundleException("tensor " + name + " is " + dtype + ", expected F32; export with fp32 weights");
-            }
             float[] out = new float[(int) numel()];
+            if ("F16".equals(dtype)) {
+                java.nio.ShortBuffer halves = data.duplicate().order(ByteOrder.LITTLE_ENDIAN).asShortBuffer();
+                for (int i = 0; i < out.length; i++) {
+                    out[i] = halfToFloat(halves.get(i));
+                }
+                return out;
+            }
+            if (!"F32".equals(dtype)) {
+                throw new BundleException("tensor " + name + " is " + dtype + ", expected F32 or F16; export with fp32 weights");
+            }
             data.duplicate().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out);
             return out;
         }
@@ -55,6 +62,22 @@ public final class SafeTensors {
             }
             return this;
         }
+    }
+
+    /** IEEE 754 binary16 -> float32, exact (Float.float16ToFloat needs Java 20; this core targets Java 8). */
+    static float halfToFloat(short half) {
+        int h = half & 0xFFFF;
+        int sign = (h & 0x8000) << 16;
+        int exp = (h >>> 10) & 0x1F;
+        int mant = h & 0x3FF;
+        if (exp == 0x1F) { // inf / NaN
+            return Float.intBitsToFloat(sign | 0x7F800000 | (mant << 13));
+        }
+        if (exp == 0) { // zero / subnormal: mant * 2^-24, exact in float
+            float v = mant * 5.9604645E-8f;
+            return sign != 0 ? -v : v;
+        }
+        return Float.intBitsToFloat(sign | ((exp + 112) << 23) | (mant << 13));
     }
 
     private final Map<String, Tensor> tensors;

@@ -78,6 +78,24 @@ public final class CoreTests {
         final File assetsDir = assetsArg;
 
         // ---- tokenizer spec cases (expected values from ondevice/tokenizer.py) --------------------------
+        check("float16 widening", () -> {
+            // known values by hand, then every positive finite half: strictly increasing with its bits, sign symmetric
+            assertEq(1.0f, SafeTensors.halfToFloat((short) 0x3C00));
+            assertEq(-2.0f, SafeTensors.halfToFloat((short) 0xC000));
+            assertEq(65504.0f, SafeTensors.halfToFloat((short) 0x7BFF));
+            assertEq(5.9604645E-8f, SafeTensors.halfToFloat((short) 0x0001));
+            assertEq(6.1035156E-5f, SafeTensors.halfToFloat((short) 0x0400));
+            assertEq(-0.0f, SafeTensors.halfToFloat((short) 0x8000));
+            assertEq(Float.POSITIVE_INFINITY, SafeTensors.halfToFloat((short) 0x7C00));
+            assertTrue(Float.isNaN(SafeTensors.halfToFloat((short) 0x7E00)), "0x7E00 is NaN");
+            float previous = -1.0f;
+            for (int h = 0; h < 0x7C00; h++) { // positive finite halves are strictly increasing with their bits
+                float v = SafeTensors.halfToFloat((short) h);
+                assertTrue(v > previous || (h == 0 && v == 0f), "half " + h + " -> " + v);
+                assertEq(-v, SafeTensors.halfToFloat((short) (h | 0x8000)));
+                previous = v;
+            }
+        });
         check("tokenizer basic", () -> assertEq("hello|,|world|!", tokens("Hello, World!")));
         check("tokenizer nfkc ligature and fullwidth", () -> assertEq("file|abc|123", tokens("\uFB01le \uFF21\uFF22\uFF23 \uFF11\uFF12\uFF13")));
         check("tokenizer dotted capital I", () -> assertEq("istanbul", tokens("\u0130stanbul")));

@@ -1,0 +1,261 @@
+"""DiPair (Chen et al.): the student's first N / M token states, projected to D, into a small transformer head.
+
+Pieces, each with a numpy reference the ONNX graphs and tests are checked against:
+
+- `select_positions`: which token outputs of a sentence are kept. "first": positions 0..N-1. "firstlast":
+  positions 0..N/2-1 and the last N - N/2 (a forward LSTM state early in a sentence has seen only its prefix;
+  the backward half of a late state has seen only the suffix). A sentence with at most N tokens keeps all of
+  them in order in either mode; the remaining slots are padding.
+- token states: tanh(P out[idx] + p) in (-1, 1) for kept slots, exact zero rows for padding. tanh bounds the
+  states so an int8 cache needs no per-item scale (q = round(127 x)): N x D bytes per item, 1024 at N=8, D=128.
+- the head: x = [states_a; states_b] + position embedding + segment embedding; L post-LN transformer layers
+  (1 head by default, ReLU FFN), attention keys masked where a slot is a zero row (padding); logits from the
+  first slot's output. The mask is read off the states themselves, so a cache holds nothing but the states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
+
+MODES = ("first", "firstlast")
+HEAD_WEIGHTS = "dipair_head.safetensors"
+HEAD_CONFIG = "dipair_head.json"
+MASK_NEG = -1e4  # additive attention mask: exp(-1e4) is 0 in float32, and no inf - inf NaN can appear
+LN_EPS = 1e-5
+
+
+@dataclass
+class DiPairHeadConfig:
+    """Shape and meaning of a DiPair head (projection included); saved as dipair_head.json."""
+
+    in_dim: int  # 2H: the BiLSTM's token output width
+    n: int = 8  # slots of sentence A
+    m: int = 8  # slots of sentence B
+    d: int = 128  # projected width
+    layers: int = 2
+    heads: int = 1
+    ffn: int = 256
+    mode: str = "first"
+    outputs: int = 1
+    task: str = ""
+    kind: str = "regression"  # regression | binary | classes
+    labels: list = field(default_factory=list)
+    gold_low: float = 0.0
+    gold_high: float = 1.0
+    threshold: float | None = None
+    format_version: int = 1
+
+    def validate(self) -> None:
+        """One-line errors for impossible shapes."""
+        checks = [(self.n >= 1, "--n must be >= 1"), (self.m >= 1, "--m must be >= 1"), (self.d >= 1, "--d must be >= 1"),
+                  (self.layers >= 1, "--layers must be >= 1"), (self.heads >= 1, "--heads must be >= 1"),
+                  (self.d % max(self.heads, 1) == 0, f"--d ({self.d}) must be divisible by --heads ({self.heads})"),
+                  (self.ffn >= 1, "--ffn must be >= 1"), (self.mode in MODES, f"--select must be one of {', '.join(MODES)}"),
+                  (self.n <= 512 and self.m <= 512, "--n and --m must be <= 512"), (self.d <= 4096, "--d must be <= 4096")]
+        for ok, msg in checks:
+            if not ok:
+                raise OndeviceError(msg)
+
+    def cache_bytes(self, int8: bool = True) -> int:
+        """Bytes one catalog item's cached B-side states take (int8: one byte per value, no scale)."""
+        return self.m * self.d * (1 if int8 else 4)
+
+
+def select_positions(lengths: np.ndarray, n: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """Kept token positions (len(lengths), n) int64 and their validity (bool); padding slots point at 0."""
+    lengths = np.asarray(lengths, np.int64)
+    j = np.arange(n, dtype=np.int64)[None, :]
+    L = lengths[:, None]
+    if mode == "first":
+        idx = np.broadcast_to(j, (len(lengths), n)).copy()
+    elif mode == "firstlast":
+        half = n // 2
+        idx = np.where((L > n) & (j >= half), L - n + j, j)
+    else:
+        raise OndeviceError(f"unknown selection {mode!r}; choose one of {', '.join(MODES)}")
+    valid = j < L
+    return np.where(valid, idx, 0).astype(np.int64), valid
+
+
+def states_numpy(out: np.ndarray, lengths: np.ndarray, n: int, mode: str, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Reference token states (B, n, D) from BiLSTM outputs (B, T, 2H): tanh(W x + b) on kept slots, 0 elsewhere."""
+    idx, valid = select_positions(lengths, n, mode)
+    picked = np.take_along_axis(np.asarray(out, np.float64), idx[:, :, None], axis=1)
+    s = np.tanh(picked @ np.asarray(weight, np.float64).T + bias)
+    return (s * valid[:, :, None]).astype(np.float32)
+
+
+def quantize_states(states: np.ndarray) -> np.ndarray:
+    """int8 cache of states in (-1, 1): round(127 x); zero rows stay zero rows."""
+    return np.clip(np.rint(np.asarray(states, np.float32) * 127.0), -127, 127).astype(np.int8)
+
+
+def dequantize_states(q: np.ndarray) -> np.ndarray:
+    """float32 states of an int8 cache."""
+    return np.asarray(q, np.float32) / np.float32(127.0)
+
+
+def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + LN_EPS) * g + b
+
+
+def head_forward_numpy(cfg: DiPairHeadConfig, w: dict[str, np.ndarray], sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    """Reference head in float64: states_a (B, N, D), states_b (B, M, D) -> logits (B, outputs)."""
+    f = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    s = np.concatenate([np.asarray(sa, np.float64), np.asarray(sb, np.float64)], axis=1)
+    B, S, D = s.shape
+    keep = np.abs(s).sum(-1) > 0  # (B, S)
+    seg = np.concatenate([np.zeros(cfg.n, np.int64), np.ones(cfg.m, np.int64)])
+    x = s + f["position"][None, :S] + f["segment"][seg][None]
+    h, dh = cfg.heads, D // cfg.heads
+    add = np.where(keep, 0.0, MASK_NEG)[:, None, None, :]  # (B, 1, 1, S)
+    for i in range(cfg.layers):
+        p = f"layers.{i}."
+        def heads_of(t):
+            return t.reshape(B, S, h, dh).transpose(0, 2, 1, 3)
+        q = heads_of(x @ f[p + "q.weight"].T + f[p + "q.bias"])
+        k = heads_of(x @ f[p + "k.weight"].T + f[p + "k.bias"])
+        v = heads_of(x @ f[p + "v.weight"].T + f[p + "v.bias"])
+        a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh) + add
+        a = np.exp(a - a.max(-1, keepdims=True))
+        a = a / a.sum(-1, keepdims=True)
+        ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, S, D)
+        x = _layer_norm(x + ctx @ f[p + "o.weight"].T + f[p + "o.bias"], f[p + "ln1.weight"], f[p + "ln1.bias"])
+        ff = np.maximum(x @ f[p + "ff1.weight"].T + f[p + "ff1.bias"], 0.0) @ f[p + "ff2.weight"].T + f[p + "ff2.bias"]
+        x = _layer_norm(x + ff, f[p + "ln2.weight"], f[p + "ln2.bias"])
+    return (x[:, 0] @ f["out.weight"].T + f["out.bias"]).astype(np.float32)
+
+
+def _torch():
+    return require("torch", "train")
+
+
+def build_head(cfg: DiPairHeadConfig):
+    """The torch head: (states_a (B, N, D), states_b (B, M, D)) -> logits (B, outputs); same maths as the reference."""
+    torch = _torch()
+    nn = torch.nn
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(cfg.d, cfg.d) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(cfg.d, eps=LN_EPS), nn.LayerNorm(cfg.d, eps=LN_EPS)
+            self.ff1, self.ff2 = nn.Linear(cfg.d, cfg.ffn), nn.Linear(cfg.ffn, cfg.d)
+
+        def forward(self, x, add):
+            B, S, D = x.shape
+            dh = D // cfg.heads
+
+            def heads_of(t):
+                return t.reshape(B, S, cfg.heads, dh).transpose(1, 2)
+            a = heads_of(self.q(x)) @ heads_of(self.k(x)).transpose(-1, -2) / float(np.sqrt(dh)) + add
+            ctx = (torch.softmax(a, -1) @ heads_of(self.v(x))).transpose(1, 2).reshape(B, S, D)
+            x = self.ln1(x + self.o(ctx))
+            return self.ln2(x + self.ff2(torch.relu(self.ff1(x))))
+
+    class DiPairHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.position = nn.Parameter(torch.randn(cfg.n + cfg.m, cfg.d) * 0.02)
+            self.segment = nn.Parameter(torch.randn(2, cfg.d) * 0.02)
+            self.layers = nn.ModuleList(Layer() for _ in range(cfg.layers))
+            self.out = nn.Linear(cfg.d, cfg.outputs)
+            self.register_buffer("seg_ids", torch.cat([torch.zeros(cfg.n, dtype=torch.long),
+                                                       torch.ones(cfg.m, dtype=torch.long)]), persistent=False)
+
+        def forward(self, sa, sb):
+            s = torch.cat([sa, sb], dim=1)
+            keep = s.abs().sum(-1) > 0
+            add = torch.where(keep, 0.0, MASK_NEG)[:, None, None, :].to(s.dtype)
+            x = s + self.position[None] + self.segment[self.seg_ids][None]
+            for layer in self.layers:
+                x = layer(x, add)
+            return self.out(x[:, 0])
+
+    cfg.validate()
+    return DiPairHead()
+
+
+def build_projection(cfg: DiPairHeadConfig):
+    """The shared projection 2H -> D (tanh applied by `token_states`)."""
+    return _torch().nn.Linear(cfg.in_dim, cfg.d)
+
+
+def encoder_outputs(model, ids, lengths):
+    """One pass of a student module: (sentence vectors (B, out), BiLSTM token outputs (B, T, 2H)).
+
+    The same ops as `StudentModel.forward` (tests check the vectors are equal), keeping the token outputs.
+    """
+    torch = _torch()
+    nn = torch.nn
+    emb = model.embedding(ids)
+    packed = nn.utils.rnn.pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    out, hc = model.lstm(packed)
+    out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
+    mask = (torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]).unsqueeze(-1)
+    if model.pooling == "last":
+        pooled = torch.cat([hc[0][0], hc[0][1]], dim=-1)
+    else:
+        mean = (out * mask).sum(1) / lengths[:, None].to(out.dtype)
+        mx = out.masked_fill(~mask, float("-inf")).max(1).values
+        pooled = {"mean": mean, "max": mx}.get(model.pooling)
+        if pooled is None:
+            pooled = torch.cat([mean, mx], dim=-1)
+    return torch.tanh(model.proj(pooled)), out
+
+
+def token_states(proj, out, lengths, n: int, mode: str):
+    """Torch token states (B, n, D): tanh(proj(out[kept])) with zero rows for padding slots."""
+    torch = _torch()
+    idx, valid = select_positions(lengths.cpu().numpy(), n, mode)
+    idx_t = torch.from_numpy(idx).to(out.device)
+    picked = torch.gather(out, 1, idx_t[:, :, None].expand(-1, -1, out.shape[-1]))
+    return torch.tanh(proj(picked)) * torch.from_numpy(valid).to(out.device)[:, :, None].to(out.dtype)
+
+
+def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig) -> None:
+    """Write dipair_head.safetensors (projection + head, fp32) and dipair_head.json."""
+    st = require("safetensors.torch", "train")
+    from ondevice.student import check_finite
+
+    tensors = {f"proj.{k}": v for k, v in proj.state_dict().items()}
+    tensors.update(head.state_dict())
+    check_finite(tensors, "the DiPair head")
+    with atomic_path(Path(directory) / HEAD_WEIGHTS) as tmp:
+        st.save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp),
+                     metadata={"format": "ondevice-dipair-head"})
+    write_json(Path(directory) / HEAD_CONFIG, cfg)
+
+
+def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str, np.ndarray]]:
+    """Config and fp32 numpy weights (projection as proj.weight / proj.bias) of a DiPair run or bundle folder."""
+    from safetensors.numpy import load_file
+
+    directory = Path(directory)
+    if not (directory / HEAD_CONFIG).is_file() or not (directory / HEAD_WEIGHTS).is_file():
+        raise OndeviceError(f"{directory} has no DiPair head ({HEAD_CONFIG}, {HEAD_WEIGHTS}); run `ondevice pairs dipair` first")
+    cfg = dataclass_from_dict(DiPairHeadConfig, read_json(directory / HEAD_CONFIG, "DiPair head config"), "DiPair head config")
+    cfg.validate()
+    try:
+        weights = load_file(str(directory / HEAD_WEIGHTS))
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt files
+        raise OndeviceError(f"cannot read {directory / HEAD_WEIGHTS}: {str(exc)[:200]}; re-create it") from None
+    expected = {"proj.weight": (cfg.d, cfg.in_dim), "position": (cfg.n + cfg.m, cfg.d), "out.weight": (cfg.outputs, cfg.d)}
+    for k, shape in expected.items():
+        if k not in weights or tuple(weights[k].shape) != shape:
+            raise OndeviceError(f"{directory / HEAD_WEIGHTS} does not match {HEAD_CONFIG} ({k}); the folder is inconsistent")
+    return cfg, weights
+
+
+def head_weights(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The head's tensors without the projection."""
+    return {k: v for k, v in weights.items() if not k.startswith("proj.")}

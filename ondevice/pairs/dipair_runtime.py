@@ -1,0 +1,160 @@
+"""DiPair scoring on device (numpy + onnxruntime, no torch): token states from the bundle's encoder, the head graph.
+
+    dp = Bundle.load("bundle").dipair()                     # a bundle from `ondevice pairs dipair-export`
+    cache = dp.states(catalog_texts, role="b", int8=True)    # (n, M, D) int8: M x D bytes per catalog item
+    dp.pair_scores(["how do I reset it?"], ["how to reset my phone"])     # task scores
+    keys, rows = dp.rerank("reset phone", cache, k=10)                   # texts or cached states
+    keys, ids = dp.search_rerank("reset phone", cache, k=10, shortlist=100)   # Hamming shortlist, then the head
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.dipair import dequantize_states
+from ondevice.pairs.runtime import _softmax
+
+
+class DiPairScorer:
+    """The DiPair head of one bundle: token states of texts, head logits of cached states, scores, reranking."""
+
+    def __init__(self, bundle, block: dict, session):
+        self.bundle, self.block, self.session = bundle, block, session
+        head = block["head"]
+        self.kind, self.outputs = block["task_type"], int(head["outputs"])
+        self.n, self.m, self.d = int(head["n"]), int(head["m"]), int(head["d"])
+        self.int8_outputs = "token_states_b_int8" in block.get("encoder_outputs", {})
+
+    @classmethod
+    def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
+        """Load and verify the bundle's DiPair head (manifest `dipair` block, checksummed graph, encoder outputs)."""
+        from pathlib import PurePosixPath
+
+        import onnxruntime as ort
+
+        block = bundle.manifest.get("dipair")
+        if not isinstance(block, dict):
+            raise OndeviceError(f"bundle {bundle.path} has no DiPair head; export one with `ondevice pairs dipair-export`")
+        name = block.get("file")
+        entry = bundle.manifest["files"].get(name) if isinstance(name, str) else None
+        if entry is None:
+            raise OndeviceError(f"bundle {bundle.path}: the dipair block names {name!r}, which the file table does not list; "
+                                "re-export the bundle")
+        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+        try:
+            head = block["head"]
+            shapes = {o.name: o.shape for o in bundle.session.get_outputs()}
+            if shapes.get("token_states_b", [None])[1:] != [int(head["m"]), int(head["d"])] or \
+                    shapes.get("token_states_a", [None])[1:] != [int(head["n"]), int(head["d"])] or \
+                    block["task_type"] not in ("regression", "binary", "classes"):
+                raise KeyError("head")
+        except (KeyError, TypeError, ValueError):
+            raise OndeviceError(f"bundle {bundle.path}: the manifest's dipair block does not match encoder.onnx's token-state "
+                                "outputs; re-export the bundle") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise OndeviceError(f"bundle {bundle.path}: {name} cannot be loaded by onnxruntime ({first})") from None
+        return cls(bundle, block, session)
+
+    def states(self, texts: str | Sequence[str], role: str = "b", int8: bool = False, batch_size: int = 256) -> np.ndarray:
+        """Token states of texts as side 'a' (N slots) or 'b' (M slots): float32, or int8 (q = round(127 x)) to cache."""
+        from ondevice.tokenizer import as_texts
+
+        if role not in ("a", "b"):
+            raise OndeviceError(f"role must be 'a' or 'b', got {role!r}")
+        if int8 and not self.int8_outputs:
+            raise OndeviceError("this bundle's encoder has no int8 state outputs; quantize with dipair.quantize_states "
+                                "or re-export with int8 states")
+        texts = as_texts(texts)
+        slots = self.n if role == "a" else self.m
+        out = np.zeros((len(texts), slots, self.d), np.int8 if int8 else np.float32)
+        name = f"token_states_{role}" + ("_int8" if int8 else "")
+        for s in range(0, len(texts), batch_size):
+            ids, lengths = self.bundle.tokenizer.batch(texts[s : s + batch_size])
+            out[s : s + batch_size] = self.bundle.session.run([name], {"ids": ids, "lengths": lengths})[0]
+        return out
+
+    def _states(self, x: Any, slots: int, what: str) -> np.ndarray:
+        arr = np.asarray(x)
+        if arr.ndim == 2:
+            arr = arr[None]
+        if arr.ndim != 3 or arr.shape[1:] != (slots, self.d):
+            raise OndeviceError(f"{what} must be token states of shape (n, {slots}, {self.d}), got {arr.shape}")
+        if arr.dtype == np.int8:
+            return dequantize_states(arr)
+        if arr.dtype.kind != "f":
+            raise OndeviceError(f"{what} must be float32 or int8 states, got {arr.dtype}")
+        return np.ascontiguousarray(arr, np.float32)
+
+    def logits(self, sa: np.ndarray, sb: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+        """Head logits (n, outputs) of state pairs (sa[i], sb[i]), float32 or int8; a single sa row is broadcast."""
+        sa, sb = self._states(sa, self.n, "states_a"), self._states(sb, self.m, "states_b")
+        if len(sa) == 1 and len(sb) > 1:
+            sa = np.broadcast_to(sa, (len(sb), self.n, self.d))
+        if len(sa) != len(sb):
+            raise OndeviceError(f"got {len(sa)} and {len(sb)} states; pairs need equal counts (or one states_a row)")
+        out = np.empty((len(sb), self.outputs), np.float32)
+        for s in range(0, len(sb), batch_size):
+            out[s : s + batch_size] = self.session.run(
+                ["logits"], {"states_a": np.ascontiguousarray(sa[s : s + batch_size]), "states_b": sb[s : s + batch_size]})[0]
+        return out
+
+    def transform(self, logits: np.ndarray) -> np.ndarray:
+        """Task scores: regression -> the gold scale, binary -> probability, classes -> probabilities (n, classes)."""
+        t = self.block["output_transform"]
+        if self.kind == "regression":
+            return logits[:, 0] * float(t["scale"]) + float(t["offset"])
+        if self.kind == "binary":
+            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        return _softmax(logits)
+
+    def rank_key(self, logits: np.ndarray) -> np.ndarray:
+        """What `rerank` sorts by: the first logit, or for classes the probability of the second label."""
+        return _softmax(logits)[:, 1 if self.outputs > 1 else 0] if self.kind == "classes" else logits[:, 0]
+
+    def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
+        """Task scores of the text pairs (a[i], b[i])."""
+        from ondevice.tokenizer import as_texts
+
+        a, b = as_texts(a), as_texts(b)
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        return self.transform(self.logits(self.states(a, "a"), self.states(b, "b")))
+
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k candidates (texts or cached side-b states) for `query` by the head: (keys (k,), rows (k,)), ties by row."""
+        if not isinstance(query, str):
+            raise OndeviceError(f"query must be a str, got {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        if isinstance(candidates, np.ndarray):
+            cand = self._states(candidates, self.m, "candidate states")
+        else:
+            cand = self.states(list(candidates), "b") if len(candidates) else np.zeros((0, self.m, self.d), np.float32)
+        if not len(cand):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        key = self.rank_key(self.logits(self.states([query], "a"), cand))
+        order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
+        return key[order].astype(np.float32), order.astype(np.int64)
+
+    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
+
+        `cache[id]` must be the side-b states of catalog item `id`; ties go to the smaller id.
+        """
+        _, ids = self.bundle.search(query, k=int(shortlist))
+        ids = np.sort(ids[0][ids[0] >= 0])
+        keys, rows = self.rerank(query, np.asarray(cache)[ids], k)
+        return keys, ids[rows]

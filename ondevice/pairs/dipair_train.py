@@ -1,0 +1,364 @@
+"""`ondevice pairs dipair`: train a DiPair head on an SRA student against a cross-encoder teacher, in two stages.
+
+Stage 1 trains the projection and the head with the encoder frozen; stage 2 trains everything (paper Fig. 3a),
+adding the SRA loss (1 - cos)/2 of the student's sentence vectors to the SRA teacher's cached vectors, so the
+fine-tuned encoder still serves vectors and Hamming codes. The loss against the cross-encoder is a soft-label
+loss: binary -> BCE with target sigmoid(t / T) (paper eq. 1), classes -> cross-entropy with softmax(t / T),
+regression -> squared error to the teacher's logit (our DSE convention: regression teachers output gold mapped to
+[0, 1], with no sigmoid, so sigmoid(t / T) would be a different scale).
+
+A run folder holds `student/` (the fine-tuned encoder), `dipair_head.safetensors` + `dipair_head.json` (the
+dev-best epoch), `dipair_config.json`, `data.json`, `dev.json`, `sra_cosine.json` (held-out cosine to the SRA
+teacher before / after), `train_log.jsonl` and `checkpoint/` (latest epoch; `--resume` continues from it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.pairs.dipair import (
+    DiPairHeadConfig,
+    build_head,
+    build_projection,
+    encoder_outputs,
+    load_head_weights,
+    save_head,
+    token_states,
+)
+from ondevice.student import Student
+from ondevice.tokenizer import pad_ids
+
+STUDENT = "student"
+CONFIG = "dipair_config.json"
+
+
+@dataclass
+class DiPairConfig:
+    """Every setting of a DiPair run; saved as dipair_config.json."""
+
+    task: str
+    data: str
+    student: str  # SRA-distilled student dir (`ondevice distill`)
+    teacher: str  # cross-encoder teacher dir (`ondevice pairs teacher`)
+    sra_teacher: str = ""  # bi-encoder the student was distilled from; "" = the path in the student's config
+    n: int = 8
+    m: int = 8
+    d: int = 128
+    layers: int = 2  # paper: 2 layers, 1 head
+    heads: int = 1
+    ffn: int = 256
+    select: str = "first"  # first | firstlast
+    stage1_epochs: int = 2
+    stage2_epochs: int = 2
+    batch_size: int = 32
+    lr1: float = 1e-3
+    lr2: float = 2e-4
+    temperature: float = 1.0  # paper: T = 1
+    sra_weight: float = 1.0  # weight of the SRA cosine loss in stage 2 (0 = none)
+    augment_random: int = 5000
+    augment_neighbors: int = 1
+    augment_bits: int = 256
+    max_train_pairs: int | None = None
+    seed: int = 0
+    split_seed: int = 0
+    threads: int = 0
+
+    def head_config(self, in_dim: int, spec) -> DiPairHeadConfig:
+        """The head's config for a student of token width `in_dim` and task `spec`."""
+        return DiPairHeadConfig(in_dim=in_dim, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads,
+                                ffn=self.ffn, mode=self.select, outputs=spec.num_outputs, task=spec.name, kind=spec.kind,
+                                labels=list(spec.labels), gold_low=spec.low, gold_high=spec.high)
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line error naming the flag."""
+        from ondevice.pairs.data import task_spec
+
+        task_spec(self.task)
+        checks = [(self.stage1_epochs >= 0, "--stage1-epochs must be >= 0"), (self.stage2_epochs >= 0, "--stage2-epochs must be >= 0"),
+                  (self.stage1_epochs + self.stage2_epochs >= 1, "--stage1-epochs + --stage2-epochs must be >= 1"),
+                  (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr1 > 0 and self.lr2 > 0, "--lr1 and --lr2 must be > 0"),
+                  (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
+                  (self.augment_random >= 0, "--augment-random must be >= 0"), (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"),
+                  (self.threads >= 0, "--threads must be >= 0"),
+                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2"),
+                  (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
+        for ok, msg in checks:
+            if not ok:
+                raise OndeviceError(msg)
+        DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
+                         mode=self.select).validate()
+
+
+_RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "stage1_epochs", "stage2_epochs", "batch_size",
+                "lr1", "lr2", "temperature", "sra_weight", "augment_random", "augment_neighbors", "augment_bits",
+                "max_train_pairs", "seed", "split_seed")
+
+
+def soft_label_loss(logits, teacher, kind: str, temperature: float):
+    """Soft-label loss against teacher logits (see the module docstring for the per-kind choice)."""
+    torch = require("torch", "train")
+    F = torch.nn.functional
+    if kind == "binary":
+        return F.binary_cross_entropy_with_logits(logits[:, 0], torch.sigmoid(teacher[:, 0] / temperature))
+    if kind == "classes":
+        return -(torch.softmax(teacher / temperature, -1) * F.log_softmax(logits, -1)).sum(-1).mean()
+    return ((logits[:, 0] - teacher[:, 0]) ** 2).mean()
+
+
+class DiPairStudent:
+    """A trained DiPair run: encoder + projection + head in torch (the training-side reference)."""
+
+    def __init__(self, student: Student, cfg: DiPairHeadConfig, proj, head):
+        self.student, self.cfg, self.proj, self.head = student, cfg, proj.eval(), head.eval()
+
+    @classmethod
+    def load(cls, directory: str | Path) -> DiPairStudent:
+        """Load a run folder written by `train_dipair`."""
+        torch = require("torch", "train")
+        directory = Path(directory)
+        student = Student.load(directory / STUDENT)
+        cfg, w = load_head_weights(directory)
+        proj, head = build_projection(cfg), build_head(cfg)
+        proj.load_state_dict({"weight": torch.from_numpy(w["proj.weight"]), "bias": torch.from_numpy(w["proj.bias"])})
+        head.load_state_dict({k: torch.from_numpy(v) for k, v in w.items() if not k.startswith("proj.")})
+        return cls(student, cfg, proj, head)
+
+    def states(self, texts: Sequence[str], role: str = "b", batch_size: int = 256) -> np.ndarray:
+        """Token states float32 (len(texts), N or M, D) of sentences in role 'a' (N slots) or 'b' (M slots)."""
+        ids = [np.asarray(self.student.tokenizer.ids(t), np.int64) for t in texts]
+        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg, batch_size)
+        return (sa if role == "a" else sb).numpy()
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Sentence vectors of the fine-tuned encoder."""
+        return self.student.encode(list(texts))
+
+    def logits_from_states(self, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+        """Head logits (n, outputs) of cached states."""
+        torch = require("torch", "train")
+        with torch.inference_mode():
+            return self.head(torch.from_numpy(np.asarray(sa, np.float32)), torch.from_numpy(np.asarray(sb, np.float32))).numpy()
+
+    def logits(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        """Head logits of the pairs (a[i], b[i])."""
+        uniq = list(dict.fromkeys([*a, *b]))
+        pos = {s: i for i, s in enumerate(uniq)}
+        ids = [np.asarray(self.student.tokenizer.ids(t), np.int64) for t in uniq]
+        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg)
+        return self.logits_from_states(sa.numpy()[[pos[s] for s in a]], sb.numpy()[[pos[s] for s in b]])
+
+    def evaluate(self, data) -> dict:
+        """Task metrics on `data` with the dev-tuned threshold."""
+        from ondevice.pairs.data import task_spec
+        from ondevice.pairs.metrics import evaluate_scores
+
+        return evaluate_scores(task_spec(data.task), self.logits(data.a, data.b), data.gold, self.cfg.threshold)
+
+
+def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, batch: int = 256):
+    """(vectors, states_a, states_b) of all id rows, no grad."""
+    torch = require("torch", "train")
+    encoder.eval()
+    vec, sa, sb = [], [], []
+    with torch.inference_mode():
+        for s in range(0, len(ids), batch):
+            x, lens = pad_ids(ids[s : s + batch])
+            v, out = encoder_outputs(encoder, torch.from_numpy(x), torch.from_numpy(lens))
+            vec.append(v)
+            sa.append(token_states(proj, out, torch.from_numpy(lens), cfg.n, cfg.mode))
+            sb.append(token_states(proj, out, torch.from_numpy(lens), cfg.m, cfg.mode))
+    return torch.cat(vec), torch.cat(sa), torch.cat(sb)
+
+
+def _cosine(u: np.ndarray, v: np.ndarray) -> float:
+    u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    return float(((u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)).mean())
+
+
+def _sra_teacher(config: DiPairConfig, student: Student):
+    from ondevice.teacher import Teacher
+
+    info = student.config.teacher or {}
+    path = config.sra_teacher or info.get("path", "")
+    if not path:
+        raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
+                            "distilled from) or --sra-weight 0")
+    return Teacher(path, pooling=info.get("pooling"), normalize=bool(info.get("normalize", True)),
+                   max_length=int(info.get("max_length", 256)))
+
+
+def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> DiPairStudent:
+    """Train (or resume) one DiPair run: stage 1 (encoder frozen) then stage 2 (all + SRA loss); keeps the dev-best epoch."""
+    from tqdm.auto import tqdm
+
+    from ondevice.distill import _save_checkpoint
+    from ondevice.io import check_out_dir
+    from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.logits import teacher_logits
+    from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+    from ondevice.pairs.train import _batches, _index
+    from ondevice.teacher import cached_vectors
+
+    config.validate()
+    torch = require("torch", "train")
+    out = check_out_dir(out_dir)
+    ckpt = out / "checkpoint"
+    if ckpt.exists() and not resume:
+        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
+    if resume and not ckpt.exists():
+        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
+    if resume:
+        saved = dataclass_from_dict(DiPairConfig, read_json(out / CONFIG, "DiPair config"), "DiPair config")
+        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
+        if diff:
+            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    spec = task_spec(config.task)
+    student = Student.load(config.student)
+    if student.config.pooling == "last":
+        raise OndeviceError("DiPair needs a mean/max/meanmax-pooled student (its token outputs); this one pools 'last'")
+    if config.sra_weight > 0 and not (config.sra_teacher or (student.config.teacher or {}).get("path")):
+        raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
+                            "distilled from) or --sra-weight 0")
+    teacher = CrossEncoderTeacher.load(config.teacher)
+    if teacher.spec.name != spec.name:
+        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
+    train = load_pairs(config.task, "train", config.data, config.split_seed)
+    dev = load_pairs(config.task, "dev", config.data, config.split_seed)
+    if config.max_train_pairs:
+        train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
+
+    aug = augmentation_pairs(train, student.encode if config.augment_neighbors else None,
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed))
+    a, b = train.a + aug.a, train.b + aug.b
+    targets = teacher_logits(teacher, a, b, progress=progress).astype(np.float32)
+    texts, pa, pb = _index([], a, b)
+    ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in texts]
+    dev_texts, da, db = _index([], dev.a, dev.b)
+    dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
+
+    sra = _sra_teacher(config, student) if config.sra_weight > 0 else None
+    t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)) if sra else None
+    dev_t_vec = np.asarray(cached_vectors(sra, dev_texts, progress=progress), np.float32) if sra else None
+
+    head_cfg = config.head_config(2 * student.config.hidden_size, spec)
+    torch.manual_seed(config.seed)
+    proj, head = build_projection(head_cfg), build_head(head_cfg)
+    holder = type("Holder", (), {})()
+    holder.model = torch.nn.ModuleDict({"encoder": student.model, "proj": proj, "head": head})
+
+    def optimizer(stage: int):
+        student.model.requires_grad_(stage == 2)
+        params = [p for p in holder.model.parameters() if p.requires_grad]
+        return torch.optim.Adam(params, lr=config.lr1 if stage == 1 else config.lr2)
+
+    def stage_of(epoch: int) -> int:
+        return 1 if epoch < config.stage1_epochs else 2
+
+    state = {"epoch": 0, "step": 0, "log": [], "best": None, "opt_stage": stage_of(0)}
+    opt = optimizer(stage_of(0))
+    if resume:
+        st = require("safetensors.torch", "train")
+        state = read_json(ckpt / "state.json", "checkpoint state")
+        holder.model.load_state_dict(st.load_file(str(ckpt / "model.safetensors")))
+        opt = optimizer(stage_of(state["epoch"]))
+        if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
+            flat = st.load_file(str(ckpt / "optimizer.safetensors"))
+            opt_state: dict = {}
+            for key, value in flat.items():
+                i, name = key.split(".", 1)
+                opt_state.setdefault(int(i), {})[name] = value
+            opt.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+        state.pop("param_groups", None)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        before = _cosine(student.encode(dev_texts), dev_t_vec) if sra else None
+        write_json(out / CONFIG, config)
+        write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug), "dev_pairs": len(dev),
+                                        "teacher": teacher.identity, "sentences": len(texts),
+                                        "sra_dev_cosine_before": before})
+
+    def publish(metrics: dict, threshold: float | None, cosine: float | None) -> None:
+        head_cfg.threshold = threshold
+        save_head(out, proj, head, head_cfg)
+        student.save(out / STUDENT)
+        write_json(out / "dev.json", metrics)
+        before = read_json(out / "data.json", "data summary").get("sra_dev_cosine_before")
+        write_json(out / "sra_cosine.json", {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
+                                                     "distinct sentences", "before": before, "after": cosine,
+                                             "drop": None if before is None or cosine is None else round(before - cosine, 5)})
+
+    target_t = torch.from_numpy(targets)
+    epoch, step = state["epoch"], state["step"]
+    total = config.stage1_epochs + config.stage2_epochs
+    try:
+        while epoch < total:
+            stage = stage_of(epoch)
+            if state.get("opt_stage") != stage:
+                opt, state["opt_stage"] = optimizer(stage), stage
+            batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
+            holder.model.train()
+            if stage == 1:
+                student.model.eval()
+            losses: list[float] = []
+            bar = tqdm(batches[step:], desc=f"stage {stage} epoch {epoch + 1}/{total}", unit="batch", disable=not progress)
+            for rows in bar:
+                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+                x, lens = pad_ids([ids[i] for i in uniq])
+                x_t, lens_t = torch.from_numpy(x), torch.from_numpy(lens)
+                if stage == 1:
+                    with torch.no_grad():
+                        vec, tok = encoder_outputs(student.model, x_t, lens_t)
+                else:
+                    vec, tok = encoder_outputs(student.model, x_t, lens_t)
+                ia, ib = torch.from_numpy(inv[: len(rows)]), torch.from_numpy(inv[len(rows):])
+                sa = token_states(proj, tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
+                sb = token_states(proj, tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
+                loss = soft_label_loss(head(sa, sb), target_t[torch.from_numpy(rows)], spec.kind, config.temperature)
+                if stage == 2 and t_vec is not None:
+                    from ondevice.student import cosine_loss
+
+                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[torch.from_numpy(uniq)])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                losses.append(loss.item())
+                if len(losses) % 20 == 0:
+                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            bar.close()
+            vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg)
+            head.eval()
+            with torch.inference_mode():
+                dl = head(dsa[torch.from_numpy(da)], dsb[torch.from_numpy(db)]).numpy()
+            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
+            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+            cosine = _cosine(vec.numpy(), dev_t_vec) if dev_t_vec is not None else None
+            entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,
+                     "dev": metrics, "sra_dev_cosine": cosine, "time": time.time()}
+            state["log"].append(entry)
+            if progress:
+                print(f"stage {stage} epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} "
+                      f"{metrics[spec.metric]}, SRA cosine {cosine}", flush=True)
+            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+                publish({**metrics, "epoch": epoch + 1, "stage": stage}, threshold, cosine)
+            epoch, step = epoch + 1, 0
+            _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
+            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+    except KeyboardInterrupt:
+        _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
+        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    return DiPairStudent.load(out)

@@ -1,0 +1,398 @@
+"""DvBERT students (Cheng, paper 001): a siamese student taught by K cross-encoder teachers with teacher annealing.
+
+The student is the SRA-distilled BiLSTM (as in DSE) with DvBERT's head `softmax(W [u, v, |u-v|] + b)` for binary
+and class tasks (binary: one logit, sigmoid, the same model as a 2-way softmax) and, by default, the DSE head for
+regression (`head="mlp"`). Each training pair gets, from every teacher view k, a prediction q_k in target space
+(regression: the teacher's logit, gold units [0, 1]; binary: sigmoid; classes: softmax), and the loss is the
+paper's sum over teachers, here divided by K:
+
+    L = 1/K sum_k D(lambda * gold + (1 - lambda) * q_k, student)
+
+with D = squared error (regression), BCE (binary) or cross-entropy (classes). lambda follows `anneal`: `linear`
+rises from 0 at the first optimizer step to 1 at the last (Clark et al. 2019), `none` keeps 0 (teachers only),
+`constant:X` keeps X. D is linear in the target for BCE and cross-entropy, so this equals D against the mean
+teacher; for squared error the two differ by a constant, with the same gradients.
+
+A teacher view is a teacher folder and an input order: `DIR` scores (a, b), `DIR:ba` scores (b, a); a teacher
+fine-tuned with `--swap` is already a (b, a) teacher. Each view's logits are cached by `ondevice.pairs.logits`.
+
+The linear head is saved in the DSE head format (`pair_head.safetensors`, hidden = 2 x outputs) using
+x = relu(x) - relu(-x), which is exact in floating point, so `PairStudent`, `ondevice pairs eval`,
+`ondevice pairs export`, the bundle runtime and the Java core's `PairHead` take a DvBERT run unchanged.
+A run folder holds what a DSE run holds, with `dvbert_config.json` instead of `dse_config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json, write_text
+from ondevice.pairs.data import load_pairs, task_spec
+from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
+
+CONFIG = "dvbert_config.json"
+STUDENT = "student"  # same layout as a DSE run (ondevice.pairs.train.STUDENT)
+HEADS = ("auto", "linear", "mlp")
+
+
+@dataclass
+class DvBERTConfig:
+    """Every setting of a DvBERT student run; saved as dvbert_config.json."""
+
+    task: str
+    data: str
+    student: str  # SRA-distilled student dir (`ondevice distill`)
+    teachers: list = field(default_factory=list)  # teacher views: "DIR" (a, b) or "DIR:ba" (b, a)
+    anneal: str = "linear"  # linear | none | constant:X
+    head: str = "auto"  # auto (linear for binary/classes, mlp for regression) | linear | mlp
+    head_hidden: int = 256  # mlp head only
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 5e-4
+    max_train_pairs: int | None = None
+    seed: int = 0
+    split_seed: int = 0
+    threads: int = 0
+
+    def validate(self) -> None:
+        """Reject impossible values with a one-line error naming the flag."""
+        task_spec(self.task)
+        parse_anneal(self.anneal)
+        views = [parse_view(t) for t in self.teachers]
+        checks = [(len(views) >= 1, "--teachers needs at least one cross-encoder teacher dir (comma-separated)"),
+                  (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
+                  (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
+                  (self.head_hidden >= 1, "--head-hidden must be >= 1"), (self.epochs >= 1, "--epochs must be >= 1"),
+                  (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr > 0, "--lr must be > 0"),
+                  (self.threads >= 0, "--threads must be >= 0"),
+                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
+        for ok, msg in checks:
+            if not ok:
+                raise OndeviceError(msg)
+
+    def head_type(self) -> str:
+        """The head this run trains: `linear` (DvBERT) or `mlp` (DSE)."""
+        if self.head != "auto":
+            return self.head
+        return "mlp" if task_spec(self.task).kind == "regression" else "linear"
+
+
+_RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", "max_train_pairs",
+                "seed", "split_seed")
+
+
+def parse_view(spec: str) -> tuple[str, str]:
+    """'DIR' -> (DIR, 'ab'); 'DIR:ba' / 'DIR:ab' -> (DIR, order)."""
+    spec = str(spec).strip()
+    path, sep, order = spec.rpartition(":")
+    if sep and order in ("ab", "ba") and path:
+        return path, order
+    if not spec:
+        raise OndeviceError("--teachers has an empty entry; give comma-separated teacher dirs, each optionally DIR:ba")
+    return spec, "ab"
+
+
+def parse_teachers(text: str | Sequence[str], both_orders: bool = False) -> list[str]:
+    """Comma-separated teacher views (or a list); `both_orders` adds the (b, a) view of every (a, b) one."""
+    items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [str(t).strip() for t in text]
+    items = [t for t in items if t]
+    if both_orders:
+        items = items + [f"{p}:ba" for p, o in map(parse_view, items) if o == "ab" and f"{p}:ba" not in items]
+    return items
+
+
+def parse_anneal(spec: str) -> tuple[str, float]:
+    """'linear' | 'none' | 'constant:X' (0 <= X <= 1) -> (kind, value)."""
+    if spec in ("linear", "none"):
+        return spec, 0.0
+    if spec.startswith("constant:"):
+        try:
+            x = float(spec.split(":", 1)[1])
+        except ValueError:
+            x = -1.0
+        if 0.0 <= x <= 1.0:
+            return "constant", x
+    raise OndeviceError(f"--anneal must be linear, none or constant:X with X in [0, 1], got {spec!r}")
+
+
+def anneal_lambda(spec: str, step: int, total_steps: int) -> float:
+    """Weight of the gold label at optimizer step `step` (0-based) of `total_steps`: 0 = teachers only, 1 = gold."""
+    kind, value = parse_anneal(spec)
+    if kind == "none":
+        return 0.0
+    if kind == "constant":
+        return value
+    return 1.0 if total_steps <= 1 else min(1.0, max(0.0, step / (total_steps - 1)))
+
+
+def teacher_predictions(logits: np.ndarray, kind: str) -> np.ndarray:
+    """A teacher's logits (n, outputs) in target space: regression as is, binary sigmoid, classes softmax."""
+    x = np.asarray(logits, np.float64)
+    if kind == "regression":
+        out = x
+    elif kind == "binary":
+        out = 1.0 / (1.0 + np.exp(-x))
+    else:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        out = e / e.sum(axis=1, keepdims=True)
+    return out.astype(np.float32)
+
+
+def gold_targets(gold: np.ndarray, kind: str, outputs: int) -> np.ndarray:
+    """Gold in target space (n, outputs): normalized score, 0/1, or one-hot."""
+    g = np.asarray(gold)
+    if kind == "classes":
+        return np.eye(outputs, dtype=np.float32)[g.astype(np.int64)]
+    return g.astype(np.float32).reshape(-1, 1)
+
+
+def annealed_targets(teacher_probs, gold, lam: float):
+    """lambda * gold + (1 - lambda) * q_k for every teacher view: (K, n, outputs) from (K, n, outputs), (n, outputs)."""
+    return lam * gold[None] + (1.0 - lam) * teacher_probs
+
+
+def dvbert_loss(logits, teacher_probs, gold, lam: float, kind: str):
+    """Mean over the K teacher views of D(annealed target_k, student logits), each averaged over the batch."""
+    torch = require("torch", "train")
+    F = torch.nn.functional
+    targets = annealed_targets(teacher_probs, gold, lam)  # (K, B, O)
+    k = targets.shape[0]
+    f = logits.unsqueeze(0).expand(k, *logits.shape)
+    if kind == "regression":
+        per = ((f - targets) ** 2).sum(-1)
+    elif kind == "binary":
+        per = F.binary_cross_entropy_with_logits(f, targets, reduction="none").sum(-1)
+    else:
+        per = -(targets * F.log_softmax(f, dim=-1)).sum(-1)
+    return per.mean()
+
+
+def linear_as_mlp(weight: np.ndarray, bias: np.ndarray) -> dict[str, np.ndarray]:
+    """W [u, v, |u-v|] + b written in the DSE head format W2 relu(W1 [u, v, u*v, |u-v|] + b1) + b2 (exactly)."""
+    weight, bias = np.asarray(weight, np.float32), np.asarray(bias, np.float32)
+    outputs, three_d = weight.shape
+    d = three_d // 3
+    wu, wv, wd = weight[:, :d], weight[:, d : 2 * d], weight[:, 2 * d :]
+    w1 = np.concatenate([wu, wv, np.zeros_like(wu), wd], axis=1)
+    eye = np.eye(outputs, dtype=np.float32)
+    return {"hidden.weight": np.ascontiguousarray(np.concatenate([w1, -w1])),
+            "hidden.bias": np.concatenate([bias, -bias]).astype(np.float32),
+            "out.weight": np.ascontiguousarray(np.concatenate([eye, -eye], axis=1)),
+            "out.bias": np.zeros(outputs, np.float32)}
+
+
+def build_linear_head(dim: int, outputs: int):
+    """DvBERT's head as a torch module: (u, v) -> W [u, v, |u-v|] + b."""
+    torch = require("torch", "train")
+
+    class LinearPairHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3 * dim, outputs)
+
+        def forward(self, u, v):
+            return self.linear(torch.cat([u, v, (u - v).abs()], dim=-1))
+
+    return LinearPairHead()
+
+
+def build_dvbert_model(encoder, head):
+    """Siamese student: the shared encoder (ids, lengths) -> vectors, and `head` over two of them."""
+    torch = require("torch", "train")
+
+    class DvBERTModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+            self.head = head
+
+        def forward(self, ids, lengths, ia, ib):
+            vec = self.encoder(ids, lengths)  # each distinct sentence of the batch once
+            return self.head(vec[ia], vec[ib])
+
+    return DvBERTModel()
+
+
+def head_arrays(head, head_type: str, cfg: PairHeadConfig) -> dict[str, np.ndarray]:
+    """The head's float32 weights in the DSE head format."""
+    state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in head.state_dict().items()}
+    if head_type == "linear":
+        return linear_as_mlp(state["linear.weight"], state["linear.bias"])
+    return state
+
+
+def save_head_arrays(directory: Path, weights: dict[str, np.ndarray], cfg: PairHeadConfig) -> None:
+    """pair_head.safetensors + pair_head.json, as `ondevice.pairs.model.save_head` writes them."""
+    from safetensors.numpy import save_file
+
+    with atomic_path(directory / HEAD_WEIGHTS) as tmp:
+        save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head"})
+    write_json(directory / HEAD_CONFIG, cfg)
+
+
+def load_views(config: DvBERTConfig) -> list[tuple[str, str, object]]:
+    """(dir, order, CrossEncoderTeacher) per teacher view, all checked to be teachers of `config.task`."""
+    from ondevice.pairs.crossencoder import INFO, MODEL, CrossEncoderTeacher
+
+    spec = task_spec(config.task)
+    parsed = [parse_view(t) for t in config.teachers]
+    for path, _ in parsed:  # every folder checked before any model is loaded
+        p = Path(path)
+        if not p.is_dir():
+            raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher`")
+        if not (p / INFO).is_file() or not (p / MODEL).is_dir():
+            raise OndeviceError(f"{path} is not a cross-encoder teacher (needs {INFO} and {MODEL}/); "
+                                "run `ondevice pairs teacher` first")
+        task = (read_json(p / INFO, "teacher info").get("config") or {}).get("task")
+        if task != spec.name:
+            raise OndeviceError(f"teacher {path} was trained for {task}, not {spec.name}; "
+                                f"all --teachers must be {spec.name} teachers")
+    loaded: dict[str, object] = {}
+    for path, _ in parsed:
+        if path not in loaded:
+            loaded[path] = CrossEncoderTeacher.load(path)
+    return [(path, order, loaded[path]) for path, order in parsed]
+
+
+def _view_logits(teacher, order: str, a: list[str], b: list[str], progress: bool) -> np.ndarray:
+    from ondevice.pairs.logits import teacher_logits
+
+    # a (b, a) view is the teacher over the swapped pair list, which the content-keyed cache keeps apart
+    return teacher_logits(teacher, b, a, progress=progress) if order == "ba" else teacher_logits(teacher, a, b, progress=progress)
+
+
+def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
+                 on_step: Callable[[int], None] | None = None):
+    """Train (or resume) one DvBERT student; keeps the dev-best epoch. `on_step(global_step)` runs after each step."""
+    from tqdm.auto import tqdm
+
+    from ondevice.distill import _load_checkpoint, _save_checkpoint
+    from ondevice.pairs.train import PairStudent, _batches, _dev_logits, _index
+    from ondevice.student import Student
+    from ondevice.tokenizer import pad_ids
+
+    config.validate()
+    torch = require("torch", "train")
+    out = Path(out_dir)
+    ckpt = out / "checkpoint"
+    if ckpt.exists() and not resume:
+        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
+    if resume and not ckpt.exists():
+        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
+    if resume:
+        saved = dataclass_from_dict(DvBERTConfig, read_json(out / CONFIG, "DvBERT config"), "DvBERT config")
+        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
+        if diff:
+            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    views = load_views(config)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    spec = task_spec(config.task)
+    student = Student.load(config.student)
+    train = load_pairs(config.task, "train", config.data, config.split_seed)
+    dev = load_pairs(config.task, "dev", config.data, config.split_seed)
+    if config.max_train_pairs:
+        train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
+
+    logits = [_view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
+    probs = np.stack([teacher_predictions(x, spec.kind) for x in logits])  # (K, n, outputs)
+    gold = gold_targets(spec.normalize(train.gold), spec.kind, spec.num_outputs)
+    texts, pa, pb = _index([], train.a, train.b)
+    ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in texts]
+    dev_texts, da, db = _index([], dev.a, dev.b)
+    dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
+
+    head_type = config.head_type()
+    dim, outputs = student.config.output_dim, spec.num_outputs
+    head_cfg = PairHeadConfig(dim=dim, hidden=2 * outputs if head_type == "linear" else config.head_hidden,
+                              outputs=outputs, task=spec.name, kind=spec.kind, labels=list(spec.labels),
+                              gold_low=spec.low, gold_high=spec.high)
+    torch.manual_seed(config.seed)
+    head = build_linear_head(dim, outputs) if head_type == "linear" else build_head(head_cfg)
+    model = build_dvbert_model(student.model, head)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+    holder = SimpleNamespace(model=model)
+    state = {"epoch": 0, "step": 0, "log": [], "best": None}
+    if resume:
+        state = _load_checkpoint(out, holder, opt)
+        state.pop("param_groups", None)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / CONFIG, config)
+        train_metric = [evaluate_scores(spec, x, train.gold, t.info.get("threshold")) for x, (_, _, t) in zip(logits, views)]
+        write_json(out / "data.json", {
+            "train_pairs": len(train), "augment_pairs": 0, "dev_pairs": len(dev), "head": head_type,
+            "teacher": views[0][2].identity,
+            "teachers": [{"dir": p, "order": o, "identity": t.identity, "dev": t.info.get("dev"), "train": m}
+                         for (p, o, t), m in zip(views, train_metric)]})
+
+    def publish(metrics: dict, threshold: float | None) -> None:
+        head_cfg.threshold = threshold
+        save_head_arrays(out, head_arrays(model.head, head_type, head_cfg), head_cfg)
+        student.save(out / STUDENT)
+        write_json(out / "dev.json", metrics)
+
+    probs_t, gold_t = torch.from_numpy(probs), torch.from_numpy(gold)
+    n = len(train)
+    per_epoch = math.ceil(n / config.batch_size)
+    total = per_epoch * config.epochs
+    epoch, step = state["epoch"], state["step"]
+    try:
+        while epoch < config.epochs:
+            batches = _batches(n, config.batch_size, config.seed * 1000003 + epoch)
+            model.train()
+            losses: list[float] = []
+            bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
+            for rows in bar:
+                lam = anneal_lambda(config.anneal, epoch * per_epoch + step, total)
+                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+                x, lens = pad_ids([ids[i] for i in uniq])
+                ia, ib = inv[: len(rows)], inv[len(rows):]
+                f = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
+                r = torch.from_numpy(rows)
+                loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                losses.append(loss.item())
+                if len(losses) % 20 == 0:
+                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lam=f"{lam:.2f}")
+                if on_step is not None:
+                    on_step(epoch * per_epoch + step)
+            bar.close()
+            dl = _dev_logits(model, dev_ids, da, db)
+            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
+            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+            entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
+                     "lambda_end": anneal_lambda(config.anneal, (epoch + 1) * per_epoch - 1, total), "time": time.time()}
+            state["log"].append(entry)
+            if progress:
+                print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
+            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+                publish({**metrics, "epoch": epoch + 1}, threshold)
+            epoch, step = epoch + 1, 0
+            _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
+            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+    except KeyboardInterrupt:
+        _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
+        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    return PairStudent.load(out)
+
+
+def finished(out_dir: str | Path, epochs: int) -> bool:
+    """Whether a DvBERT (or DSE) run folder holds all `epochs` epochs."""
+    log = Path(out_dir) / "train_log.jsonl"
+    return log.is_file() and len(log.read_text().splitlines()) >= epochs

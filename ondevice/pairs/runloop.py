@@ -1,0 +1,71 @@
+"""The run-folder plumbing the pair and sentence fine-tuning runs share: start or resume, then epochs that
+checkpoint after each epoch and on Ctrl-C (torch-free at import; checkpoints are ondevice.distill's)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ondevice.errors import OndeviceError
+from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+
+CHECKPOINT = "checkpoint"
+
+
+@dataclass
+class Position:
+    """Where a run is: the epoch being trained and the batch within it (advanced by the epoch function)."""
+
+    epoch: int
+    step: int
+
+
+def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequence[str], resume: bool) -> None:
+    """A checkpoint without --resume, --resume without one, or --resume with other settings: one-line errors."""
+    if (out / CHECKPOINT).exists() and not resume:
+        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
+    if resume and not (out / CHECKPOINT).exists():
+        raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINT}/); run without --resume")
+    if resume:
+        saved = dataclass_from_dict(type(config), read_json(out / config_file, what), what)
+        diff = [k for k in keys if getattr(saved, k) != getattr(config, k)]
+        if diff:
+            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+
+
+def start_or_resume(out: Path, holder, opt, config: Any, config_file: str, resume: bool) -> dict:
+    """The run state {"epoch", "step", "log", "best"}: from the checkpoint, or fresh (config saved beside)."""
+    from ondevice.distill import _load_checkpoint
+
+    if resume:
+        state = _load_checkpoint(out, holder, opt)
+        state.pop("param_groups", None)
+        return state
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / config_file, config)
+    return {"epoch": 0, "step": 0, "log": [], "best": None}
+
+
+def run_epochs(out: Path, holder, opt, state: dict, epochs: int, train_epoch: Callable[[Position], dict]) -> None:
+    """Call `train_epoch(position)` until `epochs` are done; it trains from batch `position.step` (advancing it),
+    handles its dev-best, and returns the epoch's log entry. Checkpoint + train_log.jsonl after each epoch;
+    Ctrl-C saves a checkpoint and ends with a one-line error saying how to resume."""
+    from ondevice.distill import _save_checkpoint
+
+    pos = Position(state["epoch"], state["step"])
+
+    def save() -> None:
+        _save_checkpoint(out, holder, opt, {"epoch": pos.epoch, "step": pos.step, "log": state["log"], "best": state["best"]})
+
+    try:
+        while pos.epoch < epochs:
+            state["log"].append(train_epoch(pos))
+            pos.epoch, pos.step = pos.epoch + 1, 0
+            save()
+            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+    except KeyboardInterrupt:
+        save()
+        raise OndeviceError(f"interrupted at epoch {pos.epoch + 1}, batch {pos.step}; checkpoint saved, continue with --resume") from None

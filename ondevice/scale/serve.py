@@ -1,0 +1,137 @@
+"""HTTP search on Ray Serve: one deployment per index shard and an ingress that merges exactly like the router.
+
+    from ray import serve
+    from ondevice.scale.serve import search_app
+    serve.run(search_app("catalog/"), route_prefix="/search")     # POST {"queries": ["<hex code>", ...], "k": 10}
+
+The ingress sends the queries to every shard deployment, waits for all of them and merges the S x k candidates by
+(distance, id) with `merge_topk`, so an answer equals one `HammingIndex` over all codes. A shard that fails is an
+error naming it (HTTP 503), unless the request asks for `"partial": true`: then the other shards' merged answer
+comes back with `"partial": true` and the failed shard numbers in `"missing"`. Bad requests are HTTP 400 with one
+line naming the problem.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ondevice.errors import OndeviceError
+from ondevice.index import HammingIndex
+from ondevice.scale.shards import Manifest, ShardedResult, ShardInfo, merge_topk, open_shard, read_manifest
+
+MAX_QUERIES = 10_000  # per request: bounds the memory one HTTP call can ask for
+MAX_K = 10_000
+
+
+class ShardReplica:
+    """Serve deployment body: one shard file, checked against the manifest and memory-mapped once per replica."""
+
+    def __init__(self, manifest: dict, folder: str, i: int, verify: bool = True, threads: int = 1):
+        m = Manifest(bits=manifest["bits"], count=manifest["count"], shards=[ShardInfo(**s) for s in manifest["shards"]])
+        self.i, self.threads = i, threads
+        self.index = open_shard(m, Path(folder), i, verify=verify, threads=threads)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k, threads=self.threads)
+
+
+def parse_request(body: object, code_bytes: int) -> tuple[np.ndarray, int, bool]:
+    """(queries uint8 (n, code_bytes), k, partial) from a JSON body {"queries": [hex, ...], "k": int, "partial": bool}."""
+    if not isinstance(body, dict):
+        raise OndeviceError('the request body must be a JSON object like {"queries": ["<hex code>"], "k": 10}')
+    queries, k, partial = body.get("queries"), body.get("k", 10), body.get("partial", False)
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
+        raise OndeviceError('"queries" must be a non-empty list of hex strings, one packed code each')
+    if len(queries) > MAX_QUERIES:
+        raise OndeviceError(f'{len(queries)} queries in one request; send at most {MAX_QUERIES}')
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise OndeviceError(f'"k" must be an integer in 1..{MAX_K}, got {k!r}')
+    if not isinstance(partial, bool):
+        raise OndeviceError(f'"partial" must be true or false, got {partial!r}')
+    out = np.zeros((len(queries), code_bytes), dtype=np.uint8)
+    for row, text in enumerate(queries):
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            raise OndeviceError(f"query {row} is not a hex string") from None
+        if len(raw) != code_bytes:
+            raise OndeviceError(f"query {row} has {len(raw)} bytes; this index holds {code_bytes}-byte codes "
+                                f"({2 * code_bytes} hex digits)")
+        out[row] = np.frombuffer(raw, dtype=np.uint8)
+    return out, k, partial
+
+
+class SearchIngress:
+    """Serve ingress: fans a query batch out to every shard deployment and merges like `RayShardedIndex`."""
+
+    def __init__(self, bits: int, files: list[str], *shards):
+        self.bits, self.files, self.shards = bits, files, list(shards)
+        self.code_bytes = HammingIndex(bits).code_bytes
+
+    async def search(self, queries: np.ndarray, k: int, partial: bool = False) -> ShardedResult:
+        """k nearest codes over all shards; a failed shard is an error naming it unless `partial`."""
+        HammingIndex(self.bits).search(queries, k)  # dtype, shape, padding bits and k checked as the single index does
+        queries = np.ascontiguousarray(np.asarray(queries).reshape(-1, self.code_bytes))
+        responses = [shard.search.remote(queries, int(k)) for shard in self.shards]
+        dists, ids, missing, first = [], [], [], ""
+        for i, response in enumerate(responses):
+            try:
+                d, n = await response
+            except Exception as exc:  # noqa: BLE001 - a replica failure comes as Ray's or the shard's own error
+                missing.append(i)
+                first = first or f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
+                continue
+            dists.append(d)
+            ids.append(n)
+        if missing and not partial:
+            names = ", ".join(f"{i} ({self.files[i]})" for i in missing)
+            raise OndeviceError(f"shard {names} did not answer ({first}); redeploy it, or ask for partial results")
+        if not dists:
+            empty = np.full((len(queries), int(k)), -1)
+            return ShardedResult(empty.astype(np.int32), empty.astype(np.int64), missing)
+        d, n = merge_topk(dists, ids, int(k))
+        return ShardedResult(d, n, missing)
+
+    async def __call__(self, request):
+        """HTTP: POST a JSON body (see `parse_request`); answers distances, ids, partial and missing."""
+        from starlette.responses import JSONResponse
+
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
+        try:
+            queries, k, partial = parse_request(body, self.code_bytes)
+        except OndeviceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        try:
+            result = await self.search(queries, k, partial)
+        except OndeviceError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503 if "did not answer" in str(exc) else 400)
+        return JSONResponse({"distances": result.distances.tolist(), "ids": result.ids.tolist(),
+                             "partial": result.partial, "missing": result.missing})
+
+
+def search_app(path: str | os.PathLike, verify: bool = True, threads: int = 1, cpus_per_shard: float = 1.0,
+               replicas: int = 1):
+    """A Serve application for the sharded index at `path`: `serve.run(search_app(path))` deploys it.
+
+    Each shard gets its own deployment (`replicas` copies, `cpus_per_shard` logical CPUs each), reading its file
+    where the replica runs (a shared filesystem, or the same folder on every node).
+    """
+    from ondevice.scale.ray_env import ray_module
+
+    ray_module()
+    from ray import serve
+
+    manifest, folder = read_manifest(path)
+    spec, where = asdict(manifest), str(folder.resolve())
+    shards = [serve.deployment(ShardReplica, name=f"shard-{i:05d}", num_replicas=replicas,
+                               ray_actor_options={"num_cpus": cpus_per_shard}).bind(spec, where, i, verify, threads)
+              for i in range(len(manifest.shards))]
+    ingress = serve.deployment(SearchIngress, name="ingress", ray_actor_options={"num_cpus": 0})
+    return ingress.bind(manifest.bits, [s.file for s in manifest.shards], *shards)

@@ -1,0 +1,117 @@
+"""DiPair model: position selection against a brute-force reference, masking of short sentences, torch == numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.dipair import (
+    DiPairHeadConfig,
+    build_head,
+    build_projection,
+    dequantize_states,
+    encoder_outputs,
+    head_forward_numpy,
+    quantize_states,
+    select_positions,
+    states_numpy,
+    token_states,
+)
+
+
+def _brute(length: int, n: int, mode: str) -> list[int]:
+    """Kept positions written out the slow way."""
+    if length <= n:
+        return list(range(length))
+    if mode == "first":
+        return list(range(n))
+    half = n // 2
+    return list(range(half)) + list(range(length - (n - half), length))
+
+
+@pytest.mark.parametrize("mode", ["first", "firstlast"])
+def test_select_positions_matches_brute_force(mode):
+    lengths = np.arange(1, 30)
+    for n in (1, 2, 3, 4, 7, 8):
+        idx, valid = select_positions(lengths, n, mode)
+        for row, length in enumerate(lengths):
+            want = _brute(int(length), n, mode)
+            assert idx[row, valid[row]].tolist() == want
+            assert valid[row].sum() == len(want) and (idx[row, ~valid[row]] == 0).all()
+    with pytest.raises(OndeviceError, match="unknown selection"):
+        select_positions(lengths, 4, "middle")
+
+
+def _cfg(**kw):
+    base = {"in_dim": 6, "n": 4, "m": 3, "d": 8, "layers": 2, "heads": 1, "ffn": 12, "outputs": 1}
+    base.update(kw)
+    return DiPairHeadConfig(**base)
+
+
+def test_head_matches_numpy_reference_and_masks_padding():
+    import torch
+
+    cfg = _cfg(heads=2, outputs=3)
+    torch.manual_seed(0)
+    head = build_head(cfg).eval()
+    w = {k: v.numpy() for k, v in head.state_dict().items()}
+    rng = np.random.default_rng(0)
+    sa, sb = np.tanh(rng.normal(size=(5, 4, 8))).astype(np.float32), np.tanh(rng.normal(size=(5, 3, 8))).astype(np.float32)
+    sa[:, 2:] = 0  # short sentences: padding slots are zero rows
+    sb[1:, 1:] = 0
+    with torch.no_grad():
+        got = head(torch.from_numpy(sa), torch.from_numpy(sb)).numpy()
+    np.testing.assert_allclose(got, head_forward_numpy(cfg, w, sa, sb), atol=1e-5)
+    # padding slots are masked out of attention: whatever the position embedding there, the output is unchanged
+    w2 = dict(w)
+    w2["position"] = w["position"].copy()
+    w2["position"][2:4] += 5.0
+    w2["position"][5:] += 5.0
+    sb2 = sb.copy()
+    sb2[0, 1:] = 0
+    sa2 = sa
+    np.testing.assert_allclose(head_forward_numpy(cfg, w2, sa2, sb2)[1:], head_forward_numpy(cfg, w, sa2, sb2)[1:], atol=1e-5)
+
+
+def test_token_states_short_sentences_and_int8_roundtrip():
+    import torch
+
+    from ondevice.student import StudentConfig, build_model
+
+    scfg = StudentConfig(vocab_size=20, embedding_dim=4, hidden_size=3, pooling="meanmax", output_dim=5, max_tokens=16)
+    torch.manual_seed(1)
+    model = build_model(scfg).eval()
+    cfg = _cfg(in_dim=6, n=4)
+    proj = build_projection(cfg)
+    lengths = np.array([1, 2, 4, 9], np.int64)
+    ids = np.zeros((4, 9), np.int64)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = np.arange(2, 2 + n)
+    with torch.no_grad():
+        vec, out = encoder_outputs(model, torch.from_numpy(ids), torch.from_numpy(lengths))
+        np.testing.assert_allclose(vec.numpy(), model(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy(), atol=1e-6)
+        for mode in ("first", "firstlast"):
+            s = token_states(proj, out, torch.from_numpy(lengths), 4, mode).numpy()
+            ref = states_numpy(out.numpy(), lengths, 4, mode, proj.weight.numpy(), proj.bias.numpy())
+            np.testing.assert_allclose(s, ref, atol=1e-6)
+            assert s.shape == (4, 4, 8)
+            for row, n in enumerate(lengths):  # exactly min(n, 4) non-zero rows, padding rows exactly 0
+                assert (np.abs(s[row]).sum(-1) > 0).sum() == min(n, 4) and (s[row, min(n, 4):] == 0).all()
+    q = quantize_states(s)
+    assert q.dtype == np.int8 and np.abs(dequantize_states(q) - s).max() <= 0.5 / 127 + 1e-7
+    assert ((np.abs(dequantize_states(q)).sum(-1) > 0) == (np.abs(s).sum(-1) > 0)).all()
+
+
+def test_cache_size_at_defaults_is_at_most_1kb():
+    from ondevice.pairs.dipair_train import DiPairConfig
+
+    c = DiPairConfig(task="stsb", data="", student="", teacher="t")
+    assert c.head_config(1024, type("S", (), {"num_outputs": 1, "name": "stsb", "kind": "regression", "labels": [],
+                                              "low": 0.0, "high": 5.0})).cache_bytes(int8=True) <= 1024
+
+
+@pytest.mark.parametrize("kw,msg", [({"n": 0}, "--n"), ({"d": 6, "heads": 4}, "divisible"), ({"mode": "x"}, "--select")])
+def test_bad_head_config(kw, msg):
+    with pytest.raises(OndeviceError, match=msg):
+        _cfg(**kw).validate()

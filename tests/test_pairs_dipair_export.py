@@ -1,0 +1,157 @@
+"""DiPair on device: head graph == torch/numpy head, encoder token-state outputs == torch, bundle API, golden pairs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.dipair import DiPairHeadConfig, build_head, head_forward_numpy, load_head_weights
+from ondevice.pairs.dipair_export import (
+    build_head_graph,
+    build_int8_head_graph,
+    export_dipair_bundle,
+    run_head,
+)
+from ondevice.runtime import Bundle
+
+
+@pytest.fixture(scope="module")
+def dipair_env(pair_env, tmp_path_factory):
+    from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+
+    root = tmp_path_factory.mktemp("dipair")
+    cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
+                       n=4, m=5, d=8, ffn=16, select="firstlast", stage1_epochs=1, stage2_epochs=1, batch_size=16,
+                       sra_weight=0.0, augment_random=20)
+    train_dipair(cfg, root / "run", progress=False)
+    export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)
+    return root / "run", root / "bundle"
+
+
+def _states(rng, b, n, d, pad=True):
+    s = np.tanh(rng.normal(0, 0.8, (b, n, d))).astype(np.float32)
+    if pad:
+        for i, keep in enumerate(rng.integers(1, n + 1, b)):
+            s[i, keep:] = 0
+    return s
+
+
+def test_head_graph_equals_torch_and_reference():
+    import torch
+
+    cfg = DiPairHeadConfig(in_dim=6, n=3, m=4, d=8, layers=2, heads=2, ffn=12, outputs=3, kind="classes")
+    torch.manual_seed(0)
+    head = build_head(cfg).eval()
+    w = {k: v.numpy() for k, v in head.state_dict().items()}
+    rng = np.random.default_rng(0)
+    sa, sb = _states(rng, 40, 3, 8), _states(rng, 40, 4, 8)
+    with torch.no_grad():
+        ref = head(torch.from_numpy(sa), torch.from_numpy(sb)).numpy()
+    np.testing.assert_allclose(head_forward_numpy(cfg, w, sa, sb), ref, atol=1e-5)
+    np.testing.assert_allclose(run_head(build_head_graph(cfg, w).SerializeToString(), sa, sb), ref, atol=1e-5)
+    q = run_head(build_int8_head_graph(cfg, w).SerializeToString(), sa, sb)
+    assert np.abs(q - ref).max() < 0.15 * ref.std() + 0.05
+
+
+def test_bundle_states_scores_and_rerank(dipair_env):
+    from ondevice.pairs.dipair_train import DiPairStudent
+
+    run, root = dipair_env
+    ds = DiPairStudent.load(run)
+    texts = ["", "cat", "the cat sat on the mat.", "a big red car drove past the old house by the river today."]
+    for precision, tol in (("fp32", 1e-5), ("int8", None)):
+        bundle = Bundle.load(root, precision=precision)
+        dp = bundle.dipair()
+        block = bundle.manifest["dipair"]
+        assert block["file"] in bundle.manifest["files"] and block["weights"] in bundle.manifest["files"]
+        assert block["cache"]["per_item_bytes_int8"] == 5 * 8 and block["head"]["select"] == "firstlast"
+        sa, sb = dp.states(texts, "a"), dp.states(texts, "b")
+        assert sa.shape == (4, 4, 8) and sb.shape == (4, 5, 8)
+        lengths = [len(bundle.tokenizer.ids(t)) for t in texts]
+        for row, n in enumerate(lengths):  # short sentences: exactly min(length, slots) non-zero rows
+            assert (np.abs(sb[row]).sum(-1) > 0).sum() == min(n, 5)
+        q = dp.states(texts, "b", int8=True)
+        assert q.dtype == np.int8 and q.nbytes == 4 * 5 * 8
+        np.testing.assert_array_equal(q, np.clip(np.rint(sb * 127), -127, 127).astype(np.int8))
+        if tol:
+            np.testing.assert_allclose(sb, ds.states(texts, "b"), atol=tol)
+            np.testing.assert_allclose(sa, ds.states(texts, "a"), atol=tol)
+            np.testing.assert_allclose(dp.pair_scores(texts, texts[::-1]), ds.logits(texts, texts[::-1])[:, 0] * 5.0, atol=1e-4)
+        _, rows_t = dp.rerank("the cat sat", texts, k=3)
+        _, rows_c = dp.rerank("the cat sat", sb, k=3)
+        np.testing.assert_array_equal(rows_t, rows_c)
+        # Hamming shortlist covering the catalog gives exactly the exhaustive head order
+        bundle.index_texts(texts)
+        _, ids = dp.search_rerank("the cat sat", q, k=3, shortlist=len(texts))
+        _, rows = dp.rerank("the cat sat", q, k=3)
+        np.testing.assert_array_equal(ids, rows)
+
+
+def test_golden_pairs(dipair_env):
+    from ondevice.pairs.dipair_train import DiPairStudent
+
+    run, root = dipair_env
+    cfg, w = load_head_weights(run)
+    for precision in ("fp32", "int8"):
+        g = root / precision / "golden"
+        sa, sb = np.load(g / "dipair_states_a.npy"), np.load(g / "dipair_states_b.npy")
+        ia, ib = np.load(g / "dipair_pair_a.npy"), np.load(g / "dipair_pair_b.npy")
+        np.testing.assert_allclose(np.load(g / "dipair_logits.npy"), head_forward_numpy(cfg, w, sa[ia], sb[ib]), atol=1e-5)
+        assert json.loads((root / precision / "manifest.json").read_text())["dipair"]["golden"]["pairs"] == len(ia)
+    sentences = [json.loads(x) for x in (root / "fp32" / "golden" / "sentences.jsonl").read_text().splitlines()][: len(sa)]
+    sentences = [s if isinstance(s, str) else s.get("text", s.get("sentence")) for s in sentences]
+    np.testing.assert_allclose(sb, DiPairStudent.load(run).states(sentences, "b"), atol=1e-5)
+
+
+def test_tampered_missing_and_bad_input(dipair_env, tmp_path):
+    _, root = dipair_env
+    bad = tmp_path / "bad"
+    shutil.copytree(root / "int8", bad)
+    data = bytearray((bad / "dipair_head.onnx").read_bytes())
+    data[-5] ^= 0xFF
+    (bad / "dipair_head.onnx").write_bytes(bytes(data))
+    with pytest.raises(OndeviceError, match="sha256|modified"):
+        Bundle.load(bad)
+    plain = tmp_path / "plain"
+    shutil.copytree(root / "int8", plain)
+    m = json.loads((plain / "manifest.json").read_text())
+    del m["dipair"]
+    (plain / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(OndeviceError, match="no DiPair head"):
+        Bundle.load(plain).dipair()
+    dp = Bundle.load(root / "fp32").dipair()
+    with pytest.raises(OndeviceError, match="shape"):
+        dp.logits(np.zeros((2, 3, 8), np.float32), np.zeros((2, 5, 8), np.float32))
+    with pytest.raises(OndeviceError, match="role"):
+        dp.states(["x"], role="c")
+    with pytest.raises(OndeviceError, match="equal counts"):
+        dp.pair_scores(["a", "b"], ["c"])
+
+
+JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_dipair_head_parity(dipair_env, tmp_path):
+    import re
+    import subprocess
+    from pathlib import Path
+
+    _, root = dipair_env
+    core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
+    sources = [str(p) for p in (core / "src").rglob("*.java")]
+    res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options",
+                                            "-Werror", "-encoding", "UTF-8", "-d", str(tmp_path / "c"), *sources],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for precision in ("fp32", "int8"):  # both ship fp32 dipair_head.safetensors; golden logits are the fp32 graph's
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+                                                "ai.ondevice.core.DiPairParityCheck", str(root / precision), "--max-abs-diff", "1e-4"],
+                             capture_output=True, text=True, timeout=300)
+        values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert int(values["pairs"]) == 300 and float(values["max_abs_diff"]) <= 1e-4

@@ -1,0 +1,91 @@
+"""DiPair training: stage 1 leaves the encoder unchanged, loss falls, resume is exact, SRA cosine reported."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent, soft_label_loss, train_dipair
+
+
+def _cfg(pair_env, tiny_teacher, **kw):
+    base = {"task": "stsb", "data": str(pair_env.data), "student": str(pair_env.student), "teacher": str(pair_env.teacher()),
+            "sra_teacher": str(tiny_teacher), "n": 4, "m": 4, "d": 8, "ffn": 16, "stage1_epochs": 2, "stage2_epochs": 1,
+            "batch_size": 16, "lr1": 3e-3, "lr2": 1e-3, "augment_random": 30}
+    base.update(kw)
+    return DiPairConfig(**base)
+
+
+def _weights(folder):
+    from ondevice.student import Student
+
+    return {k: v.numpy().copy() for k, v in Student.load(folder).model.state_dict().items()}
+
+
+def test_stage1_freezes_encoder_and_loss_falls(pair_env, tiny_teacher, tmp_path):
+    run = tmp_path / "s1"
+    train_dipair(_cfg(pair_env, tiny_teacher, stage2_epochs=0, stage1_epochs=3), run, progress=False)
+    before, after = _weights(pair_env.student), _weights(run / "student")
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # encoder untouched in stage 1
+    log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    assert [e["stage"] for e in log] == [1, 1, 1] and log[-1]["train_loss"] < log[0]["train_loss"]
+    cos = json.loads((run / "sra_cosine.json").read_text())
+    assert cos["before"] == pytest.approx(cos["after"], abs=1e-6)
+
+
+def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_teacher, tmp_path):
+    from ondevice.pairs.data import load_pairs
+
+    cfg = _cfg(pair_env, tiny_teacher, seed=1)
+    train_dipair(cfg, tmp_path / "full", progress=False)
+    with pytest.raises(OndeviceError, match="--resume"):
+        train_dipair(cfg, tmp_path / "full", progress=False)
+    log = [json.loads(x) for x in (tmp_path / "full" / "train_log.jsonl").read_text().splitlines()]
+    assert [e["stage"] for e in log] == [1, 1, 2]
+    assert log[2]["sra_dev_cosine"] is not None
+    # an interrupted run: 1 epoch, then its config edited back to the full schedule, then resumed
+    part = _cfg(pair_env, tiny_teacher, seed=1, stage1_epochs=1, stage2_epochs=0)
+    train_dipair(part, tmp_path / "part", progress=False)
+    text = (tmp_path / "part" / "dipair_config.json").read_text()
+    text = text.replace('"stage1_epochs": 1', '"stage1_epochs": 2').replace('"stage2_epochs": 0', '"stage2_epochs": 1')
+    (tmp_path / "part" / "dipair_config.json").write_text(text)
+    with pytest.raises(OndeviceError, match="different settings"):
+        train_dipair(_cfg(pair_env, tiny_teacher, seed=1, lr1=1e-2), tmp_path / "part", resume=True, progress=False)
+    train_dipair(cfg, tmp_path / "part", resume=True, progress=False)
+    a = (tmp_path / "full" / "checkpoint" / "model.safetensors").read_bytes()
+    b = (tmp_path / "part" / "checkpoint" / "model.safetensors").read_bytes()
+    assert a == b
+    dev = json.loads((tmp_path / "full" / "dev.json").read_text())
+    assert dev["epoch"] == max(log, key=lambda e: e["dev"]["spearman"])["epoch"]
+    ds = DiPairStudent.load(tmp_path / "full")
+    assert abs(ds.evaluate(load_pairs("stsb", "dev", pair_env.data))["spearman"] - dev["spearman"]) < 0.01
+    with pytest.raises(OndeviceError, match="nothing to resume"):
+        train_dipair(cfg, tmp_path / "none", resume=True, progress=False)
+
+
+def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):
+    for kw, msg in (({"n": 0}, "--n"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"), ({"teacher": ""}, "--teacher"),
+                    ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature")):
+        with pytest.raises(OndeviceError, match=msg):
+            train_dipair(_cfg(pair_env, tiny_teacher, **kw), tmp_path / "bad", progress=False)
+    with pytest.raises(OndeviceError, match="trained for stsb"):
+        train_dipair(_cfg(pair_env, tiny_teacher, task="mrpc"), tmp_path / "bad2", progress=False)
+    with pytest.raises(OndeviceError, match="--sra-teacher"):
+        train_dipair(_cfg(pair_env, tiny_teacher, sra_teacher=""), tmp_path / "bad3", progress=False)
+
+
+def test_soft_label_losses():
+    import torch
+
+    t = torch.tensor([[2.0], [-1.0]])
+    s = torch.tensor([[2.0], [-1.0]])
+    # binary: minimised at the teacher's logit (T = 1), and the gradient there is 0
+    s.requires_grad_(True)
+    soft_label_loss(s, t, "binary", 1.0).backward()
+    assert torch.allclose(s.grad, torch.zeros_like(s), atol=1e-7)
+    assert float(soft_label_loss(torch.tensor([[0.3]]), torch.tensor([[0.5]]), "regression", 1.0)) == pytest.approx(0.04)
+    c = torch.tensor([[1.0, 2.0, 0.0]])
+    assert float(soft_label_loss(c, c, "classes", 1.0)) < float(soft_label_loss(c.flip(-1), c, "classes", 1.0))

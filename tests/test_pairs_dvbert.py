@@ -1,0 +1,300 @@
+"""DvBERT students: annealing schedule, multi-teacher targets and loss against brute force, training, resume,
+bad input, and the exported head scoring like the torch head (bundle runtime, golden pairs, Java core)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ondevice.cli import main
+from ondevice.errors import OndeviceError
+from ondevice.pairs.dvbert import (
+    DvBERTConfig,
+    anneal_lambda,
+    annealed_targets,
+    dvbert_loss,
+    gold_targets,
+    linear_as_mlp,
+    parse_teachers,
+    parse_view,
+    teacher_predictions,
+    train_dvbert,
+)
+from ondevice.pairs.model import head_forward_numpy
+
+torch = pytest.importorskip("torch")
+
+
+class Teachers:
+    """Tiny MRPC teachers: seed 0, seed 1 and a --swap (b, a) teacher, trained once per module."""
+
+    def __init__(self, env, root: Path):
+        from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
+
+        self.env = env
+        self.dirs = {}
+        for name, kw in (("s0", {"seed": 0}), ("s1", {"seed": 1}), ("swap", {"seed": 0, "swap": True})):
+            cfg = CrossEncoderConfig(task="mrpc", data=str(env.data), base=str(env.base), epochs=2, batch_size=16,
+                                     lr=2e-3, logging_steps=5, **kw)
+            fine_tune(cfg, root / name, progress=False)
+            self.dirs[name] = str(root / name)
+
+    def config(self, **kw) -> DvBERTConfig:
+        base = {"task": "mrpc", "data": str(self.env.data), "student": str(self.env.student),
+                "teachers": [self.dirs["s0"], self.dirs["s1"], self.dirs["swap"], self.dirs["s0"] + ":ba"],
+                "epochs": 3, "batch_size": 16, "lr": 3e-3, "seed": 0}
+        base.update(kw)
+        return DvBERTConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def teachers(pair_env, tmp_path_factory):
+    return Teachers(pair_env, tmp_path_factory.mktemp("dvbert-teachers"))
+
+
+@pytest.fixture(scope="module")
+def run(teachers, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dvbert") / "run"
+    train_dvbert(teachers.config(), out, progress=False)
+    return out
+
+
+def test_anneal_schedule():
+    assert anneal_lambda("linear", 0, 101) == 0.0
+    assert anneal_lambda("linear", 50, 101) == pytest.approx(0.5)
+    assert anneal_lambda("linear", 100, 101) == 1.0
+    assert anneal_lambda("linear", 25, 101) == pytest.approx(0.25)
+    assert anneal_lambda("linear", 0, 1) == 1.0  # a one-step run ends on gold, as a schedule reaching 1 must
+    assert [anneal_lambda("none", s, 10) for s in (0, 5, 9)] == [0.0, 0.0, 0.0]
+    assert [anneal_lambda("constant:0.3", s, 10) for s in (0, 5, 9)] == [0.3, 0.3, 0.3]
+    for bad in ("cosine", "constant:1.5", "constant:x", ""):
+        with pytest.raises(OndeviceError, match="--anneal"):
+            anneal_lambda(bad, 0, 10)
+
+
+def _brute_loss(logits, teacher_logits, gold, lam, kind):
+    """Per pair, per teacher, in plain Python floats: target = lam * gold + (1 - lam) * teacher prediction."""
+    total = 0.0
+    k, n = len(teacher_logits), len(logits)
+    for t in teacher_logits:
+        for i in range(n):
+            f = [float(x) for x in logits[i]]
+            if kind == "regression":
+                target = lam * float(gold[i]) + (1 - lam) * float(t[i][0])
+                total += (f[0] - target) ** 2
+            elif kind == "binary":
+                q = 1 / (1 + np.exp(-float(t[i][0])))
+                target = lam * float(gold[i]) + (1 - lam) * q
+                p = 1 / (1 + np.exp(-f[0]))
+                total += -(target * np.log(p) + (1 - target) * np.log(1 - p))
+            else:
+                e = np.exp(np.array(t[i], np.float64) - max(t[i]))
+                q = e / e.sum()
+                target = lam * np.eye(len(f))[int(gold[i])] + (1 - lam) * q
+                logp = np.array(f) - max(f) - np.log(np.exp(np.array(f) - max(f)).sum())
+                total += -(target * logp).sum()
+    return total / (k * n)
+
+
+@pytest.mark.parametrize("kind,outputs", [("regression", 1), ("binary", 1), ("classes", 3)])
+def test_multi_teacher_target_and_loss_match_brute_force(kind, outputs):
+    rng = np.random.default_rng(3)
+    k, n = 3, 7
+    logits = rng.normal(size=(n, outputs)).astype(np.float32)
+    tl = rng.normal(size=(k, n, outputs)).astype(np.float32)
+    gold = rng.random(n).astype(np.float32) if kind == "regression" else rng.integers(0, max(2, outputs), n)
+    if kind == "binary":
+        gold = gold.astype(np.float32)
+    probs = np.stack([teacher_predictions(t, kind) for t in tl])
+    g = gold_targets(gold, kind, outputs)
+    for lam in (0.0, 0.37, 1.0):
+        targets = annealed_targets(probs, g, lam)
+        for j in range(k):
+            for i in range(n):
+                np.testing.assert_allclose(targets[j, i], lam * g[i] + (1 - lam) * probs[j, i], rtol=1e-6)
+        got = dvbert_loss(torch.from_numpy(logits), torch.from_numpy(probs), torch.from_numpy(g), lam, kind).item()
+        assert got == pytest.approx(_brute_loss(logits, tl, gold, lam, kind), rel=1e-5, abs=1e-6)
+    if kind != "regression":  # cross-entropy is linear in the target: mean of losses == loss of the mean teacher
+        mean = dvbert_loss(torch.from_numpy(logits), torch.from_numpy(probs.mean(0, keepdims=True)),
+                           torch.from_numpy(g), 0.37, kind).item()
+        got = dvbert_loss(torch.from_numpy(logits), torch.from_numpy(probs), torch.from_numpy(g), 0.37, kind).item()
+        assert got == pytest.approx(mean, rel=1e-5)
+
+
+def test_linear_head_in_the_dse_format_is_exact():
+    rng = np.random.default_rng(0)
+    d, o = 12, 3
+    w, b = rng.normal(0, 0.5, (o, 3 * d)).astype(np.float32), rng.normal(size=o).astype(np.float32)
+    u, v = np.tanh(rng.normal(size=(50, d))).astype(np.float32), np.tanh(rng.normal(size=(50, d))).astype(np.float32)
+    ref = np.concatenate([u, v, np.abs(u - v)], 1).astype(np.float64) @ w.T.astype(np.float64) + b
+    np.testing.assert_allclose(head_forward_numpy(linear_as_mlp(w, b), u, v), ref, atol=1e-5)
+    weights = linear_as_mlp(w, b)
+    assert weights["hidden.weight"].shape == (2 * o, 4 * d) and not weights["hidden.weight"][:, 2 * d : 3 * d].any()
+
+
+def test_teacher_views():
+    assert parse_view("runs/t") == ("runs/t", "ab") and parse_view("runs/t:ba") == ("runs/t", "ba")
+    assert parse_view("runs/t:ab") == ("runs/t", "ab") and parse_view("odd:name") == ("odd:name", "ab")
+    assert parse_teachers("a, b,,a:ba", both_orders=True) == ["a", "b", "a:ba", "b:ba"]
+
+
+def test_train_publishes_dev_best_and_loss_falls(run, teachers, pair_env):
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.train import PairStudent
+
+    log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 3 and log[-1]["train_loss"] < log[0]["train_loss"] and log[-1]["lambda_end"] == 1.0
+    data = json.loads((run / "data.json").read_text())
+    assert data["head"] == "linear" and [t["order"] for t in data["teachers"]] == ["ab", "ab", "ab", "ba"]
+    ids = [t["identity"] for t in data["teachers"]]
+    assert ids[2]["input_order"] == "ba" and "input_order" not in ids[0] and ids[0] != ids[1]
+    dev = json.loads((run / "dev.json").read_text())
+    assert dev["epoch"] == max(log, key=lambda e: (e["dev"]["accuracy"], -e["epoch"]))["epoch"]
+    ps = PairStudent.load(run)
+    assert ps.head_cfg.hidden == 2 and ps.head_cfg.threshold is not None
+    d = load_pairs("mrpc", "dev", pair_env.data)
+    assert abs(ps.evaluate(d)["accuracy"] - dev["accuracy"]) < 1e-6
+
+
+def test_gold_only_annealing_ignores_the_teachers(teachers, tmp_path):
+    """lambda = 1 throughout: the teachers drop out of the target, so two different teachers train identical students;
+    with the linear schedule they do not."""
+    def head(name: str, views: list[str], anneal: str) -> bytes:
+        train_dvbert(teachers.config(teachers=views, anneal=anneal, epochs=1, max_train_pairs=32), tmp_path / name,
+                     progress=False)
+        return (tmp_path / name / "checkpoint" / "model.safetensors").read_bytes()
+
+    t = teachers.dirs
+    assert head("g0", [t["s0"]], "constant:1") == head("g1", [t["s1"]], "constant:1")
+    assert head("l0", [t["s0"]], "linear") != head("l1", [t["s1"]], "linear")
+
+
+def test_resume_after_interrupt_equals_uninterrupted(teachers, tmp_path):
+    cfg = teachers.config(epochs=2, max_train_pairs=64, seed=2)
+    train_dvbert(cfg, tmp_path / "full", progress=False)
+
+    def stop(step):
+        if step == 5:  # mid-epoch 2 (4 batches per epoch): lambda depends on the global step
+            raise KeyboardInterrupt
+
+    with pytest.raises(OndeviceError, match="--resume"):
+        train_dvbert(cfg, tmp_path / "part", progress=False, on_step=stop)
+    with pytest.raises(OndeviceError, match="different settings"):
+        train_dvbert(teachers.config(epochs=2, max_train_pairs=64, seed=2, anneal="none"), tmp_path / "part",
+                     resume=True, progress=False)
+    train_dvbert(cfg, tmp_path / "part", resume=True, progress=False)
+    for name in ("checkpoint/model.safetensors", "pair_head.safetensors"):
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "part" / name).read_bytes()
+    with pytest.raises(OndeviceError, match="--resume"):
+        train_dvbert(cfg, tmp_path / "full", progress=False)
+    with pytest.raises(OndeviceError, match="nothing to resume"):
+        train_dvbert(cfg, tmp_path / "none", resume=True, progress=False)
+
+
+def test_regression_uses_the_dse_head(pair_env, teachers, tmp_path):
+    from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
+
+    fine_tune(CrossEncoderConfig(task="stsb", data=str(pair_env.data), base=str(pair_env.base), epochs=1,
+                                 batch_size=16, lr=2e-3, swap=True, max_train_pairs=48), tmp_path / "swap", progress=False)
+    cfg = DvBERTConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), epochs=1, head_hidden=8,
+                       teachers=[str(pair_env.teacher()), str(tmp_path / "swap")], max_train_pairs=48)
+    ps = train_dvbert(cfg, tmp_path / "run", progress=False)
+    assert ps.head_cfg.hidden == 8 and json.loads((tmp_path / "run" / "data.json").read_text())["head"] == "mlp"
+
+
+def _one_line_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    return err
+
+
+def test_bad_input_is_one_line(capsys, teachers, pair_env, tmp_path):
+    base = ["pairs", "dvbert", "--task", "mrpc", "--data", str(pair_env.data), "--student", str(pair_env.student),
+            "--out", str(tmp_path / "o"), "--quiet"]
+    assert "at least one" in _one_line_error(capsys, [*base, "--teachers", ","])
+    assert "not found" in _one_line_error(capsys, [*base, "--teachers", f"{teachers.dirs['s0']},{tmp_path / 'nope'}"])
+    assert "trained for stsb" in _one_line_error(capsys, [*base, "--teachers", f"{teachers.dirs['s0']},{pair_env.teacher()}"])
+    assert "twice" in _one_line_error(capsys, [*base, "--teachers", f"{teachers.dirs['s0']},{teachers.dirs['s0']}"])
+    assert "--anneal" in _one_line_error(capsys, [*base, "--teachers", teachers.dirs["s0"], "--anneal", "cosine"])
+    assert "not a cross-encoder teacher" in _one_line_error(capsys, [*base, "--teachers", str(tmp_path)])
+    assert not (tmp_path / "o").exists()  # nothing written before the input is checked
+
+
+def test_cli_trains_evaluates_and_exports(capsys, teachers, pair_env, tmp_path):
+    t = teachers.dirs
+    assert main(["pairs", "dvbert", "--task", "mrpc", "--data", str(pair_env.data), "--student", str(pair_env.student),
+                 "--teachers", f"{t['s0']},{t['s1']}", "--both-orders", "--out", str(tmp_path / "r"), "--epochs", "1",
+                 "--max-train-pairs", "32", "--quiet", "--seed", "3"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["teachers"] == [t["s0"], t["s1"], t["s0"] + ":ba", t["s1"] + ":ba"]
+    assert main(["pairs", "eval", "--task", "mrpc", "--data", str(pair_env.data), "--run", str(tmp_path / "r")]) == 0
+    assert "accuracy" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["student"]
+
+
+@pytest.fixture(scope="module")
+def bundle(run, tmp_path_factory):
+    from ondevice.pairs.export import export_pair_bundle
+
+    out = tmp_path_factory.mktemp("dvbert-bundle") / "b"
+    export_pair_bundle(run, out, bits=64, precision="both", golden=True, with_weights=True)
+    return out
+
+
+def test_export_and_runtime_scores_match_the_torch_head(run, bundle):
+    from ondevice.pairs.train import PairStudent
+    from ondevice.runtime import Bundle
+    from ondevice.student import Student
+
+    a, b = ["the cat sat on the mat.", "a big red car", ""], ["the cat sat on a mat.", "a small blue car", "moon"]
+    # the trained linear head in torch, straight from the checkpoint's published weights (not the MLP form)
+    ps = PairStudent.load(run)
+    vec_a, vec_b = ps.vectors(a), ps.vectors(b)
+    head = json.loads((run / "pair_head.json").read_text())
+    assert head["hidden"] == 2
+    from safetensors.numpy import load_file
+
+    w = load_file(str(run / "pair_head.safetensors"))
+    lin_w = w["hidden.weight"][:1][:, np.r_[0 : 2 * ps.head_cfg.dim, 3 * ps.head_cfg.dim : 4 * ps.head_cfg.dim]]
+    ref = np.concatenate([vec_a, vec_b, np.abs(vec_a - vec_b)], 1) @ lin_w.T + w["hidden.bias"][:1]
+    np.testing.assert_allclose(ps.logits(a, b), ref, atol=1e-5)
+    assert np.allclose(Student.load(run / "student").encode(a), vec_a, atol=1e-6)
+    probs = 1 / (1 + np.exp(-ref[:, 0]))
+    for precision, tol in (("fp32", 1e-5), ("int8", 0.1)):
+        bd = Bundle.load(bundle, precision=precision)
+        block = bd.manifest["pairs"]
+        assert block["method"] == "dvbert" and "W [u, v, |u-v|]" in block["dvbert_head"]
+        assert len(block["run"]["teachers"]) == 4 and block["run"]["config"]["anneal"] == "linear"
+        if precision == "fp32":
+            np.testing.assert_allclose(bd.pair_scores(a, b), probs, atol=tol)
+        else:  # int8 encoder and head: close, not equal
+            assert np.abs(bd.pair_scores(a, b) - probs).max() < tol
+    g = bundle / "fp32" / "golden"
+    emb = np.load(g / "embeddings.npy")
+    _, weights = __import__("ondevice.pairs.model", fromlist=["x"]).load_head_weights(run)
+    ia, ib = np.load(g / "pair_a.npy"), np.load(g / "pair_b.npy")
+    np.testing.assert_allclose(np.load(g / "pair_logits.npy"), head_forward_numpy(weights, emb[ia], emb[ib]), atol=1e-5)
+
+
+JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_scores_the_dvbert_head_like_the_golden_pairs(bundle, tmp_path):
+    core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
+    sources = [str(p) for p in (core / "src").rglob("*.java")]
+    res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-encoding", "UTF-8",
+                                            "-d", str(tmp_path / "c"), *sources], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+                                            "ai.ondevice.core.PairParityCheck", str(bundle / "fp32"), "--max-abs-diff", "1e-5"],
+                         capture_output=True, text=True, timeout=300)
+    values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
