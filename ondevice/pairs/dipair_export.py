@@ -75,6 +75,22 @@ def _selected(b: _Builder, out: str, lengths2: str, n: int, mode: str, tag: str)
     return picked, b.node("Unsqueeze", [validf, b.const(f"{tag}_axes2b", np.array([2], np.int64))], f"{tag}_valid3")
 
 
+def _real_units(graph, lstm) -> str:
+    """The LSTM's per-token output without the range-anchor units of int8 exports (their Slice), else the raw output."""
+    for n in graph.node:
+        if n.op_type == "Slice" and n.input and n.input[0] == lstm.output[0]:
+            return n.output[0]
+    return lstm.output[0]
+
+
+def _hidden_size(graph, lstm) -> int:
+    """Real hidden units per direction: the LSTM's hidden_size less the range anchors when the graph slices them off."""
+    from ondevice.export.onnx_graph import ANCHOR_UNITS
+
+    size = next(a.i for a in lstm.attribute if a.name == "hidden_size")
+    return size - ANCHOR_UNITS if _real_units(graph, lstm) != lstm.output[0] else size
+
+
 def add_token_outputs(model, cfg: DiPairHeadConfig, proj_weight: np.ndarray, proj_bias: np.ndarray, int8_states: bool = False):
     """A copy of encoder ModelProto `model` with the token-state outputs appended (see the module docstring)."""
     onnx = require("onnx", "export")
@@ -85,7 +101,7 @@ def add_token_outputs(model, cfg: DiPairHeadConfig, proj_weight: np.ndarray, pro
     if len(lstm) != 1:
         raise OndeviceError(f"encoder.onnx has {len(lstm)} LSTM nodes, expected 1; export the bundle with `ondevice export`")
     b = _Builder("dipair_")
-    yt = b.node("Transpose", [lstm[0].output[0]], "batch_major", perm=[2, 0, 1, 3])  # (T, 2, B, H) -> (B, T, 2, H)
+    yt = b.node("Transpose", [_real_units(g, lstm[0])], "batch_major", perm=[2, 0, 1, 3])  # (T, 2, B, H) -> (B, T, 2, H)
     out = b.node("Reshape", [yt, b.const("shape_bt_any", np.array([0, 0, -1], np.int64))], "token_outputs")
     lengths2 = b.node("Unsqueeze", ["lengths", b.const("axes1", np.array([1], np.int64))], "lengths_col")
     wt = b.const("proj_weight_t", np.ascontiguousarray(proj_weight.T, np.float32))
@@ -217,7 +233,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
     precision = manifest["precision"]
     encoder = onnx.load(str(path / ONNX_FILE))
     hidden = [n for n in encoder.graph.node if n.op_type in LSTM_OPS]
-    if not hidden or not any(a.name == "hidden_size" and 2 * a.i == cfg.in_dim for a in hidden[0].attribute):
+    if not hidden or 2 * _hidden_size(encoder.graph, hidden[0]) != cfg.in_dim:
         raise OndeviceError(f"the DiPair head takes {cfg.in_dim}-wide token outputs, which this bundle's encoder does not "
                             "make; export the encoder of the same DiPair run")
     extended = add_token_outputs(encoder, cfg, weights["proj.weight"], weights["proj.bias"], int8_states)
