@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,21 +32,12 @@ class DiPairScorer:
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
         """Load and verify the bundle's DiPair head (manifest `dipair` block, checksummed graph, encoder outputs)."""
-        from pathlib import PurePosixPath
 
         import onnxruntime as ort
 
-        block = bundle.manifest.get("dipair")
-        if not isinstance(block, dict):
-            raise OndeviceError(f"bundle {bundle.path} has no DiPair head; export one with `ondevice pairs dipair-export`")
-        name = block.get("file")
-        entry = bundle.manifest["files"].get(name) if isinstance(name, str) else None
-        if entry is None:
-            raise OndeviceError(f"bundle {bundle.path}: the dipair block names {name!r}, which the file table does not list; "
-                                "re-export the bundle")
-        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+        from ondevice.pairs.runtime import head_block
+
+        block, data = head_block(bundle, "dipair", "DiPair head", "ondevice pairs dipair-export")
         try:
             head = block["head"]
             shapes = {o.name: o.shape for o in bundle.session.get_outputs()}
@@ -65,7 +55,7 @@ class DiPairScorer:
             session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise OndeviceError(f"bundle {bundle.path}: {name} cannot be loaded by onnxruntime ({first})") from None
+            raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
         return cls(bundle, block, session)
 
     def states(self, texts: str | Sequence[str], role: str = "b", int8: bool = False, batch_size: int = 256) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.io import read_json, write_json, write_text
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     build_head,
@@ -34,6 +34,7 @@ from ondevice.pairs.dipair import (
     save_head,
     token_states,
 )
+from ondevice.pairs.runloop import CHECKPOINT, check_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -213,16 +214,8 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     config.validate()
     torch = require("torch", "train")
     out = check_out_dir(out_dir)
-    ckpt = out / "checkpoint"
-    if ckpt.exists() and not resume:
-        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
-    if resume and not ckpt.exists():
-        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
-    if resume:
-        saved = dataclass_from_dict(DiPairConfig, read_json(out / CONFIG, "DiPair config"), "DiPair config")
-        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
-        if diff:
-            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    ckpt = out / CHECKPOINT
+    check_resume(out, config, CONFIG, "DiPair config", _RESUME_KEYS, resume)
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)

@@ -36,10 +36,11 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json, write_text
+from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
 from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
+from ondevice.pairs.runloop import check_resume
 
 CONFIG = "dvbert_config.json"
 STUDENT = "student"  # same layout as a DSE run (ondevice.pairs.train.STUDENT)
@@ -285,16 +286,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
-    ckpt = out / "checkpoint"
-    if ckpt.exists() and not resume:
-        raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
-    if resume and not ckpt.exists():
-        raise OndeviceError(f"nothing to resume in {out} (no checkpoint/); run without --resume")
-    if resume:
-        saved = dataclass_from_dict(DvBERTConfig, read_json(out / CONFIG, "DvBERT config"), "DvBERT config")
-        diff = [k for k in _RESUME_KEYS if getattr(saved, k) != getattr(config, k)]
-        if diff:
-            raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+    check_resume(out, config, CONFIG, "DvBERT config", _RESUME_KEYS, resume)
     views = load_views(config)
     if config.threads:
         torch.set_num_threads(config.threads)

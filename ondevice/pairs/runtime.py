@@ -22,6 +22,25 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def head_block(bundle, key: str, head: str, command: str) -> tuple[dict, bytes]:
+    """The manifest block `key` of a bundle and the bytes of the graph it names, checked against the file table."""
+    from pathlib import PurePosixPath
+
+    block = bundle.manifest.get(key)
+    if not isinstance(block, dict):
+        raise OndeviceError(f"bundle {bundle.path} has no {head}; export one with `{command}`")
+    name = block.get("file")
+    entry = bundle.manifest["files"].get(name) if isinstance(name, str) else None
+    if entry is None:
+        raise OndeviceError(f"bundle {bundle.path}: the {key} block names {name!r}, which the file table does not list; "
+                            "re-export the bundle")
+    # every name in the files table was checked to stay inside the folder when the bundle was loaded
+    data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+    return block, data
+
+
 class PairScorer:
     """The pair head of one bundle: logits of precomputed vectors, task scores, and reranking."""
 
@@ -36,22 +55,10 @@ class PairScorer:
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> PairScorer:
         """Load and verify the bundle's pair head (its manifest `pairs` block and checksummed graph)."""
-        from pathlib import PurePosixPath
 
         import onnxruntime as ort
 
-        block = bundle.manifest.get("pairs")
-        if not isinstance(block, dict):
-            raise OndeviceError(f"bundle {bundle.path} has no pair head; export one with `ondevice pairs export`")
-        name = block.get("file")
-        entry = bundle.manifest["files"].get(name) if isinstance(name, str) else None
-        if entry is None:
-            raise OndeviceError(f"bundle {bundle.path}: the pairs block names {name!r}, which the file table does not "
-                                "list; re-export the bundle")
-        # every name in the files table was checked to stay inside the folder when the bundle was loaded
-        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+        block, data = head_block(bundle, "pairs", "pair head", "ondevice pairs export")
         try:
             head = block["head"]
             if int(head["dim"]) != bundle.dim or block["task_type"] not in ("regression", "binary", "classes"):
@@ -66,7 +73,7 @@ class PairScorer:
             session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise OndeviceError(f"bundle {bundle.path}: {name} cannot be loaded by onnxruntime ({first})") from None
+            raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
         return cls(bundle, block, session)
 
     def _vectors(self, x: Any, what: str) -> np.ndarray:
