@@ -162,7 +162,7 @@ class HammingIndex:
 
     @property
     def codes(self) -> np.ndarray:
-        """The stored codes (n, code_bytes), read-only (a memmap after `load(mmap=True)`)."""
+        """The stored codes (n, code_bytes), read-only (a view of the file's memmap after `load(mmap=True)`)."""
         view = self._codes.view()
         view.flags.writeable = False
         return view
@@ -350,8 +350,9 @@ class HammingIndex:
                 raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
         ids = ids.astype(np.int64, copy=False)
         _check_ids(path, ids, head["ascending"])
-        index._codes = codes
-        index._ids = ids
+        # Plain ndarray views of the maps (no copy): the kernels' single-query fast path takes exact ndarrays only.
+        index._codes = codes.view(np.ndarray)
+        index._ids = ids.view(np.ndarray)
         index._ascending = head["ascending"]
         index._next_id = int(ids.max()) + 1 if n else 0
         index.encoder = head["encoder"]
