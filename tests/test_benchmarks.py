@@ -43,7 +43,7 @@ TINY = {
     "tables": ["--check"],
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "--batch", "4",
-                    "--batch-n", "20000", "--budget", "0.05", "--out-dir", "{tmp}/out"],
+                    "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
 WRITES_RESULTS = {"binarize_quality", "bundle", "jvm_core", "distill_ablation"}
@@ -68,6 +68,14 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
     if name in WRITES_RESULTS:
         written = list((bench / "results").glob(f"{name}*.json"))
         assert written and all('"commit"' in p.read_text() for p in written), written
+    if name == "hamming_knn":  # cells from --read-min on carry their own read bound, and the table uses it
+        import json
+
+        (grid,) = (tmp_path / "out").glob("hamming_grid-*.json")
+        cells = json.loads(grid.read_text())["cells"]
+        assert {c["n"] for c in cells if c["lib"] == "read"} == {20000}
+        row = next(line for line in res.stdout.splitlines() if line.startswith("| 20,000 | 256 | 1 |"))
+        assert row.rstrip(" |").endswith("%")
 
 
 @pytest.mark.slow
