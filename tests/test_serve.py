@@ -118,3 +118,44 @@ def test_parse_request_roundtrips_codes():
     q, k, partial = odserve.parse_request({"queries": [c.tobytes().hex() for c in codes], "k": 7}, 4)
     np.testing.assert_array_equal(q, codes)
     assert (k, partial) == (7, False)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_serve_http_answers_over_real_http_like_one_index(ray_local, catalog):
+    """`serve_http` (what `ondevice index serve` runs): Serve's HTTP proxy on a port, exact merged answers."""
+    import urllib.request
+
+    folder, codes, queries = catalog
+    url = odserve.serve_http(folder, port=_free_port(), cpus_per_shard=0.25)
+    try:
+        body = json.dumps({"queries": [q.tobytes().hex() for q in queries[:5]], "k": 7}).encode()
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            out = json.loads(resp.read())
+    finally:
+        serve.shutdown()
+    single = HammingIndex(64)
+    single.add(codes)
+    d, i = single.search(queries[:5], 7)
+    assert out["ids"] == i.tolist() and out["distances"] == d.tolist() and out["partial"] is False
+
+
+def test_index_serve_bad_input_is_one_line(tmp_path, capsys):
+    from ondevice.cli import main
+
+    assert main(["index", "serve", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing" in err[0]
+
+
+def test_serve_http_refuses_more_cpus_than_the_cluster_has(ray_local, catalog):
+    with pytest.raises(OndeviceError, match="lower --cpus-per-shard"):
+        odserve.serve_http(catalog[0], port=_free_port(), cpus_per_shard=1.0, replicas=4)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ondevice.bits import MAX_BITS
 
-HELP = "build, search and inspect an exact Hamming index (subcommands: build, search, info)"
+HELP = "build, search, serve and inspect an exact Hamming index (subcommands: build, search, serve, info)"
 
 
 VERIFY_AUTO_BYTES = 64 << 20  # search checksums mapped index files up to this size itself (~30 ms at worst)
@@ -64,6 +64,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--backend ray: answer from the shards that respond and name the missing ones (default: error)")
     _add_encoder(s)
     s.set_defaults(_index=_search)
+
+    v = sub.add_parser("serve", help="HTTP search over a sharded index on Ray Serve (ondevice[scale]); Ctrl-C stops",
+                       formatter_class=fmt)
+    v.add_argument("index", help="sharded index folder written by `ondevice index build --shards S`")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    v.add_argument("--port", type=int, default=8000)
+    v.add_argument("--route", default="/search", help="URL path of the search endpoint")
+    v.add_argument("--ray-address", default="", help="join this Ray cluster (default: a local Ray)")
+    v.add_argument("--replicas", type=int, default=1, help="replicas per shard")
+    v.add_argument("--cpus-per-shard", type=float, default=1.0, help="logical CPUs each replica reserves")
+    v.add_argument("--threads", type=int, default=1, help="search threads inside each replica")
+    v.add_argument("--no-verify", action="store_true", help="skip the sha256 check of each shard file at start")
+    v.set_defaults(_index=_serve)
 
     i = sub.add_parser("info", help="print an index file's header; --verify checks every byte", formatter_class=fmt)
     i.add_argument("index", help="index file")
@@ -326,4 +339,20 @@ def _info(a: argparse.Namespace) -> int:
     print(f"  encoder: {enc.describe() if enc else 'not recorded'}")
     print("  data: sha256 of codes and ids verified" if a.verify else
           "  data: header and ids checked; codes NOT checksummed (add --verify to read and check every byte)")
+    return 0
+
+
+def _serve(a: argparse.Namespace) -> int:
+    from ondevice.scale.serve import serve_http
+
+    url = serve_http(a.index, host=a.host, port=a.port, route_prefix=a.route, ray_address=a.ray_address or None,
+                     verify=not a.no_verify, threads=a.threads, cpus_per_shard=a.cpus_per_shard, replicas=a.replicas)
+    print(f"searching {a.index} at {url}: POST {{\"queries\": [\"<hex code>\"], \"k\": 10}}; Ctrl-C stops", flush=True)
+    from ray import serve
+
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
     return 0

@@ -135,3 +135,34 @@ def search_app(path: str | os.PathLike, verify: bool = True, threads: int = 1, c
               for i in range(len(manifest.shards))]
     ingress = serve.deployment(SearchIngress, name="ingress", ray_actor_options={"num_cpus": 0})
     return ingress.bind(manifest.bits, [s.file for s in manifest.shards], *shards)
+
+
+def serve_http(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, route_prefix: str = "/search",
+               ray_address: str | None = None, verify: bool = True, threads: int = 1, cpus_per_shard: float = 1.0,
+               replicas: int = 1) -> str:
+    """Deploy `search_app(path)` behind Serve's HTTP proxy on host:port and return the search URL (non-blocking).
+
+    Starts a local Ray (or joins `ray_address`) first; `serve.shutdown()` takes the deployments down again.
+    """
+    manifest, _ = read_manifest(path)  # a bad folder is a one-line error before any Ray start
+    if not 0 < port < 65536:
+        raise OndeviceError(f"--port must be in 1..65535, got {port}")
+    if not route_prefix.startswith("/"):
+        raise OndeviceError(f"the route must start with '/', got {route_prefix!r}")
+    if cpus_per_shard < 0 or replicas < 1 or threads < 1:
+        raise OndeviceError("--cpus-per-shard must be >= 0, --replicas and --threads >= 1")
+    from ondevice.scale.ray_env import init_ray
+
+    resources = init_ray(ray_address)
+    need = cpus_per_shard * replicas * len(manifest.shards)
+    if need > resources.get("CPU", 0):
+        # Serve would wait forever for replicas that cannot be placed; say what to change instead.
+        raise OndeviceError(f"{len(manifest.shards)} shards x {replicas} replica(s) x {cpus_per_shard} CPUs need {need:g} "
+                            f"CPUs but the Ray cluster has {resources.get('CPU', 0):g}; lower --cpus-per-shard "
+                            "(0.5, or 0 to share) or add nodes")
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(search_app(path, verify=verify, threads=threads, cpus_per_shard=cpus_per_shard, replicas=replicas),
+              name="ondevice-search", route_prefix=route_prefix)
+    return f"http://{host}:{port}{route_prefix}"
