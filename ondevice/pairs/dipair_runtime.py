@@ -33,9 +33,7 @@ class DiPairScorer:
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
         """Load and verify the bundle's DiPair head (manifest `dipair` block, checksummed graph, encoder outputs)."""
 
-        import onnxruntime as ort
-
-        from ondevice.pairs.runtime import head_block
+        from ondevice.pairs.runtime import head_block, head_session
 
         block, data = head_block(bundle, "dipair", "DiPair head", "ondevice pairs dipair-export")
         try:
@@ -48,15 +46,7 @@ class DiPairScorer:
         except (KeyError, TypeError, ValueError):
             raise OndeviceError(f"bundle {bundle.path}: the manifest's dipair block does not match encoder.onnx's token-state "
                                 "outputs; re-export the bundle") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
-        return cls(bundle, block, session)
+        return cls(bundle, block, head_session(bundle, block, data, threads))
 
     def states(self, texts: str | Sequence[str], role: str = "b", int8: bool = False, batch_size: int = 256) -> np.ndarray:
         """Token states of texts as side 'a' (N slots) or 'b' (M slots): float32, or int8 (q = round(127 x)) to cache."""

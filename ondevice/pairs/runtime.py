@@ -41,6 +41,20 @@ def head_block(bundle, key: str, head: str, command: str) -> tuple[dict, bytes]:
     return block, data
 
 
+def head_session(bundle, block: dict, data: bytes, threads: int):
+    """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
+
+
 class PairScorer:
     """The pair head of one bundle: logits of precomputed vectors, task scores, and reranking."""
 
@@ -55,9 +69,6 @@ class PairScorer:
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> PairScorer:
         """Load and verify the bundle's pair head (its manifest `pairs` block and checksummed graph)."""
-
-        import onnxruntime as ort
-
         block, data = head_block(bundle, "pairs", "pair head", "ondevice pairs export")
         try:
             head = block["head"]
@@ -66,15 +77,7 @@ class PairScorer:
         except (KeyError, TypeError, ValueError):
             raise OndeviceError(f"bundle {bundle.path}: the manifest's pairs block is incomplete or does not match "
                                 "the encoder; re-export the bundle") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        try:
-            session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
-        return cls(bundle, block, session)
+        return cls(bundle, block, head_session(bundle, block, data, threads))
 
     def _vectors(self, x: Any, what: str) -> np.ndarray:
         arr = np.asarray(x, dtype=np.float32)
