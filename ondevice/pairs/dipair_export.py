@@ -21,7 +21,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, read_json, sha256_file, write_json
+from ondevice.io import atomic_path, read_json
 from ondevice.pairs.dipair import (
     HEAD_WEIGHTS,
     LN_EPS,
@@ -30,6 +30,7 @@ from ondevice.pairs.dipair import (
     head_forward_numpy,
     head_weights,
 )
+from ondevice.pairs.export import save_npy, seal_bundle
 
 HEAD_ONNX = "dipair_head.onnx"
 GOLDEN_SENTENCES = 200
@@ -205,11 +206,6 @@ def run_head(model_bytes: bytes, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
     return sess.run(["logits"], {"states_a": np.asarray(sa, np.float32), "states_b": np.asarray(sb, np.float32)})[0]
 
 
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.lib.format.write_array(fh, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
-
-
 def _states_of_graph(model_bytes: bytes, rows: list[list[int]], names: list[str]) -> list[np.ndarray]:
     import onnxruntime as ort
 
@@ -226,7 +222,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
     import onnx
     from safetensors.numpy import save_file
 
-    from ondevice.runtime import MANIFEST, ONNX_FILE, Bundle
+    from ondevice.runtime import MANIFEST, ONNX_FILE
 
     path = Path(bundle_dir)
     manifest = read_json(path / MANIFEST, "bundle manifest")
@@ -276,7 +272,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
             logits = run_head(fp32_head.SerializeToString(), states[0][ia], states[1][ib]).astype("<f4")
             for name, arr in (("dipair_states_a", states[0].astype("<f4")), ("dipair_states_b", states[1].astype("<f4")),
                               ("dipair_pair_a", ia), ("dipair_pair_b", ib), ("dipair_logits", logits)):
-                _save_npy(path / "golden" / f"{name}.npy", arr)
+                save_npy(path / "golden" / f"{name}.npy", arr)
             golden = {"sentences": len(rows), "pairs": GOLDEN_PAIRS,
                       "states": "golden/dipair_states_{a,b}.npy: fp32 encoder graph on the first golden sentences' token ids",
                       "logits": "golden/dipair_logits.npy: fp32 head graph on states_a[dipair_pair_a], states_b[dipair_pair_b]"}
@@ -297,11 +293,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
         "checks": checks, **({"golden": golden} if golden else {}), **{k: v for k, v in info.items() if not k.startswith("_")},
     }
     manifest["dipair"] = block
-    files = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-             for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST}
-    manifest["files"] = files
-    write_json(path / MANIFEST, manifest)
-    Bundle.load(path)  # the finished bundle must still pass an app's verification
+    seal_bundle(path, manifest)
     return block
 
 

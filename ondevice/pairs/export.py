@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,28 @@ def _run(model_bytes: bytes, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return sess.run(["logits"], {"u": np.asarray(u, np.float32), "v": np.asarray(v, np.float32)})[0]
 
 
-def _save_npy(path: Path, array: np.ndarray) -> None:
+def save_npy(path: Path, array: np.ndarray) -> None:
+    """Write a golden array atomically as a plain (pickle-free) .npy."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.lib.format.write_array(fh, np.ascontiguousarray(array), version=(1, 0), allow_pickle=False)
+
+
+def seal_bundle(path: Path, manifest: dict, card: Callable[[dict], str] | None = None) -> None:
+    """Re-list every file of a bundle folder with its sha256, write the manifest, re-verify.
+
+    `card(manifest)`, given, writes a new README.md from the manifest with its new file table (the README is listed
+    last). The last step loads the folder as an app would: a head added to a bundle must leave it passing that check.
+    """
+    from ondevice.runtime import MANIFEST, Bundle
+
+    skip = {MANIFEST} | ({"README.md"} if card is not None else set())
+    manifest["files"] = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                         for p in sorted(path.rglob("*")) if p.is_file() and p.name not in skip}
+    if card is not None:
+        write_text(path / "README.md", card(manifest))
+        manifest["files"]["README.md"] = {"sha256": sha256_file(path / "README.md"), "bytes": (path / "README.md").stat().st_size}
+    write_json(path / MANIFEST, manifest)
+    Bundle.load(path)
 
 
 def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str, np.ndarray], info: dict[str, Any],
@@ -94,7 +114,7 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
     from safetensors.numpy import save_file
 
     from ondevice.export.modelcard import model_card
-    from ondevice.runtime import MANIFEST, Bundle
+    from ondevice.runtime import MANIFEST
 
     path = Path(bundle_dir)
     manifest = read_json(path / MANIFEST, "bundle manifest")
@@ -136,7 +156,7 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         ib[: min(50, n)] = ia[: min(50, n)]  # identical sentences: the top of every regression scale
         logits = _run(fp32.SerializeToString(), emb[ia], emb[ib]).astype("<f4")
         for name, arr in (("pair_a", ia), ("pair_b", ib), ("pair_logits", logits)):
-            _save_npy(path / "golden" / f"{name}.npy", arr)
+            save_npy(path / "golden" / f"{name}.npy", arr)
         golden = {"pairs": int(n), "vectors": "golden/embeddings.npy rows pair_a[i], pair_b[i]",
                   "computed_by": "fp32 pair_head graph in onnxruntime", "outputs": "golden/pair_logits.npy"}
 
@@ -153,14 +173,7 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         **{k: v for k, v in info.items() if k != "method"},
     }
     manifest["pairs"] = block
-    files = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-             for p in sorted(path.rglob("*")) if p.is_file() and p.name != MANIFEST and p.name != "README.md"}
-    manifest["files"] = files
-    card = model_card(manifest) + _card_section(block)
-    write_text(path / "README.md", card)
-    manifest["files"]["README.md"] = {"sha256": sha256_file(path / "README.md"), "bytes": (path / "README.md").stat().st_size}
-    write_json(path / MANIFEST, manifest)
-    Bundle.load(path)  # the finished bundle must still pass an app's verification
+    seal_bundle(path, manifest, card=lambda m: model_card(m) + _card_section(block))
     return block
 
 
