@@ -54,3 +54,12 @@ def training_checks(epochs: int, batch_size: int, lr: float) -> list[tuple[bool,
     """The (ok, message) checks every training config shares: --epochs, --batch-size, --lr."""
     return [(epochs >= 1, "--epochs must be >= 1"), (batch_size >= 1, "--batch-size must be >= 1"),
             (lr > 0, "--lr must be > 0")]
+
+
+def pair_run_checks(threads: int, max_train_pairs: int | None, augment: tuple[int, int] | None = None) -> list[tuple[bool, str]]:
+    """The checks the pair-student runs share: --threads, --max-train-pairs and, for runs that augment, the two counts."""
+    checks = [(threads >= 0, "--threads must be >= 0"),
+              (max_train_pairs is None or max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
+    if augment is not None:
+        checks += [(augment[0] >= 0, "--augment-random must be >= 0"), (augment[1] >= 0, "--augment-neighbors must be >= 0")]
+    return checks

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import first_failure, pair_run_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json, write_text
 from ondevice.pairs.dipair import (
@@ -88,13 +89,9 @@ class DiPairConfig:
                   (self.stage1_epochs + self.stage2_epochs >= 1, "--stage1-epochs + --stage2-epochs must be >= 1"),
                   (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr1 > 0 and self.lr2 > 0, "--lr1 and --lr2 must be > 0"),
                   (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
-                  (self.augment_random >= 0, "--augment-random must be >= 0"), (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"),
-                  (self.threads >= 0, "--threads must be >= 0"),
-                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2"),
+                  *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
                   (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure(checks)
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
                          mode=self.select).validate()
 

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.data import load_pairs, task_spec
@@ -71,16 +72,12 @@ class DvBERTConfig:
         task_spec(self.task)
         parse_anneal(self.anneal)
         views = [parse_view(t) for t in self.teachers]
-        checks = [(len(views) >= 1, "--teachers needs at least one cross-encoder teacher dir (comma-separated)"),
-                  (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
-                  (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
-                  (self.head_hidden >= 1, "--head-hidden must be >= 1"), (self.epochs >= 1, "--epochs must be >= 1"),
-                  (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr > 0, "--lr must be > 0"),
-                  (self.threads >= 0, "--threads must be >= 0"),
-                  (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        first_failure([(len(views) >= 1, "--teachers needs at least one cross-encoder teacher dir (comma-separated)"),
+                       (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
+                       (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
+                       (self.head_hidden >= 1, "--head-hidden must be >= 1"),
+                       *training_checks(self.epochs, self.batch_size, self.lr),
+                       *pair_run_checks(self.threads, self.max_train_pairs)])
 
     def head_type(self) -> str:
         """The head this run trains: `linear` (DvBERT) or `mlp` (DSE)."""

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ondevice._deps import require
-from ondevice.checks import first_failure, training_checks
+from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
 from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
@@ -68,9 +68,7 @@ class DSEConfig:
         task_spec(self.task)
         first_failure([(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
                        *training_checks(self.epochs, self.batch_size, self.lr),
-                       (self.augment_random >= 0, "--augment-random must be >= 0"),
-                       (self.augment_neighbors >= 0, "--augment-neighbors must be >= 0"), (self.threads >= 0, "--threads must be >= 0"),
-                       (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
+                       *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors))])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
