@@ -30,7 +30,8 @@ class DistillConfig:
     corpus: str | list[str]  # one file or several, read in order
     max_sentences: int | None = None
     exclude_eval: bool = True  # drop any sentence of the shared data's evaluation material from the corpus
-    train_splits: bool = False  # put the STS-B train sentences (text only, no scores) in front of the corpus
+    # train-split sentences (text only, no scores) put in front of the corpus: True = STS-B's; or "stsb,sick,mrpc,qqp"
+    train_splits: bool | str = False
     teacher: str = "all-MiniLM-L6-v2"
     teacher_pooling: str = "mean"
     teacher_normalize: bool = True
@@ -65,6 +66,11 @@ class DistillConfig:
         """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
         from ondevice.checks import check_float, check_int
 
+        from ondevice.pairs.data import UNLABELED_TASKS
+
+        bad = [t for t in train_split_tasks(self.train_splits) if t not in UNLABELED_TASKS] if self.train_splits else []
+        if bad or (self.train_splits is not False and not train_split_tasks(self.train_splits)):
+            raise OndeviceError(f"--train-splits takes tasks from {','.join(UNLABELED_TASKS)}, got {self.train_splits!r}")
         check_int(self.epochs, "--epochs", 1, 100_000)
         check_int(self.batch_size, "--batch-size", 1, 1 << 20)
         check_int(self.teacher_batch_size, "--teacher-batch-size", 1, 65_536)
@@ -112,18 +118,27 @@ def lr_at(config: DistillConfig, step: int, total: int) -> float:
     return config.lr * scale
 
 
+def train_split_tasks(value: bool | str) -> tuple[str, ...]:
+    """The tasks of a `train_splits` setting: True is STS-B alone (what the flag always meant), else a comma list."""
+    if value is True:
+        return ("stsb",)
+    return tuple(dict.fromkeys(t.strip().lower() for t in str(value).split(",") if t.strip()))
+
+
 def read_sentences(config: DistillConfig) -> list[str]:
     """The corpus of `config`: STS-B train sentences if asked, then its files in order, without evaluation
     text when `exclude_eval`, capped at `max_sentences`."""
     from ondevice.corpus import default_data_dir
     from ondevice.eval import data as eval_data
+    from ondevice.pairs.data import unlabeled_train_sentences
 
     data = default_data_dir()
     exclude = eval_data.held_out_texts(data) if config.exclude_eval and data.is_dir() else set()
     files = [config.corpus] if isinstance(config.corpus, str) else list(config.corpus)
     if not config.train_splits:
         return read_corpus(files, config.max_sentences, exclude=exclude)
-    first = eval_data.train_split_sentences(eval_data.check_data_dir(data))[: config.max_sentences]
+    first = unlabeled_train_sentences(eval_data.check_data_dir(data), train_split_tasks(config.train_splits))
+    first = first[: config.max_sentences]
     rest = config.max_sentences - len(first) if config.max_sentences is not None else None
     return first + (read_corpus(files, rest, exclude=exclude) if rest != 0 else [])
 

@@ -107,7 +107,7 @@ def test_cli_end_to_end(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, 
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "not-a-model", "no-known-words", "bad-epochs", "bad-pooling",
-                                  "nothing-to-resume", "bad-word-vectors"])
+                                  "nothing-to-resume", "bad-word-vectors", "bad-train-splits"])
 def test_cli_errors_are_one_line(case, tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, capsys):
     corpus, teacher, wv = tiny_corpus, tiny_teacher, tiny_word_vectors
     extra = []
@@ -127,6 +127,8 @@ def test_cli_errors_are_one_line(case, tiny_corpus, tiny_teacher, tiny_word_vect
         extra = ["--student-pooling", "avg"]
     elif case == "nothing-to-resume":
         extra = ["--resume"]
+    elif case == "bad-train-splits":
+        extra = ["--train-splits", "stsb,snli"]  # SNLI is the retrieval catalog: never corpus text
     elif case == "bad-word-vectors":
         wv = tmp_path / "wv.bin"
         wv.write_bytes(b"\x00\x01garbage")
@@ -134,6 +136,8 @@ def test_cli_errors_are_one_line(case, tiny_corpus, tiny_teacher, tiny_word_vect
     assert code == 2
     last = err.splitlines()[-1]  # earlier lines are progress bars
     assert "error" in last and "Traceback" not in err
+    if case == "bad-train-splits":
+        assert "--train-splits takes tasks from stsb,sick,mrpc,qqp" in last
 
 
 @pytest.mark.parametrize("spec", ["teacher", "random"])

@@ -82,3 +82,24 @@ def test_summary_sst2_and_description(data):
     assert set(s["splits"]) == set(SPLITS) and "paraphrase" in s["splits"]["test"]["label_counts"]
     assert len(load_sst2("train", data).texts) == 200
     assert "QQP" in describe_splits().upper() and "trial" in describe_splits()
+
+
+def test_unlabeled_train_sentences_hold_out_every_dev_and_test_text(data):
+    from ondevice.eval.data import train_split_sentences
+    from ondevice.pairs.data import unlabeled_train_sentences
+
+    assert unlabeled_train_sentences(data) == train_split_sentences(data)  # the old --train-splits, same order
+    got = unlabeled_train_sentences(data, ("stsb", "sick", "mrpc", "qqp"))
+    assert got[: len(train_split_sentences(data))] == train_split_sentences(data) and len(set(got)) == len(got)
+    held = set()
+    for task in TASKS:
+        for split in ("dev", "test"):
+            part = load_pairs(task, split, data)
+            held |= {x.strip() for x in part.a + part.b}
+    assert not held & set(got)
+    for task in ("sick-r", "mrpc", "qqp"):  # each task's train split contributes text nobody holds out
+        train = load_pairs(task, "train", data)
+        assert {x.strip() for x in train.a + train.b} - held <= set(got)
+        assert {x.strip() for x in train.a + train.b} & set(got)
+    with pytest.raises(OndeviceError, match="unknown task 'snli'"):
+        unlabeled_train_sentences(data, ("stsb", "snli"))

@@ -15,8 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", required=True, nargs="+", help="sentences, one per line (.gz allowed); several files are read in order")
     p.add_argument("--out", required=True, help="student directory to write")
     p.add_argument("--max-sentences", type=int, default=None, help="use only the first N sentences")
-    p.add_argument("--train-splits", action="store_true",
-                   help="put the STS-B train sentences (text only) from the shared data in front of the corpus")
+    p.add_argument("--train-splits", nargs="?", const=True, default=False, metavar="TASKS",
+                   help="put train-split sentences (text only) from the shared data in front of the corpus: STS-B "
+                        "alone, or TASKS from stsb,sick,mrpc,qqp (their carved dev/test text is never used)")
     p.add_argument("--keep-eval-text", action="store_true",
                    help="do not drop sentences found in the shared data's dev/test/evaluation sets (dropped by default)")
     p.add_argument("--teacher", default=d.teacher, help="local Hugging Face model dir, or the packaged default")
@@ -62,7 +63,7 @@ def config_from_args(a: argparse.Namespace):
 
     return DistillConfig(
         corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
-        exclude_eval=not a.keep_eval_text, train_splits=a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
+        exclude_eval=not a.keep_eval_text, train_splits=True if a.train_splits in (True, "stsb") else a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
         teacher_backend=a.teacher_backend, backend=a.backend, ray_address=a.ray_address, ray_workers=a.ray_workers,
         word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,

@@ -230,9 +230,12 @@ def read_snli_sentences(data_dir: str | Path, splits: tuple[str, ...] = ("dev", 
     return list(seen)
 
 
-def held_out_texts(data_dir: str | Path) -> set[str]:
+def held_out_texts(data_dir: str | Path, pair_train: bool = True) -> set[str]:
     """Every sentence of the evaluation material (dev/test splits, and sets used only to evaluate or to carve
-    dev splits from), stripped: text that must never be used as an unlabeled distillation corpus."""
+    dev splits from), stripped: text that must never be used as an unlabeled distillation corpus.
+
+    `pair_train=False` leaves out the raw SICK train, MRPC train and QQP files (whose carved dev/test splits the
+    caller must then hold out itself, as `ondevice.pairs.data.unlabeled_train_sentences` does)."""
     texts: set[str] = set()
 
     def add(fn, *args) -> None:
@@ -249,11 +252,12 @@ def held_out_texts(data_dir: str | Path) -> set[str]:
 
     for split in ("dev", "test"):
         add(read_stsb, split)
-    for split in ("train", "trial"):
+    for split in ("train", "trial") if pair_train else ("trial",):
         add(read_sick, split)
-    for split in ("train", "test"):
+    for split in ("train", "test") if pair_train else ("test",):
         add(read_mrpc, split)
-    add(read_qqp)
+    if pair_train:
+        add(read_qqp)
     add(read_snli_sentences)
     for task in BINARY_TASKS:
         add(read_binary, task)

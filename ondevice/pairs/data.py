@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice.errors import OndeviceError
-from ondevice.eval.data import _bad, _file, _lines, read_mrpc, read_qqp, read_sst, read_stsb
+from ondevice.eval.data import _bad, _file, _lines, held_out_texts, read_mrpc, read_qqp, read_sst, read_stsb, train_split_sentences
 
 SPLITS = ("train", "dev", "test")
 DEV_FRACTION = 0.1
@@ -217,6 +217,36 @@ def load_pairs(task: str, split: str, data_dir: str | Path, seed: int = 0) -> Pa
         return _carve(PairData(task, "train", p.a, p.b, p.gold), split, seed, stratify=True)
     p = read_qqp(data_dir)
     return _qqp_split(PairData(task, "all", p.a, p.b, p.gold), split, seed)
+
+
+UNLABELED_TASKS = ("stsb", "sick", "mrpc", "qqp")  # whose train-split text `--train-splits` may add to a corpus
+
+
+def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("stsb",), seed: int = 0) -> list[str]:
+    """Unique train-split sentences of `tasks` as unlabeled distillation text (no scores), STS-B's first.
+
+    SICK, MRPC and QQP contribute only their train part as `load_pairs` carves it with split `seed` (0: the default of
+    `ondevice pairs`): a sentence found in any dev, test or evaluation text, carved dev splits included, is left out.
+    """
+    unknown = [t for t in tasks if t not in UNLABELED_TASKS]
+    if unknown:
+        raise OndeviceError(f"--train-splits: unknown task {unknown[0]!r}; choose from {', '.join(UNLABELED_TASKS)}")
+    out: dict[str, None] = dict.fromkeys(train_split_sentences(data_dir) if "stsb" in tasks else [])
+    others = [t for t in tasks if t != "stsb"]
+    if not others:
+        return list(out)
+    held = held_out_texts(data_dir, pair_train=False)
+    for task in ("sick-r", "sick-e", "mrpc", "qqp"):  # the carved dev splits (SICK-R and SICK-E carve differently)
+        for split in ("dev", "test"):
+            part = load_pairs(task, split, data_dir, seed)
+            held.update(x.strip() for x in part.a + part.b)
+    for task in others:
+        part = load_pairs({"sick": "sick-r"}.get(task, task), "train", data_dir, seed)
+        for x in part.a + part.b:
+            x = x.strip()
+            if x and x not in held:
+                out.setdefault(x, None)
+    return list(out)
 
 
 def load_sst2(split: str, data_dir: str | Path) -> SentenceData:
