@@ -324,7 +324,9 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [c for r in results for c in r["cells"] if c["nq"] == 1]
+    # one point per (library, width, threads, size): the last run given wins, so runs can be layered
+    latest = {(c["lib"], c["bits"], c["threads"], c["n"]): c for r in results for c in r["cells"] if c["nq"] == 1}
+    cells = list(latest.values())
     widths = sorted({c["bits"] for c in cells})
     fig, axes = plt.subplots(1, len(widths), figsize=(4.2 * len(widths), 4), sharey=True, squeeze=False)
     styles = {"ondevice": "C0", "faiss": "C1", "numpy": "C2"}

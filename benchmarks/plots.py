@@ -74,11 +74,13 @@ def _save(fig, out: Path) -> Path:
 
 
 def grid_runs() -> list[Path]:
-    """The hamming_grid results files BENCHMARKS.md's grid table is rendered from (so plot and table agree)."""
+    """The hamming_grid results files BENCHMARKS.md's grid tables are rendered from, in page order (later runs are
+    drawn over earlier ones of the same cell, so plot and tables agree)."""
     import re
 
-    m = re.search(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8"))
-    return [ROOT / f for f in m.group("files").split()] if m else []
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    return [ROOT / f for m in re.finditer(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", text)
+            for f in m.group("files").split()]
 
 
 def hamming_grid(paths: list[Path], out: Path) -> Path:
