@@ -60,6 +60,21 @@ def _meta(argv: list[str]) -> dict:
 # ------------------------------------------------------------------------------------------------ probes
 
 
+def _read_sum():
+    """A Numba parallel sum of uint64 words: the plainest full read of a buffer (the read bound of a scan)."""
+    import numpy as np
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def read_sum(a):
+        s = np.uint64(0)
+        for i in prange(a.shape[0]):
+            s += a[i]
+        return s
+
+    return read_sum
+
+
 def _probes(threads: list[int], repeats: int) -> dict:
     """Read bandwidth (parallel sum over 512 MB) and popcount peak (L1-resident XOR/popcount), per thread count."""
     import numba
@@ -67,12 +82,7 @@ def _probes(threads: list[int], repeats: int) -> dict:
     from numba import njit, prange
     from ondevice.kernels.intrinsics import row_distance
 
-    @njit(parallel=True, cache=False)
-    def total(a):
-        s = np.uint64(0)
-        for i in prange(a.shape[0]):
-            s += a[i]
-        return s
+    total = _read_sum()
 
     @njit(parallel=True, cache=False)
     def popcount_peak(buf, q, reps, nthreads):
@@ -121,14 +131,7 @@ def worker(cfg: dict) -> dict:
     import numpy as np
     from ondevice.kernels import hamming
 
-    from numba import njit, prange
-
-    @njit(parallel=True, cache=False)
-    def read_sum(a):
-        s = np.uint64(0)
-        for i in prange(a.shape[0]):
-            s += a[i]
-        return s
+    read_sum = _read_sum()
 
     bits, sizes, budget, libs = cfg["bits"], sorted(cfg["sizes"]), cfg["budget"], cfg["libs"]
     nbytes = bits // 8
