@@ -360,6 +360,22 @@ def distill_quality(path: str) -> str:
     return "\n".join(lines)
 
 
+def distill_students(*paths: str) -> str:
+    """Full-scale students side by side, one distill_quality run each: what changed in the recipe, and the scores."""
+    lines = ["| student | sentences | corpus in front | word vectors | vocab | epochs | held-out cosine | STS-B dev | "
+             "STS-B test | SICK-R test | SNLI top-10 (%) |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for path in paths:
+        b = _load(path)
+        c, s = b["distill_config"], b["scores_x100"]["student"]
+        splits = {True: "STS-B train", False: "none"}.get(c["train_splits"], str(c["train_splits"]).replace(",", ", "))
+        dim = c["embedding_dim"] or 50
+        last = b["train_log"][-1]  # epochs done when measured (a run may be measured before its last epoch)
+        lines.append(f"| `{Path(b['student_dir']).name}` | {c['max_sentences']:,} | {splits} | {c['word_vectors']} {dim}-d | "
+                     f"{c['vocab_size']:,} | {last['epoch']} | {last['held_out_cosine']:.4f} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | "
+                     f"{s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.1f} |")
+    return "\n".join(lines)
+
+
 def distill_targets(path: str) -> str:
     """The student-quality targets of issue 19 against what the run measured."""
     b = _load(path)
@@ -397,7 +413,7 @@ def distill_speed(path: str) -> str:
 
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    distill_ablation, distill_quality, distill_targets, distill_speed,
+    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
