@@ -114,6 +114,10 @@ def main(argv=None) -> int:
         print("note: the installed teacher's content differs from the one the student learned from", flush=True)
 
     encoders: dict = {"teacher": CachedTeacher(teacher), "student": student}
+    if teacher_info.get("precision") == "int8":
+        # the labels the student learned: how close they are to the fp32 teacher bounds what the student can reach
+        encoders["teacher onnx-int8 (the student's labels)"] = CachedTeacher(
+            Teacher(teacher.info.path, pooling=teacher_info.get("pooling", "mean"), backend="onnx-int8", threads=a.threads))
     bundle_dir = a.bundle or a.student.parent / "bundle"
     if (bundle_dir / "manifest.json").is_file():
         from ondevice.runtime import Bundle
