@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="accept gensim pickles (.kv/.model/.wv) as --word-vectors: loading one RUNS ANY CODE it holds; "
                         "only for files you made yourself")
     p.add_argument("--embedding-dim", type=int, default=d.embedding_dim,
-                   help="dimension of 'teacher'/'random' word vectors (0 = 50)")
+                   help="dimension of 'teacher'/'random' word vectors (0 = 100)")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="most frequent corpus words kept")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--hidden", type=int, default=d.hidden_size, help="LSTM units per direction (paper: 512)")
