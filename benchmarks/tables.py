@@ -362,8 +362,8 @@ def distill_quality(path: str) -> str:
 
 def distill_students(*paths: str) -> str:
     """Full-scale students side by side, one distill_quality run each: what changed in the recipe, and the scores."""
-    lines = ["| student | sentences | corpus in front | word vectors | vocab | epochs | held-out cosine | STS-B dev | "
-             "STS-B test | SICK-R test | SNLI top-10 (%) |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [("| student | sentences | corpus in front | word vectors | vocab | epochs | held-out cosine | STS-B dev | "
+              "STS-B test | SICK-R test | SNLI top-10 (%) |"), "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for path in paths:
         b = _load(path)
         c, s = b["distill_config"], b["scores_x100"]["student"]
@@ -373,6 +373,31 @@ def distill_students(*paths: str) -> str:
         lines.append(f"| `{Path(b['student_dir']).name}` | {c['max_sentences']:,} | {splits} | {c['word_vectors']} {dim}-d | "
                      f"{c['vocab_size']:,} | {last['epoch']} | {last['held_out_cosine']:.4f} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | "
                      f"{s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.1f} |")
+    return "\n".join(lines)
+
+
+def pairs_seeds(path: str) -> str:
+    """DvBERT vs DSE over seeds (benchmarks/pairs.py seeds): per seed dev and test, then mean, std and the difference."""
+    b = _load(path)
+    metric = b["metric"]
+    seeds = [str(x) for x in b["seeds"]]
+    lines = ["| seed | DSE dev | DvBERT dev | DSE test | DvBERT test | DvBERT - DSE (test) |", "|---:|---:|---:|---:|---:|---:|"]
+    for k in seeds:
+        d, v = b["runs"]["dse"][k], b["runs"]["dvbert"][k]
+        lines.append(f"| {k} | {d['dev'][metric]:.2f} | {v['dev'][metric]:.2f} | {d['test'][metric]:.2f} | "
+                     f"{v['test'][metric]:.2f} | {v['test'][metric] - d['test'][metric]:+.2f} |")
+    dev, test, diff = b["summary_dev"], b["summary"], b["dvbert_minus_dse"]
+
+    def ms(x: dict) -> str:
+        return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
+
+    lines.append(f"| mean ± std | {ms(dev['dse'][metric])} | {ms(dev['dvbert'][metric])} | {ms(test['dse'][metric])} | "
+                 f"{ms(test['dvbert'][metric])} | {ms(diff['per_seed'])} |")
+    teachers = b.get("teachers_test") or {}
+    lines += ["", f"{metric} x100 on {b['task']} ({b['test_pairs']:,} test pairs); DvBERT - DSE on dev: "
+              f"{ms(diff['dev_per_seed'])}; beyond the seed spread: {diff['beyond_seed_spread']}; DSE alpha(s) "
+              f"{', '.join(f'{x:g}' for x in b['dse_alphas'])}; DvBERT teachers: {', '.join(Path(t).name for t in b['dvbert_teachers'])}"
+              + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items()) + "."]
     return "\n".join(lines)
 
 
@@ -413,7 +438,7 @@ def distill_speed(path: str) -> str:
 
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed,
+    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}

@@ -66,7 +66,6 @@ class DistillConfig:
     def validate(self) -> None:
         """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
         from ondevice.checks import check_float, check_int
-
         from ondevice.pairs.data import UNLABELED_TASKS
 
         bad = [t for t in train_split_tasks(self.train_splits) if t not in UNLABELED_TASKS] if self.train_splits else []

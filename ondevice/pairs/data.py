@@ -21,7 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from ondevice.errors import OndeviceError
-from ondevice.eval.data import _bad, _file, _lines, held_out_texts, read_mrpc, read_qqp, read_sst, read_stsb, train_split_sentences
+from ondevice.eval.data import (
+    _bad,
+    _file,
+    _lines,
+    held_out_texts,
+    read_mrpc,
+    read_qqp,
+    read_sst,
+    read_stsb,
+    train_split_sentences,
+)
 
 SPLITS = ("train", "dev", "test")
 DEV_FRACTION = 0.1
