@@ -16,25 +16,21 @@ import numpy as np
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.dipair import dequantize_states
-from ondevice.pairs.runtime import _softmax
+from ondevice.pairs.runtime import HeadScorer, head_block, head_session
 
 
-class DiPairScorer:
+class DiPairScorer(HeadScorer):
     """The DiPair head of one bundle: token states of texts, head logits of cached states, scores, reranking."""
 
     def __init__(self, bundle, block: dict, session):
-        self.bundle, self.block, self.session = bundle, block, session
+        super().__init__(bundle, block, session)
         head = block["head"]
-        self.kind, self.outputs = block["task_type"], int(head["outputs"])
         self.n, self.m, self.d = int(head["n"]), int(head["m"]), int(head["d"])
         self.int8_outputs = "token_states_b_int8" in block.get("encoder_outputs", {})
 
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
         """Load and verify the bundle's DiPair head (manifest `dipair` block, checksummed graph, encoder outputs)."""
-
-        from ondevice.pairs.runtime import head_block, head_session
-
         block, data = head_block(bundle, "dipair", "DiPair head", "ondevice pairs dipair-export")
         try:
             head = block["head"]
@@ -85,24 +81,7 @@ class DiPairScorer:
             sa = np.broadcast_to(sa, (len(sb), self.n, self.d))
         if len(sa) != len(sb):
             raise OndeviceError(f"got {len(sa)} and {len(sb)} states; pairs need equal counts (or one states_a row)")
-        out = np.empty((len(sb), self.outputs), np.float32)
-        for s in range(0, len(sb), batch_size):
-            out[s : s + batch_size] = self.session.run(
-                ["logits"], {"states_a": np.ascontiguousarray(sa[s : s + batch_size]), "states_b": sb[s : s + batch_size]})[0]
-        return out
-
-    def transform(self, logits: np.ndarray) -> np.ndarray:
-        """Task scores: regression -> the gold scale, binary -> probability, classes -> probabilities (n, classes)."""
-        t = self.block["output_transform"]
-        if self.kind == "regression":
-            return logits[:, 0] * float(t["scale"]) + float(t["offset"])
-        if self.kind == "binary":
-            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
-        return _softmax(logits)
-
-    def rank_key(self, logits: np.ndarray) -> np.ndarray:
-        """What `rerank` sorts by: the first logit, or for classes the probability of the second label."""
-        return _softmax(logits)[:, 1 if self.outputs > 1 else 0] if self.kind == "classes" else logits[:, 0]
+        return self._run(("states_a", "states_b"), sa, sb, batch_size)
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of the text pairs (a[i], b[i])."""
@@ -125,16 +104,4 @@ class DiPairScorer:
             cand = self.states(list(candidates), "b") if len(candidates) else np.zeros((0, self.m, self.d), np.float32)
         if not len(cand):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        key = self.rank_key(self.logits(self.states([query], "a"), cand))
-        order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
-        return key[order].astype(np.float32), order.astype(np.int64)
-
-    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
-        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
-
-        `cache[id]` must be the side-b states of catalog item `id`; ties go to the smaller id.
-        """
-        _, ids = self.bundle.search(query, k=int(shortlist))
-        ids = np.sort(ids[0][ids[0] >= 0])
-        keys, rows = self.rerank(query, np.asarray(cache)[ids], k)
-        return keys, ids[rows]
+        return self._top(self.rank_key(self.logits(self.states([query], "a"), cand)), k)

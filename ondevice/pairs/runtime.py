@@ -55,15 +55,61 @@ def head_session(bundle, block: dict, data: bytes, threads: int):
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
 
 
-class PairScorer:
+class HeadScorer:
+    """What the DSE and DiPair scorers share once their inputs are checked: the head graph run in batches, task
+    scores and rank keys from logits, the top-k order, and reranking a Hamming shortlist."""
+
+    def __init__(self, bundle, block: dict, session):
+        self.bundle, self.block, self.session = bundle, block, session
+        self.kind = block["task_type"]
+        self.outputs = int(block["head"]["outputs"])
+
+    def _run(self, names: tuple[str, str], first: np.ndarray, second: np.ndarray, batch_size: int) -> np.ndarray:
+        """Head logits (n, outputs) of input pairs (first[i], second[i]), `batch_size` rows per graph call."""
+        out = np.empty((len(second), self.outputs), np.float32)
+        for s in range(0, len(second), batch_size):
+            out[s : s + batch_size] = self.session.run(
+                ["logits"], {names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
+        return out
+
+    def transform(self, logits: np.ndarray) -> np.ndarray:
+        """Task scores: regression -> the gold scale, binary -> probability, classes -> probabilities (n, classes)."""
+        t = self.block["output_transform"]
+        if self.kind == "regression":
+            return logits[:, 0] * float(t["scale"]) + float(t["offset"])
+        if self.kind == "binary":
+            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        return _softmax(logits)
+
+    def rank_key(self, logits: np.ndarray) -> np.ndarray:
+        """What `rerank` sorts by: the score, or for classes the probability of the second label."""
+        if self.kind == "classes":
+            return _softmax(logits)[:, 1 if self.outputs > 1 else 0]
+        return logits[:, 0]
+
+    @staticmethod
+    def _top(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(keys (k,), rows (k,)) of the k largest keys, best first, equal keys by smaller row."""
+        order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
+        return key[order].astype(np.float32), order.astype(np.int64)
+
+    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
+
+        `cache[id]` must be the head input of catalog item `id` (its float vector for DSE, its side-b states for
+        DiPair). Equal keys go to the smaller id, so a shortlist covering the catalog gives the exhaustive order.
+        """
+        _, ids = self.bundle.search(query, k=int(shortlist))
+        ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
+        keys, rows = self.rerank(query, np.asarray(cache)[ids], k)
+        return keys, ids[rows]
+
+
+class PairScorer(HeadScorer):
     """The pair head of one bundle: logits of precomputed vectors, task scores, and reranking."""
 
     def __init__(self, bundle, block: dict, session):
-        self.bundle = bundle
-        self.block = block
-        self.session = session
-        self.kind = block["task_type"]
-        self.outputs = int(block["head"]["outputs"])
+        super().__init__(bundle, block, session)
         self.dim = int(block["head"]["dim"])
 
     @classmethod
@@ -94,26 +140,7 @@ class PairScorer:
             u = np.broadcast_to(u, v.shape)
         if len(u) != len(v):
             raise OndeviceError(f"got {len(u)} and {len(v)} vectors; pairs need equal counts (or one u row)")
-        out = np.empty((len(v), self.outputs), np.float32)
-        for s in range(0, len(v), batch_size):
-            out[s : s + batch_size] = self.session.run(
-                ["logits"], {"u": np.ascontiguousarray(u[s : s + batch_size]), "v": v[s : s + batch_size]})[0]
-        return out
-
-    def transform(self, logits: np.ndarray) -> np.ndarray:
-        """Task scores: regression -> the gold scale, binary -> probability, classes -> probabilities (n, classes)."""
-        t = self.block["output_transform"]
-        if self.kind == "regression":
-            return logits[:, 0] * float(t["scale"]) + float(t["offset"])
-        if self.kind == "binary":
-            return 1.0 / (1.0 + np.exp(-logits[:, 0]))
-        return _softmax(logits)
-
-    def rank_key(self, logits: np.ndarray) -> np.ndarray:
-        """What `rerank` sorts by: the score, or for classes the probability of the second label."""
-        if self.kind == "classes":
-            return _softmax(logits)[:, 1 if self.outputs > 1 else 0]
-        return logits[:, 0]
+        return self._run(("u", "v"), u, v, batch_size)
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of the text pairs (a[i], b[i])."""
@@ -141,17 +168,4 @@ class PairScorer:
             vec = self.bundle.encode(as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
         if not len(vec):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        key = self.rank_key(self.logits(self.bundle.encode([query]), vec))
-        order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
-        return key[order].astype(np.float32), order.astype(np.int64)
-
-    def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
-        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
-
-        Equal keys go to the smaller id, so a shortlist covering the catalog gives exactly the exhaustive order.
-        `vectors[id]` must be the float vector of catalog item `id` (what the index holds the code of).
-        """
-        _, ids = self.bundle.search(query, k=int(shortlist))
-        ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
-        keys, rows = self.rerank(query, np.asarray(vectors)[ids], k)
-        return keys, ids[rows]
+        return self._top(self.rank_key(self.logits(self.bundle.encode([query]), vec)), k)
