@@ -66,11 +66,10 @@ class DistillConfig:
     def validate(self) -> None:
         """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
         from ondevice.checks import check_float, check_int
-        from ondevice.pairs.data import UNLABELED_TASKS
+        from ondevice.pairs.data import check_unlabeled_tasks
 
-        bad = [t for t in train_split_tasks(self.train_splits) if t not in UNLABELED_TASKS] if self.train_splits else []
-        if bad or (self.train_splits is not False and not train_split_tasks(self.train_splits)):
-            raise OndeviceError(f"--train-splits takes tasks from {','.join(UNLABELED_TASKS)}, got {self.train_splits!r}")
+        if self.train_splits is not False:
+            check_unlabeled_tasks(train_split_tasks(self.train_splits))
         check_int(self.epochs, "--epochs", 1, 100_000)
         check_int(self.batch_size, "--batch-size", 1, 1 << 20)
         check_int(self.teacher_batch_size, "--teacher-batch-size", 1, 65_536)

@@ -232,15 +232,21 @@ def load_pairs(task: str, split: str, data_dir: str | Path, seed: int = 0) -> Pa
 UNLABELED_TASKS = ("stsb", "sick", "mrpc", "qqp")  # whose train-split text `--train-splits` may add to a corpus
 
 
+def check_unlabeled_tasks(tasks: tuple[str, ...]) -> None:
+    """One-line error unless `tasks` names at least one task whose train text may join a corpus."""
+    unknown = [t for t in tasks if t not in UNLABELED_TASKS]
+    if unknown or not tasks:
+        what = f"unknown task {unknown[0]!r}" if unknown else "no task given"
+        raise OndeviceError(f"--train-splits takes tasks from {','.join(UNLABELED_TASKS)}; {what}")
+
+
 def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("stsb",), seed: int = 0) -> list[str]:
     """Unique train-split sentences of `tasks` as unlabeled distillation text (no scores), STS-B's first.
 
     SICK, MRPC and QQP contribute only their train part as `load_pairs` carves it with split `seed` (0: the default of
     `ondevice pairs`): a sentence found in any dev, test or evaluation text, carved dev splits included, is left out.
     """
-    unknown = [t for t in tasks if t not in UNLABELED_TASKS]
-    if unknown:
-        raise OndeviceError(f"--train-splits: unknown task {unknown[0]!r}; choose from {', '.join(UNLABELED_TASKS)}")
+    check_unlabeled_tasks(tasks)
     out: dict[str, None] = dict.fromkeys(train_split_sentences(data_dir) if "stsb" in tasks else [])
     others = [t for t in tasks if t != "stsb"]
     if not others:
