@@ -12,8 +12,6 @@ in an int8 bundle. Opset 17.
 from __future__ import annotations
 
 import json
-import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ from ondevice.pairs.dipair import (
     head_forward_numpy,
     head_weights,
 )
-from ondevice.pairs.export import save_npy, seal_bundle
+from ondevice.pairs.export import quantize_matmuls, save_npy, seal_bundle
 
 HEAD_ONNX = "dipair_head.onnx"
 GOLDEN_SENTENCES = 200
@@ -183,19 +181,7 @@ def build_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
 
 def build_int8_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
     """The int8 head: MatMuls with a constant weight dynamically quantized (attention's MatMuls stay float)."""
-    onnx = require("onnx", "export")
-    quantization = require("onnxruntime.quantization", "export")
-    model = build_head_graph(cfg, weights)
-    with tempfile.TemporaryDirectory(prefix="ondevice-dipairq-") as tmp:
-        out = Path(tmp) / "int8.onnx"
-        previous = logging.root.manager.disable
-        logging.disable(logging.WARNING)
-        try:
-            quantization.quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], per_channel=False,
-                                          weight_type=quantization.QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
-        finally:
-            logging.disable(previous)
-        return onnx.load(str(out))
+    return quantize_matmuls(build_head_graph(cfg, weights), const_b_only=True)
 
 
 def run_head(model_bytes: bytes, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:

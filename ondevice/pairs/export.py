@@ -62,16 +62,24 @@ def build_head_graph(cfg: PairHeadConfig, weights: dict[str, np.ndarray]):
 
 def build_int8_head_graph(cfg: PairHeadConfig, weights: dict[str, np.ndarray]):
     """The int8 ModelProto: both MatMuls dynamically quantized by onnxruntime."""
+    return quantize_matmuls(build_head_graph(cfg, weights))
+
+
+def quantize_matmuls(model, const_b_only: bool = False):
+    """A head graph with its MatMuls dynamically quantized to int8 by onnxruntime (per tensor, quiet).
+
+    `const_b_only` leaves MatMuls whose second input is computed (attention scores) in float.
+    """
     onnx = require("onnx", "export")
     quantization = require("onnxruntime.quantization", "export")
-    model = build_head_graph(cfg, weights)
-    with tempfile.TemporaryDirectory(prefix="ondevice-pairq-") as tmp:
+    extra = {"extra_options": {"MatMulConstBOnly": True}} if const_b_only else {}
+    with tempfile.TemporaryDirectory(prefix="ondevice-headq-") as tmp:
         out = Path(tmp) / "int8.onnx"
         previous = logging.root.manager.disable
         logging.disable(logging.WARNING)
         try:
             quantization.quantize_dynamic(model, out, op_types_to_quantize=["MatMul"], per_channel=False,
-                                          weight_type=quantization.QuantType.QInt8)
+                                          weight_type=quantization.QuantType.QInt8, **extra)
         finally:
             logging.disable(previous)
         return onnx.load(str(out))
