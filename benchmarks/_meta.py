@@ -18,7 +18,7 @@ def run_metadata(threads: int) -> dict:
     commit = meta["commit"]
     return {"commit": commit.removesuffix("+dirty") or "unknown", "dirty": commit.endswith("+dirty"),
             "date": meta["date"], "command": meta["command"], "versions": meta["versions"],
-            "machine": {"cpu": meta["cpu_model"], "cores": meta["cpu_count"], "threads": threads,
+            "machine": {"cpu": meta["cpu_model"], "gpu": meta["gpu_model"], "cores": meta["cpu_count"], "threads": threads,
                         "loadavg_at_start": meta["load_average_start"]}}
 
 

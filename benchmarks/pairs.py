@@ -47,7 +47,7 @@ import numpy as np
 from ondevice.results import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(os.environ.get("ONDEVICE_RESULTS", ROOT / "benchmarks" / "results"))
 
 
 def _meta(argv: list[str], threads: int | None) -> dict:
@@ -71,7 +71,7 @@ def _write(result: dict, kind: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"pairs-{kind}-{result.get('task', 'all')}-{stamp}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {os.path.relpath(path, ROOT)}")
     return path
 
 
@@ -307,7 +307,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     out = {**_meta(argv, a.threads), "task": a.task, "metric": spec.metric, "seeds": seed_list, "test_pairs": len(test),
            "dvbert_teachers": views, "dse_teacher": dse_teacher, "dse_alphas": alphas, "workdir": str(work)}
     common = {"task": a.task, "data": a.data, "student": a.student, "epochs": a.epochs, "batch_size": a.batch_size,
-              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads}
+              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads, "device": a.device}
     rows: dict[str, dict] = {"dse": {}, "dvbert": {}}
     for seed in seed_list:
         dse_dir = work / f"dse-seed{seed}"
@@ -316,7 +316,9 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=True, progress=not a.quiet)
         chosen = dse_dir / sel["chosen_dir"]
         rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
-                             "chosen_alpha": sel["chosen_alpha"]}
+                             "chosen_alpha": sel["chosen_alpha"],
+                             # every alpha's test figures too: paper 000's alpha comparison is on them
+                             "alphas_test": {f"{x:g}": PairStudent.load(dse_dir / f"alpha-{x:g}").evaluate(test) for x in alphas}}
         dv_dir = work / f"dvbert-seed{seed}"
         vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **common)
         if not finished(dv_dir, vcfg.epochs):
@@ -338,10 +340,12 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     spread = max(d["std"] or 0.0, e["std"] or 0.0)
     out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > spread) if len(seed_list) > 1 else None
     out["dvbert_config"] = dataclasses.asdict(vcfg)
+    out["dse_alphas_test"] = {f"{x:g}": {spec.metric: _spread([rows["dse"][s]["alphas_test"][f"{x:g}"][spec.metric]
+                                                               for s in seed_list])} for x in alphas}
     if not a.skip_teachers:
         out["teachers_test"] = {}
         for v in dict.fromkeys(parse_view(p)[0] for p in views):
-            out["teachers_test"][v] = evaluate_teacher(CrossEncoderTeacher.load(v), test)
+            out["teachers_test"][v] = evaluate_teacher(CrossEncoderTeacher.load(v, device=a.device), test)
     return out
 
 
@@ -514,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--max-train-pairs", type=int, default=None)
     v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
     v.add_argument("--threads", type=int, default=0)
+    v.add_argument("--device", default="cpu", help="torch device the students train on (cpu, cuda, auto)")
     v.add_argument("--quiet", action="store_true")
     ds = sub.add_parser("dipair-speed")
     ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")

@@ -191,9 +191,9 @@ def _save_checkpoint(out: Path, student: Student, opt, state: dict) -> None:
     tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    st.save_file({k: v.detach().contiguous() for k, v in student.model.state_dict().items()}, str(tmp / "model.safetensors"))
+    st.save_file({k: v.detach().cpu().contiguous() for k, v in student.model.state_dict().items()}, str(tmp / "model.safetensors"))
     osd = opt.state_dict()
-    tensors = {f"{i}.{k}": (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+    tensors = {f"{i}.{k}": (v.detach().cpu() if torch.is_tensor(v) else torch.tensor(v)).contiguous()
                for i, s in osd["state"].items() for k, v in s.items()}
     st.save_file(tensors, str(tmp / "optimizer.safetensors"))
     write_json(tmp / "state.json", {**state, "param_groups": osd["param_groups"]})

@@ -61,6 +61,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def gpu_model() -> str | None:
+    """The CUDA GPU torch trains on, when torch is already imported and sees one (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.get_device_name(0) if torch is not None and torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - a broken CUDA install must not stop a results file
+        return None
+
+
 def versions() -> dict[str, str]:
     """Installed versions of Python and the libraries in PACKAGES (without importing them)."""
     out = {"python": platform.python_version()}
@@ -80,12 +89,15 @@ def start_run(threads: int | None = None, argv: list[str] | None = None, **setti
     """Metadata of a run about to start; pass it to write_result. `settings` are stored as given."""
     commit = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    if not commit:  # a copy of the tree without .git (e.g. on a rented GPU machine) says which commit it is
+        commit, dirty = os.environ.get("ONDEVICE_COMMIT", ""), False
     return {
         "commit": commit + ("+dirty" if commit and dirty else ""),
         "date": _now(),
         "command": " ".join([Path(sys.executable).name, *(sys.argv if argv is None else argv)]),
         "versions": versions(),
         "cpu_model": cpu_model(),
+        "gpu_model": gpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": threads,
         "load_average_start": [round(x, 2) for x in os.getloadavg()],

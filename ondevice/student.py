@@ -167,7 +167,7 @@ class Student:
         directory.mkdir(parents=True, exist_ok=True)
 
         with atomic_path(directory / WEIGHTS) as tmp:
-            st.save_file({k: v.detach().contiguous() for k, v in self.model.state_dict().items()}, str(tmp))
+            st.save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}, str(tmp))
         self.tokenizer.save(directory)
         write_json(directory / CONFIG, self.config)
 

@@ -38,6 +38,8 @@ TINY = {
     # what they drive); dipair-speed runs with a random head of the given shape and the same-cost packaged MiniLM.
     "pairs": ["dipair-speed", "--n", "4", "--m", "4", "--d", "32", "--ffn", "64", "--pairs", "500", "--batch", "256",
               "--ce-pairs", "8", "--repeats", "1"],
+    # needs the tiny pair fixtures: test_pairs_suite_runs_with_tiny_models below runs it end to end
+    "pairs_suite": ["--help"],
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
@@ -76,6 +78,44 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert {c["n"] for c in cells if c["lib"] == "read"} == {20000}
         row = next(line for line in res.stdout.splitlines() if line.startswith("| 20,000 | 256 | 1 |"))
         assert row.rstrip(" |").endswith("%")
+
+
+@pytest.mark.slow
+def test_pairs_suite_runs_with_tiny_models(pair_env, tmp_path):
+    """`benchmarks/pairs_suite.py` end to end on the tiny fixtures: teachers, dev-picked setting, extra teacher seeds,
+    students per seed side by side, then the aggregated seeds and quality files; a second call reuses everything."""
+    import json
+
+    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    (bench / "results").mkdir()
+    args = ["--out", str(tmp_path / "suite"), "--student", str(pair_env.student), "--base", str(pair_env.base),
+            "--data", str(pair_env.data), "--device", "cpu", "--jobs", "2", "--tasks", "mrpc", "--seeds", "0,1",
+            "--teacher-seeds", "2", "--teacher-epochs", "1", "--max-train-pairs", "24",
+            "--student-args", "--epochs 1 --augment-random 8 --augment-neighbors 0 --dse-alphas 0,0.5"]
+    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
+    res = subprocess.run([sys.executable, str(bench / "pairs_suite.py"), *args], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (path,) = (bench / "results").glob("pairs_suite-*.json")
+    out = json.loads(path.read_text())
+    chosen = out["chosen"]["mrpc"]
+    assert set(chosen["by_setting"]) == {"e3", "e3-both"} and chosen["dev"] == max(chosen["by_setting"].values())
+    assert len(chosen["teachers"]) == 2 and all(f"-{chosen['setting']}-s" in t for t in chosen["teachers"])
+    assert all("test" in t and "accuracy" in t["test"] for t in out["teachers"].values())
+    assert any(f.startswith("pairs-seeds-mrpc-") for f in out["results_files"])
+    assert any(f.startswith("pairs-quality-mrpc-") for f in out["results_files"])
+    seeds = json.loads((bench / "results" / next(f for f in out["results_files"] if "seeds" in f)).read_text())
+    assert seeds["seeds"] == [0, 1] and set(seeds["dse_alphas_test"]) == {"0", "0.5"}
+    assert seeds["dvbert_teachers"] == chosen["teachers"]
+    def commands() -> int:  # teacher and student commands the suite ran so far (one "$ " line each)
+        return sum(p.read_text().count("\n$ ") + p.read_text().startswith("$ ")
+                   for p in (tmp_path / "suite" / "logs").glob("*-s*.log"))
+
+    ran = commands()
+    again = subprocess.run([sys.executable, str(bench / "pairs_suite.py"), *args], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=900, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert commands() == ran + 2  # teachers reused; only the two per-seed student calls run again (and find their runs)
 
 
 @pytest.mark.slow

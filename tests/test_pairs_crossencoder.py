@@ -70,7 +70,55 @@ def test_swapped_teacher_scores_b_a_under_its_own_identity(pair_env):
     plain = CrossEncoderTeacher.load(pair_env.teacher())
     info = json.loads(json.dumps(plain.info))
     info["config"]["swap"] = True  # as `ondevice pairs teacher --swap` records it
-    swapped = CrossEncoderTeacher(plain.directory, plain.model, info)
+    swapped = CrossEncoderTeacher(plain.directory, info)
     a, b = ["a cat sat on the mat", "the dog ran"], ["a big red car", "the dog ran fast"]
     np.testing.assert_allclose(swapped.logits(a, b), plain.logits(b, a), atol=1e-6)
     assert swapped.identity == {**plain.identity, "input_order": "ba"} and "input_order" not in plain.identity
+
+
+def test_both_orders_teacher_means_the_two_orders_under_its_own_identity(pair_env, tmp_path):
+    plain = CrossEncoderTeacher.load(pair_env.teacher())
+    info = json.loads(json.dumps(plain.info))
+    info["config"]["both_orders"] = True
+    sym = CrossEncoderTeacher(plain.directory, info)
+    a, b = ["a cat sat on the mat", "the dog ran"], ["a big red car", "the dog ran fast"]
+    np.testing.assert_allclose(sym.logits(a, b), (plain.logits(a, b) + plain.logits(b, a)) / 2, atol=1e-6)
+    np.testing.assert_allclose(sym.logits(a, b), sym.logits(b, a), atol=1e-6)
+    assert sym.identity["input_order"] == "mean(ab,ba)"
+    cfg = CrossEncoderConfig(task="mrpc", data=str(pair_env.data), base=str(pair_env.base), epochs=1, batch_size=8,
+                             lr=1e-3, max_train_pairs=16, both_orders=True)
+    t = fine_tune(cfg, tmp_path / "sym", progress=False)
+    assert t.info["train_pairs"] == 16  # the pairs, not the doubled rows
+    np.testing.assert_allclose(t.logits(a, b), t.logits(b, a), atol=1e-5)
+    with pytest.raises(OndeviceError, match="--swap and --both-orders"):
+        CrossEncoderConfig(task="mrpc", data="", swap=True, both_orders=True).validate()
+
+
+def test_teacher_without_weights_serves_cached_logits_only(pair_env, tmp_path):
+    import shutil
+
+    from ondevice.pairs.logits import teacher_logits
+
+    src = CrossEncoderTeacher.load(pair_env.teacher())
+    a, b = ["a cat sat on the mat"], ["a big red car"]
+    want = teacher_logits(src, a, b, progress=False, root=tmp_path / "cache")
+    bare = tmp_path / "bare"
+    shutil.copytree(src.directory, bare)
+    (bare / "model" / "model.safetensors").unlink()
+    t = CrossEncoderTeacher.load(bare)  # opening needs no weights
+    np.testing.assert_array_equal(teacher_logits(t, a, b, progress=False, root=tmp_path / "cache"), want)
+    with pytest.raises(OndeviceError, match="holds no weights"):
+        teacher_logits(t, ["another pair"], ["not cached"], progress=False, root=tmp_path / "cache")
+
+
+def test_device_flag_checks():
+    from ondevice.devices import resolve_device
+
+    assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda")
+    with pytest.raises(OndeviceError, match="--device must be"):
+        CrossEncoderConfig(task="stsb", data="", device="gpu").validate()
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(OndeviceError, match="sees no CUDA GPU"):
+            resolve_device("cuda")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ondevice.devices import DEVICE_HELP
+
 HELP = "pair models: cross-encoder teachers distilled into BiLSTM pair students (DSE), exported with a pair head"
 
 
@@ -51,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=c.seed)
     s.add_argument("--swap", action="store_true", help="fine-tune and score on (b, a) instead of (a, b): "
                    "the A/B input-order teacher of DvBERT")
+    s.add_argument("--both-orders", action="store_true", help="fine-tune on (a, b) and (b, a); score the mean of both")
+    s.add_argument("--device", default=c.device, help=DEVICE_HELP)
     s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
 
     d = DSEConfig(task="stsb", data="", student="", teacher="")
@@ -72,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--device", default=d.device, help=DEVICE_HELP)
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue unfinished alphas from their checkpoints")
 
@@ -216,6 +221,7 @@ def _add_dvbert(sub, fmt) -> None:
     s.add_argument("--lr", type=float, default=v.lr)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--device", default=v.device, help=DEVICE_HELP)
     s.add_argument("--seed", type=int, default=v.seed)
     s.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
 
@@ -226,7 +232,7 @@ def _dvbert(a: argparse.Namespace) -> int:
     cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
                        anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
                        lr=a.lr, max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
-                       threads=a.threads)
+                       threads=a.threads, device=a.device)
     train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
     from ondevice.io import read_json
 
@@ -279,7 +285,7 @@ def run(a: argparse.Namespace) -> int:
         cfg = CrossEncoderConfig(task=a.task, data=str(a.data), base=a.base, epochs=a.epochs, batch_size=a.batch_size,
                                  lr=a.lr, warmup_ratio=a.warmup_ratio, max_length=a.max_length, seed=a.seed,
                                  split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads,
-                                 swap=a.swap)
+                                 swap=a.swap, both_orders=a.both_orders, device=a.device)
         teacher = fine_tune(cfg, a.out, resume=a.resume, progress=not a.quiet)
         print(json.dumps({"teacher": a.out, "dev": teacher.info["dev"], "threshold": teacher.info["threshold"]}))
         return 0
@@ -290,7 +296,7 @@ def run(a: argparse.Namespace) -> int:
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
                         augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
-                        split_seed=a.split_seed, threads=a.threads)
+                        split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))
         return 0
     if cmd == "dvbert":

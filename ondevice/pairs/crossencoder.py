@@ -20,6 +20,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
+from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
@@ -49,6 +50,8 @@ class CrossEncoderConfig:
     threads: int = 0
     logging_steps: int = 50
     swap: bool = False  # A/B input order: fine-tune and score on (b, a) instead of (a, b) (DvBERT teacher views)
+    both_orders: bool = False  # fine-tune on (a, b) and (b, a); a logit is the mean over both orders
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto; the saved teacher loads on any device
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
@@ -56,6 +59,8 @@ class CrossEncoderConfig:
         first_failure([*training_checks(self.epochs, self.batch_size, self.lr),
                        (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
                        (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
+                       (not (self.swap and self.both_orders), "--swap and --both-orders exclude each other; pick one"),
+                       device_check(self.device),
                        (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
 
 
@@ -80,29 +85,43 @@ def _loss(model, kind: str):
 
 
 class CrossEncoderTeacher:
-    """A fine-tuned cross-encoder; `logits(a, b)` gives float32 (n, num_outputs)."""
+    """A fine-tuned cross-encoder; `logits(a, b)` gives float32 (n, num_outputs).
 
-    def __init__(self, directory: Path, model, info: dict):
+    The network is loaded on first use: runs whose logits are all in the cache (`ondevice.pairs.logits`) never
+    pay for it, and a teacher folder copied without its weights still serves every cached pair list.
+    """
+
+    def __init__(self, directory: Path, info: dict, device: str = "cpu"):
         self.directory = directory
-        self.model = model
         self.info = info
+        self.device = device
         self.spec = task_spec(info["config"]["task"])
+        self._model = None
 
     @classmethod
-    def load(cls, directory: str | Path) -> CrossEncoderTeacher:
-        """Load a teacher folder written by `fine_tune`."""
+    def load(cls, directory: str | Path, device: str = "cpu") -> CrossEncoderTeacher:
+        """Open a teacher folder written by `fine_tune` (the network itself loads on first use, on `device`)."""
         directory = Path(directory)
         if not (directory / INFO).is_file() or not (directory / MODEL).is_dir():
             raise OndeviceError(f"{directory} is not a cross-encoder teacher (needs {INFO} and {MODEL}/); "
                                 "run `ondevice pairs teacher` first")
-        info = read_json(directory / INFO, "teacher info")
-        torch = require("torch", "train")
-        try:
-            model = _st().CrossEncoder(str(directory / MODEL), local_files_only=True, device="cpu",
-                                       activation_fn=torch.nn.Identity())
-        except (OSError, ValueError) as exc:
-            raise OndeviceError(f"cannot load {directory / MODEL}: {str(exc).splitlines()[0]}") from None
-        return cls(directory, model, info)
+        return cls(directory, read_json(directory / INFO, "teacher info"), resolve_device(device))
+
+    @property
+    def model(self):
+        """The sentence-transformers CrossEncoder (loaded once, when first needed)."""
+        if self._model is None:
+            torch = require("torch", "train")
+            weights = self.directory / MODEL / "model.safetensors"
+            if not weights.is_file():
+                raise OndeviceError(f"{weights} is missing: this teacher folder holds no weights, so it can only serve "
+                                    "pairs whose logits are already cached; copy the whole folder written by `ondevice pairs teacher`")
+            try:
+                self._model = _st().CrossEncoder(str(self.directory / MODEL), local_files_only=True, device=self.device,
+                                                 activation_fn=torch.nn.Identity())
+            except (OSError, ValueError) as exc:
+                raise OndeviceError(f"cannot load {self.directory / MODEL}: {str(exc).splitlines()[0]}") from None
+        return self._model
 
     @property
     def identity(self) -> dict:
@@ -111,6 +130,8 @@ class CrossEncoderTeacher:
                "weights_sha256": self.info["weights_sha256"], "max_length": self.info["config"]["max_length"]}
         if self.swapped:  # only swapped teachers carry the key, so caches of (a, b) teachers keep their keys
             out["input_order"] = "ba"
+        if self.info["config"].get("both_orders", False):
+            out["input_order"] = "mean(ab,ba)"
         return out
 
     @property
@@ -125,10 +146,14 @@ class CrossEncoderTeacher:
             raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
         if not len(a):
             return np.zeros((0, self.spec.num_outputs), np.float32)
-        pairs = list(zip(b, a)) if self.swapped else list(zip(a, b))
-        out = self.model.predict(pairs, batch_size=batch_size, show_progress_bar=False,
-                                 activation_fn=torch.nn.Identity(), convert_to_numpy=True)
-        return np.asarray(out, np.float32).reshape(len(a), self.spec.num_outputs)
+        def run(first: Sequence[str], second: Sequence[str]) -> np.ndarray:
+            out = self.model.predict(list(zip(first, second)), batch_size=batch_size, show_progress_bar=False,
+                                     activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+            return np.asarray(out, np.float32).reshape(len(first), self.spec.num_outputs)
+
+        if self.info["config"].get("both_orders", False):
+            return ((run(a, b) + run(b, a)) / 2).astype(np.float32)
+        return run(b, a) if self.swapped else run(a, b)
 
 
 def _log_losses(trainer) -> list[dict]:
@@ -152,11 +177,12 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     if resume and (out / "config.json").is_file():
         saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / "config.json", "teacher config"), "teacher config")
         keys = [k for k in ("task", "base", "epochs", "batch_size", "lr", "seed", "split_seed", "max_train_pairs",
-                            "max_length", "swap") if getattr(saved, k) != getattr(config, k)]
+                            "max_length", "swap", "both_orders") if getattr(saved, k) != getattr(config, k)]
         if keys:
             raise OndeviceError(f"--resume with different settings ({', '.join(keys)}); use the original flags or a new --out")
     if config.threads:
         torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
     spec = task_spec(config.task)
     train = load_pairs(config.task, "train", config.data, config.split_seed)
     dev = load_pairs(config.task, "dev", config.data, config.split_seed)
@@ -167,16 +193,18 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
 
     torch.manual_seed(config.seed)
     model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
-                            local_files_only=True, device="cpu", activation_fn=torch.nn.Identity())
+                            local_files_only=True, device=device, activation_fn=torch.nn.Identity())
     labels = spec.normalize(train.gold)
     first, second = (train.b, train.a) if config.swap else (train.a, train.b)
+    if config.both_orders:
+        first, second, labels = first + second, second + first, np.concatenate([labels, labels])
     dataset = datasets.Dataset.from_dict({"sentence1": first, "sentence2": second,
                                           "label": labels.tolist()})
     args = st.cross_encoder.CrossEncoderTrainingArguments(
         output_dir=str(out / CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
         learning_rate=config.lr, warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
         seed=config.seed, data_seed=config.seed, save_strategy="epoch", save_total_limit=2, eval_strategy="no",
-        logging_steps=config.logging_steps, report_to="none", use_cpu=True, disable_tqdm=not progress,
+        logging_steps=config.logging_steps, report_to="none", use_cpu=device == "cpu", disable_tqdm=not progress,
         dataloader_num_workers=0,
     )
     trainer = st.cross_encoder.CrossEncoderTrainer(model=model, args=args, train_dataset=dataset,
@@ -192,14 +220,14 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
             "train_seconds": round(time.time() - started, 1), "losses": _log_losses(trainer)}
     write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in info["losses"]))
     write_json(out / INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
-    teacher = CrossEncoderTeacher.load(out)
+    teacher = CrossEncoderTeacher.load(out, device=device)
     dev_logits = teacher.logits(dev.a, dev.b)
     threshold = best_threshold(dev_logits[:, 0], dev.gold) if spec.kind == "binary" else None
     info = teacher.info
     info["dev"] = evaluate_scores(spec, dev_logits, dev.gold, threshold)
     info["threshold"] = threshold
     write_json(out / INFO, info)
-    return CrossEncoderTeacher.load(out)
+    return CrossEncoderTeacher.load(out, device=device)
 
 
 def evaluate_teacher(teacher: CrossEncoderTeacher, data: PairData) -> dict:

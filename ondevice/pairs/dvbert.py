@@ -36,6 +36,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
+from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.data import load_pairs, task_spec
@@ -66,6 +67,7 @@ class DvBERTConfig:
     seed: int = 0
     split_seed: int = 0
     threads: int = 0
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training only; the saved run loads on any device)
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
@@ -75,7 +77,7 @@ class DvBERTConfig:
         first_failure([(len(views) >= 1, "--teachers needs at least one cross-encoder teacher dir (comma-separated)"),
                        (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
                        (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
-                       (self.head_hidden >= 1, "--head-hidden must be >= 1"),
+                       (self.head_hidden >= 1, "--head-hidden must be >= 1"), device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs)])
 
@@ -287,6 +289,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     views = load_views(config)
     if config.threads:
         torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
     spec = task_spec(config.task)
     student = Student.load(config.student)
     train = load_pairs(config.task, "train", config.data, config.split_seed)
@@ -309,7 +312,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
                               gold_low=spec.low, gold_high=spec.high)
     torch.manual_seed(config.seed)
     head = build_linear_head(dim, outputs) if head_type == "linear" else build_head(head_cfg)
-    model = build_dvbert_model(student.model, head)
+    model = build_dvbert_model(student.model, head).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     holder = SimpleNamespace(model=model)
     state = {"epoch": 0, "step": 0, "log": [], "best": None}
@@ -332,7 +335,11 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
 
-    probs_t, gold_t = torch.from_numpy(probs), torch.from_numpy(gold)
+    probs_t, gold_t = torch.from_numpy(probs).to(device), torch.from_numpy(gold).to(device)
+
+    def on(x: np.ndarray):
+        return torch.from_numpy(x).to(device)
+
     n = len(train)
     per_epoch = math.ceil(n / config.batch_size)
     total = per_epoch * config.epochs
@@ -348,8 +355,8 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
                 uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
                 x, lens = pad_ids([ids[i] for i in uniq])
                 ia, ib = inv[: len(rows)], inv[len(rows):]
-                f = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
-                r = torch.from_numpy(rows)
+                f = model(on(x), on(lens), on(ia), on(ib))
+                r = on(rows)
                 loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()

@@ -19,6 +19,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
+from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
 from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
@@ -62,11 +63,13 @@ class DSEConfig:
     seed: int = 0
     split_seed: int = 0
     threads: int = 0
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training only; the saved run loads on any device)
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         task_spec(self.task)
         first_failure([(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
+                       device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors))])
 
@@ -123,14 +126,15 @@ def _batches(n: int, batch_size: int, seed: int) -> list[np.ndarray]:
 
 def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, batch: int = 256) -> np.ndarray:
     torch = require("torch", "train")
+    device = next(model.parameters()).device
     model.eval()
     with torch.inference_mode():
         vec = []
         for s in range(0, len(ids), batch):
             x, lens = pad_ids(ids[s : s + batch])
-            vec.append(model.encoder(torch.from_numpy(x), torch.from_numpy(lens)))
+            vec.append(model.encoder(torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device)))
         v = torch.cat(vec)
-        return model.head(v[torch.from_numpy(pa)], v[torch.from_numpy(pb)]).numpy()
+        return model.head(v[torch.from_numpy(pa).to(device)], v[torch.from_numpy(pb).to(device)]).cpu().numpy()
 
 
 def _index(texts: list[str], a: Sequence[str], b: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -152,6 +156,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     check_resume(out, config, "dse_config.json", "DSE config", _RESUME_KEYS, resume)
     if config.threads:
         torch.set_num_threads(config.threads)
+    device = resolve_device(config.device)
     spec = task_spec(config.task)
     if config.alpha > 0 and not config.teacher:
         raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
@@ -192,6 +197,11 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     torch.manual_seed(config.seed)
     model = build_pair_model(student.model, head_cfg)
     model.encoder.requires_grad_(not config.freeze_encoder)
+    frozen = None
+    if config.freeze_encoder:  # encoder frozen: its vectors are computed once (on the CPU, before the move)
+        with torch.inference_mode():
+            frozen = torch.from_numpy(student.encode(texts)).to(device)
+    model.to(device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     holder = SimpleNamespace(model=model)
     state = start_or_resume(out, holder, opt, config, "dse_config.json", resume)
@@ -206,12 +216,11 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
 
-    gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)), torch.from_numpy(targets)
-    labeled_t = torch.from_numpy(~np.isnan(gold))
-    frozen = None
-    if config.freeze_encoder:
-        with torch.inference_mode():
-            frozen = torch.from_numpy(student.encode(texts))
+    gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)).to(device), torch.from_numpy(targets).to(device)
+    labeled_t = torch.from_numpy(~np.isnan(gold)).to(device)
+
+    def on(x: np.ndarray):
+        return torch.from_numpy(x).to(device)
 
     def train_epoch(pos: Position) -> dict:
         epoch = pos.epoch
@@ -221,13 +230,13 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         bar = tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
         for rows in bar:
             if frozen is not None:  # encoder frozen: its vectors were computed once
-                logits = model.head(frozen[torch.from_numpy(pa[rows])], frozen[torch.from_numpy(pb[rows])])
+                logits = model.head(frozen[on(pa[rows])], frozen[on(pb[rows])])
             else:
                 uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
                 x, lens = pad_ids([ids[i] for i in uniq])
                 ia, ib = inv[: len(rows)], inv[len(rows):]
-                logits = model(torch.from_numpy(x), torch.from_numpy(lens), torch.from_numpy(ia), torch.from_numpy(ib))
-            r = torch.from_numpy(rows)
+                logits = model(on(x), on(lens), on(ia), on(ib))
+            r = on(rows)
             loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
             opt.zero_grad(set_to_none=True)
             loss.backward()
