@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(path, report)
     write_json(out / "suite_progress.json", report)
     print(json.dumps({"written": str(path), "chosen": report["chosen"], "files": report["results_files"]}, indent=1))
-    return 0
+    bad = [k for k, rc in report["student_runs"].items() if rc] + [d for d, t in report["teachers"].items() if t.get("failed")]
+    if bad:
+        print(f"failed runs: {', '.join(bad)} (logs in {logs})", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
