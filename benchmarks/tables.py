@@ -401,6 +401,26 @@ def pairs_seeds(path: str) -> str:
     return "\n".join(lines)
 
 
+def pairs_teachers(path: str) -> str:
+    """Cross-encoder teachers of a `benchmarks/pairs_suite.py` run: settings, dev and test per teacher, dev-chosen ones."""
+    b = _load(path)
+    chosen = {t for c in b["chosen"].values() for t in c.get("teachers", [])}
+    lines = ["| teacher | task | epochs | lr | both orders | seed | train s | dev | test | dev-chosen setting |",
+             "|---|---|---:|---:|:---:|---:|---:|---:|---:|:---:|"]
+    for name, t in sorted(b["teachers"].items(), key=lambda kv: (kv[1]["config"]["task"], kv[0])):
+        c = t["config"]
+        key = "spearman" if "spearman" in t["test"] else "accuracy"
+        f1 = f" / F1 {t['test']['f1']:.2f}" if "f1" in t["test"] else ""
+        lines.append(f"| {Path(name).name} | {c['task']} | {c['epochs']} | {c['lr']:g} | {'yes' if c.get('both_orders') else ''} | "
+                     f"{c['seed']} | {t['train_seconds']:.0f} | {t['dev'][key]:.2f} | {t['test'][key]:.2f}{f1} | "
+                     f"{'yes' if name in chosen else ''} |")
+    m = b["machine"]
+    lines += ["", (f"Spearman x100 (STS-B, SICK-R) or accuracy x100 (MRPC, QQP, SICK-E); dev picks the setting per task, "
+              f"its seeds 1.. are DvBERT's independent teachers. {m.get('gpu') or m['cpu']}, {b['date'][:10]}, commit "
+              f"{b['commit'][:7]}.")]
+    return "\n".join(lines)
+
+
 def distill_targets(path: str) -> str:
     """The student-quality targets of issue 19 against what the run measured."""
     b = _load(path)
@@ -438,7 +458,7 @@ def distill_speed(path: str) -> str:
 
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds,
+    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}

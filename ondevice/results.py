@@ -87,10 +87,11 @@ def _now() -> str:
 
 def start_run(threads: int | None = None, argv: list[str] | None = None, **settings: Any) -> dict[str, Any]:
     """Metadata of a run about to start; pass it to write_result. `settings` are stored as given."""
-    commit = _git("rev-parse", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    if not commit:  # a copy of the tree without .git (e.g. on a rented GPU machine) says which commit it is
-        commit, dirty = os.environ.get("ONDEVICE_COMMIT", ""), False
+    if os.environ.get("ONDEVICE_COMMIT"):  # a copy of the tree (e.g. on a rented GPU machine) says which commit it is
+        commit, dirty = os.environ["ONDEVICE_COMMIT"], False
+    else:
+        commit = _git("rev-parse", "HEAD")
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {
         "commit": commit + ("+dirty" if commit and dirty else ""),
         "date": _now(),

@@ -298,3 +298,15 @@ def test_java_scores_the_dvbert_head_like_the_golden_pairs(bundle, tmp_path):
     values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
     assert out.returncode == 0, out.stdout + out.stderr
     assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
+
+
+def test_teachers_load_on_the_runs_device(teachers, monkeypatch):
+    from ondevice.pairs import crossencoder
+    from ondevice.pairs.dvbert import load_views
+
+    seen = []
+    real = crossencoder.CrossEncoderTeacher.load.__func__
+    monkeypatch.setattr(crossencoder.CrossEncoderTeacher, "load",
+                        classmethod(lambda cls, d, device="cpu": seen.append(device) or real(cls, d, device)))
+    load_views(teachers.config(device="auto"))
+    assert seen == ["auto"] * 3  # three distinct teacher folders, each on the run's device

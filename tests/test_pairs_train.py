@@ -78,3 +78,22 @@ def test_frozen_encoder_and_alpha_zero_without_teacher(pair_env, tmp_path):
     assert json.loads((tmp_path / "frozen" / "data.json").read_text())["teacher"] is None
     with pytest.raises(OndeviceError, match="--teacher"):
         train_dse(pair_env.dse_config(alpha=0.5, teacher=""), tmp_path / "no", progress=False)
+
+
+def test_teacher_scores_on_the_runs_device(pair_env, tmp_path, monkeypatch):
+    """The cross-encoder that scores the augmentation pairs runs on the run's --device, not always the CPU
+    (a GPU run that scored them on one CPU thread spent its whole time there)."""
+    from ondevice.pairs import crossencoder
+    from ondevice.pairs import train as train_mod
+
+    seen = []
+    real = crossencoder.CrossEncoderTeacher.load.__func__
+
+    def spy(cls, directory, device="cpu"):
+        seen.append(device)
+        return real(cls, directory, "cpu")
+
+    monkeypatch.setattr(crossencoder.CrossEncoderTeacher, "load", classmethod(spy))
+    monkeypatch.setattr(train_mod, "resolve_device", lambda spec: "cpu:0")  # a device name no default produces
+    train_dse(pair_env.dse_config(epochs=1, augment_random=4), tmp_path / "run", progress=False)
+    assert seen == ["cpu:0"]

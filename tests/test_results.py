@@ -25,3 +25,12 @@ def test_metadata_and_one_file_per_run(tmp_path) -> None:
     assert blob["results"] == {"value": 2} and blob["meta"]["seconds"] >= 0 and "load_average_end" in blob["meta"]
     write_result("bench_other", {"value": 3}, meta, root=tmp_path)
     assert [b["results"]["value"] for _, b in load_results("bench", root=tmp_path)] == [1, 2]
+
+
+def test_commit_of_a_copied_tree_comes_from_the_environment(monkeypatch) -> None:
+    """A tree copied to another machine (whose .git may be stale or absent) names its commit via ONDEVICE_COMMIT."""
+    from ondevice.results import start_run
+
+    monkeypatch.setenv("ONDEVICE_COMMIT", "0123abcd" * 5)
+    meta = start_run(threads=1)
+    assert meta["commit"] == "0123abcd" * 5 and "gpu_model" in meta

@@ -261,7 +261,7 @@ def load_views(config: DvBERTConfig) -> list[tuple[str, str, object]]:
     loaded: dict[str, object] = {}
     for path, _ in parsed:
         if path not in loaded:
-            loaded[path] = CrossEncoderTeacher.load(path)
+            loaded[path] = CrossEncoderTeacher.load(path, device=config.device)
     return [(path, order, loaded[path]) for path, order in parsed]
 
 

@@ -160,7 +160,8 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     spec = task_spec(config.task)
     if config.alpha > 0 and not config.teacher:
         raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
-    teacher = CrossEncoderTeacher.load(config.teacher) if config.teacher else None
+    # the teacher scores the augmentation pairs: on the run's device too (on a GPU run, CPU scoring is the bottleneck)
+    teacher = CrossEncoderTeacher.load(config.teacher, device=device) if config.teacher else None
     if teacher is not None and teacher.spec.name != spec.name:
         raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
     student = Student.load(config.student)
