@@ -42,6 +42,19 @@ def parse_variant(text: str) -> dict:
     return out
 
 
+def snli(student, data: Path, queries: int, seed: int) -> dict:
+    """{"snli_top10_vs_teacher": %} as distill_quality.py measures it (the teacher's vectors come from the cache)."""
+    if not queries:
+        return {}
+    from distill_quality import CachedTeacher, retrieval_overlap
+
+    from ondevice.teacher import Teacher
+
+    enc = {"teacher": CachedTeacher(Teacher("all-MiniLM-L6-v2")), "student": student}
+    return {"snli_top10_vs_teacher": retrieval_overlap(enc, data, "teacher", queries, 10, seed)["student"],
+            "snli_queries": queries}
+
+
 def evaluate(student, data: Path) -> dict:
     """Spearman x100 of cosine on STS-B dev/test and SICK-R test (the trial split)."""
     return {"stsb_dev": round(sts_spearman(student, data, "stsb", "dev"), 2),
@@ -59,6 +72,9 @@ def main(argv=None) -> int:
     p.add_argument("--data", type=Path, default=default_data_dir())
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--snli-queries", type=int, default=0,
+                   help="also the SNLI retrieval row of distill_quality.py: %% of the fp32 teacher's cosine top-10 each "
+                        "student's cosine top-10 recovers, over this many seeded queries (0 = off)")
     a = p.parse_args(argv)
 
     import torch
@@ -77,24 +93,22 @@ def main(argv=None) -> int:
         log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
         row = {"variant": variant or "(base)", "config": cfg, "student_dir": str(out),
                "held_out_cosine": log[-1]["held_out_cosine"], "held_out_cosine_per_epoch": [e["held_out_cosine"] for e in log],
-               **evaluate(student, a.data), "train_minutes_this_run": round((time.monotonic() - start) / 60, 2),
+               **evaluate(student, a.data), **snli(student, a.data, a.snli_queries, a.seed), "train_minutes_this_run": round((time.monotonic() - start) / 60, 2),
                "params_without_embeddings": student.num_parameters(embeddings=False),
                "params": student.num_parameters()}
         result["rows"].append(row)
         write_json(out_path, result)  # each finished row lands at once
         print(json.dumps({k: v for k, v in row.items() if k != "config"}), flush=True)
     print(f"\nresults: {out_path}\n")
-    print(markdown(result))
+    print(markdown({**result, "path": out_path}))
     return 0
 
 
 def markdown(result: dict) -> str:
-    """The README table of one ablation run."""
-    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | params (w/o emb) |", "|---|---|---|---|---|---|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['variant']} | {r['held_out_cosine']:.4f} | {r['stsb_dev']:.2f} | {r['stsb_test']:.2f} "
-                     f"| {r['sickr_test']:.2f} | {r['params']:,} ({r['params_without_embeddings']:,}) |")
-    return "\n".join(lines)
+    """The README table of one ablation run (the renderer of benchmarks/tables.py)."""
+    from tables import distill_ablation
+
+    return distill_ablation(str(result["path"]))
 
 
 if __name__ == "__main__":

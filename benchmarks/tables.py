@@ -342,11 +342,13 @@ def eval_table(path: str) -> str:
 def distill_ablation(path: str) -> str:
     """One row per recipe variant of benchmarks/distill_ablation.py (choose on STS-B dev)."""
     blob = _load(path)
-    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | params (w/o embeddings) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    snli = any("snli_top10_vs_teacher" in r for r in blob["rows"])  # runs with --snli-queries have the column
+    lines = ["| variant | held-out cosine | STS-B dev | STS-B test | SICK-R test | " + ("SNLI top-10 | " if snli else "")
+             + "params (w/o embeddings) |", "|---|---:|---:|---:|---:|" + ("---:|" if snli else "") + "---:|"]
     for r in blob["rows"]:
+        cell = (f" {r['snli_top10_vs_teacher']:.1f}% |" if "snli_top10_vs_teacher" in r else " |") if snli else ""
         lines.append(f"| {r['variant']} | {r['held_out_cosine']:.4f} | {r['stsb_dev']:.2f} | {r['stsb_test']:.2f} "
-                     f"| {r['sickr_test']:.2f} | {r['params']:,} ({r['params_without_embeddings']:,}) |")
+                     f"| {r['sickr_test']:.2f} |{cell} {r['params']:,} ({r['params_without_embeddings']:,}) |")
     return "\n".join(lines)
 
 

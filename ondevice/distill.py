@@ -16,7 +16,7 @@ from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
 from ondevice.io import check_out_dir, dataclass_from_dict, read_json, sha256_text, write_json, write_text
 from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
-from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss
+from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss, similarity_matching_loss
 from ondevice.teacher import BACKENDS
 from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens, pad_ids
 
@@ -57,6 +57,7 @@ class DistillConfig:
     lr_schedule: str = "constant"  # constant | cosine (decay to 0 over the run; lost to constant at 20k x 2 epochs)
     warmup_steps: int = 0  # linear warmup from 0 over this many steps
     clip_grad_norm: float = 0.0
+    sim_loss_weight: float = 0.0  # + this x in-batch similarity-matching loss (student vs teacher cosine matrices)
     val_fraction: float = 0.02
     seed: int = 0
     threads: int = 0
@@ -78,6 +79,7 @@ class DistillConfig:
         check_int(self.vocab_size, "--vocab-size", 1, 10_000_000)
         check_int(self.max_tokens, "--max-tokens", 1, 100_000)
         check_float(self.clip_grad_norm, "--clip-grad-norm", 0.0, 1e9)
+        check_float(self.sim_loss_weight, "--sim-loss-weight", 0.0, 1e6)
         check_float(self.checkpoint_minutes, "--checkpoint-minutes", 0.0, 1e6)
         check_int(self.threads, "--threads", 0, 4096)
         check_int(self.seed, "--seed", 0, 2**32 - 1)
@@ -105,7 +107,7 @@ LR_SCHEDULES = ("constant", "cosine")
 # Fields that must match for --resume to continue a run (architecture, data, targets, step sizes).
 _RESUME_KEYS = ("max_sentences", "exclude_eval", "train_splits", "teacher", "teacher_pooling", "teacher_normalize", "teacher_backend",
                 "word_vectors", "embedding_dim", "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size",
-                "seed", "val_fraction", "lr_schedule", "warmup_steps")
+                "seed", "val_fraction", "lr_schedule", "warmup_steps", "sim_loss_weight")
 
 
 def lr_at(config: DistillConfig, step: int, total: int) -> float:
@@ -366,7 +368,10 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             for b in bar:
                 x, lens = pad_ids([train_ids[i] for i in b])
                 pred = model(torch.from_numpy(x), torch.from_numpy(lens))
-                loss = cosine_loss(pred, torch.from_numpy(train_t[b]))
+                target = torch.from_numpy(train_t[b])
+                loss = cosine_loss(pred, target)
+                if config.sim_loss_weight > 0:
+                    loss = loss + config.sim_loss_weight * similarity_matching_loss(pred, target.to(pred.dtype))
                 if not bool(torch.isfinite(loss)):  # stop before NaN reaches the weights, checkpoint or student
                     raise _diverged(out, f"at epoch {epoch + 1}, batch {step + 1}: the loss is {loss.item()}")
                 for group in opt.param_groups:

@@ -110,6 +110,20 @@ def cosine_loss(student, teacher):
     return ((1.0 - torch.nn.functional.cosine_similarity(student, teacher, dim=-1, eps=1e-8)) / 2.0).mean()
 
 
+def similarity_matching_loss(student, teacher):
+    """Mean squared difference between the in-batch cosine-similarity matrices of student and teacher (off-diagonal):
+    it trains the neighbour structure that retrieval depends on, which the per-sentence SRA loss reaches only
+    indirectly. Zero when the batch holds fewer than two rows."""
+    torch = _torch()
+    n = student.shape[0]
+    if n < 2:
+        return student.new_zeros(())
+    s = torch.nn.functional.normalize(student, dim=-1, eps=1e-8)
+    t = torch.nn.functional.normalize(teacher, dim=-1, eps=1e-8)
+    off = ~torch.eye(n, dtype=torch.bool, device=student.device)
+    return ((s @ s.T - t @ t.T)[off] ** 2).mean()
+
+
 class Student:
     """A trained student: tokenizer + torch model. `Student.load(dir).encode(texts)` gives float32 vectors."""
 

@@ -177,3 +177,15 @@ def test_several_corpus_files_and_evaluation_text_is_dropped(tiny_teacher, tmp_p
     assert len(distill_mod.read_sentences(cfg)) == 4
     cfg.max_sentences = 3
     assert distill_mod.read_sentences(cfg) == ["the cat sat", "the dog ran", "a test sentence"]
+
+
+def test_similarity_matching_term_trains_and_is_checked(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    out = tmp_path / "sim"
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2, sim_loss_weight=1.0), out, progress=False)
+    plain = tmp_path / "plain"
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), plain, progress=False)
+    a, b = _weights(out), _weights(plain)
+    assert any(not np.array_equal(a[k], b[k]) for k in a)  # the term changes the training
+    assert json.loads((out / "distill_config.json").read_text())["sim_loss_weight"] == 1.0
+    with pytest.raises(OndeviceError, match="--sim-loss-weight"):
+        DistillConfig(corpus="x", sim_loss_weight=-1).validate()

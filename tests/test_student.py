@@ -57,3 +57,18 @@ def test_cosine_loss_values():
     assert float(cosine_loss(a, a)) == pytest.approx(0.0)
     assert float(cosine_loss(a, -a)) == pytest.approx(1.0)
     assert float(cosine_loss(a, torch.tensor([[0.0, 2.0], [0.0, 1.0]]))) == pytest.approx(0.5)
+
+
+def test_similarity_matching_loss_against_a_loop():
+    torch = pytest.importorskip("torch")
+    from ondevice.student import similarity_matching_loss
+
+    rng = np.random.default_rng(0)
+    s, t = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
+    sn, tn = s / np.linalg.norm(s, axis=1, keepdims=True), t / np.linalg.norm(t, axis=1, keepdims=True)
+    want = np.mean([(sn[i] @ sn[j] - tn[i] @ tn[j]) ** 2 for i in range(5) for j in range(5) if i != j])
+    got = similarity_matching_loss(torch.tensor(s), torch.tensor(t)).item()
+    assert got == pytest.approx(want, rel=1e-9)
+    # scale-free (cosines), zero for a rescaled teacher, zero for a batch of one
+    assert similarity_matching_loss(torch.tensor(3 * t), torch.tensor(t)).item() == pytest.approx(0.0, abs=1e-12)
+    assert similarity_matching_loss(torch.tensor(s[:1]), torch.tensor(t[:1])).item() == 0.0

@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr-schedule", default=d.lr_schedule, choices=["constant", "cosine"])
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear LR warmup steps")
     p.add_argument("--clip-grad-norm", type=finite_float, default=d.clip_grad_norm, help="0 = off")
+    p.add_argument("--sim-loss-weight", type=finite_float, default=d.sim_loss_weight,
+                   help="add this x the in-batch similarity-matching loss (0 = SRA loss only)")
     p.add_argument("--val-fraction", type=finite_float, default=d.val_fraction, help="held out for the cosine report")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
     p.add_argument("--checkpoint-minutes", type=finite_float, default=d.checkpoint_minutes)
@@ -71,7 +73,7 @@ def config_from_args(a: argparse.Namespace):
         vocab_size=a.vocab_size, max_tokens=a.max_tokens, hidden_size=a.hidden, pooling=a.student_pooling,
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
         lr_schedule=a.lr_schedule, warmup_steps=a.warmup_steps,
-        clip_grad_norm=a.clip_grad_norm, val_fraction=a.val_fraction, seed=a.seed, threads=a.threads,
+        clip_grad_norm=a.clip_grad_norm, sim_loss_weight=a.sim_loss_weight, val_fraction=a.val_fraction, seed=a.seed, threads=a.threads,
         checkpoint_minutes=a.checkpoint_minutes,
     )
 
