@@ -372,7 +372,8 @@ def distill_students(*paths: str) -> str:
         splits = {True: "STS-B train", False: "none"}.get(c["train_splits"], str(c["train_splits"]).replace(",", ", "))
         dim = c["embedding_dim"] or 50
         last = b["train_log"][-1]  # epochs done when measured (a run may be measured before its last epoch)
-        lines.append(f"| `{Path(b['student_dir']).name}` | {c['max_sentences']:,} | {splits} | {c['word_vectors']} {dim}-d | "
+        n = f"{c['max_sentences']:,}" if c["max_sentences"] else "all (1M Wikipedia)"
+        lines.append(f"| `{Path(b['student_dir']).name}` | {n} | {splits} | {c['word_vectors']} {dim}-d | "
                      f"{c['vocab_size']:,} | {last['epoch']} | {last['held_out_cosine']:.4f} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | "
                      f"{s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.1f} |")
     return "\n".join(lines)
