@@ -24,6 +24,7 @@ from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
+from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import best_threshold, evaluate_scores
 
 MODEL = "model"
@@ -130,7 +131,7 @@ class CrossEncoderTeacher:
                "weights_sha256": self.info["weights_sha256"], "max_length": self.info["config"]["max_length"]}
         if self.swapped:  # only swapped teachers carry the key, so caches of (a, b) teachers keep their keys
             out["input_order"] = "ba"
-        if self.info["config"].get("both_orders", False):
+        if self.both_orders:
             out["input_order"] = "mean(ab,ba)"
         return out
 
@@ -139,6 +140,11 @@ class CrossEncoderTeacher:
         """Whether this teacher was fine-tuned on, and scores, (b, a) instead of (a, b)."""
         return bool(self.info["config"].get("swap", False))
 
+    @property
+    def both_orders(self) -> bool:
+        """Whether this teacher was fine-tuned on both orders and scores the mean of (a, b) and (b, a)."""
+        return bool(self.info["config"].get("both_orders", False))
+
     def logits(self, a: Sequence[str], b: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Raw logits float32 (n, num_outputs) for the pairs (a[i], b[i])."""
         torch = require("torch", "train")
@@ -146,12 +152,13 @@ class CrossEncoderTeacher:
             raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
         if not len(a):
             return np.zeros((0, self.spec.num_outputs), np.float32)
+
         def run(first: Sequence[str], second: Sequence[str]) -> np.ndarray:
             out = self.model.predict(list(zip(first, second)), batch_size=batch_size, show_progress_bar=False,
                                      activation_fn=torch.nn.Identity(), convert_to_numpy=True)
             return np.asarray(out, np.float32).reshape(len(first), self.spec.num_outputs)
 
-        if self.info["config"].get("both_orders", False):
+        if self.both_orders:
             return ((run(a, b) + run(b, a)) / 2).astype(np.float32)
         return run(b, a) if self.swapped else run(a, b)
 
@@ -227,9 +234,10 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     info["dev"] = evaluate_scores(spec, dev_logits, dev.gold, threshold)
     info["threshold"] = threshold
     write_json(out / INFO, info)
-    return CrossEncoderTeacher.load(out, device=device)
+    return teacher  # its info is the dict just written
 
 
 def evaluate_teacher(teacher: CrossEncoderTeacher, data: PairData) -> dict:
-    """Task metrics of the teacher on `data`, with the dev-tuned threshold for binary tasks."""
-    return evaluate_scores(teacher.spec, teacher.logits(data.a, data.b), data.gold, teacher.info.get("threshold"))
+    """Task metrics of the teacher on `data`, with the dev-tuned threshold for binary tasks (logits via the cache)."""
+    return evaluate_scores(teacher.spec, teacher_logits(teacher, data.a, data.b, progress=False), data.gold,
+                           teacher.info.get("threshold"))
