@@ -278,9 +278,8 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     from tqdm.auto import tqdm
 
     from ondevice.distill import _load_checkpoint, _save_checkpoint
-    from ondevice.pairs.train import PairStudent, _batches, _dev_logits, _index
+    from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index, _on
     from ondevice.student import Student
-    from ondevice.tokenizer import pad_ids
 
     config.validate()
     torch = require("torch", "train")
@@ -335,10 +334,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
 
-    probs_t, gold_t = torch.from_numpy(probs).to(device), torch.from_numpy(gold).to(device)
-
-    def on(x: np.ndarray):
-        return torch.from_numpy(x).to(device)
+    probs_t, gold_t = _on(probs, device), _on(gold, device)
 
     n = len(train)
     per_epoch = math.ceil(n / config.batch_size)
@@ -352,11 +348,8 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
             for rows in bar:
                 lam = anneal_lambda(config.anneal, epoch * per_epoch + step, total)
-                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
-                x, lens = pad_ids([ids[i] for i in uniq])
-                ia, ib = inv[: len(rows)], inv[len(rows):]
-                f = model(on(x), on(lens), on(ia), on(ib))
-                r = on(rows)
+                f = _batch_logits(model, ids, pa, pb, rows, device)
+                r = _on(rows, device)
                 loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()

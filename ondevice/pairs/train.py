@@ -124,6 +124,18 @@ def _batches(n: int, batch_size: int, seed: int) -> list[np.ndarray]:
     return [perm[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
+def _on(x: np.ndarray, device):
+    """A numpy array as a torch tensor on `device`."""
+    return require("torch", "train").from_numpy(x).to(device)
+
+
+def _batch_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, rows: np.ndarray, device):
+    """Pair-model logits of training pairs `rows`, each distinct sentence of the batch encoded once (DSE and DvBERT)."""
+    uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+    x, lens = pad_ids([ids[i] for i in uniq])
+    return model(_on(x, device), _on(lens, device), _on(inv[: len(rows)], device), _on(inv[len(rows):], device))
+
+
 def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, batch: int = 256) -> np.ndarray:
     torch = require("torch", "train")
     device = next(model.parameters()).device
@@ -132,9 +144,9 @@ def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, ba
         vec = []
         for s in range(0, len(ids), batch):
             x, lens = pad_ids(ids[s : s + batch])
-            vec.append(model.encoder(torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device)))
+            vec.append(model.encoder(_on(x, device), _on(lens, device)))
         v = torch.cat(vec)
-        return model.head(v[torch.from_numpy(pa).to(device)], v[torch.from_numpy(pb).to(device)]).cpu().numpy()
+        return model.head(v[_on(pa, device)], v[_on(pb, device)]).cpu().numpy()
 
 
 def _index(texts: list[str], a: Sequence[str], b: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -220,9 +232,6 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)).to(device), torch.from_numpy(targets).to(device)
     labeled_t = torch.from_numpy(~np.isnan(gold)).to(device)
 
-    def on(x: np.ndarray):
-        return torch.from_numpy(x).to(device)
-
     def train_epoch(pos: Position) -> dict:
         epoch = pos.epoch
         batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
@@ -231,13 +240,10 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         bar = tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
         for rows in bar:
             if frozen is not None:  # encoder frozen: its vectors were computed once
-                logits = model.head(frozen[on(pa[rows])], frozen[on(pb[rows])])
+                logits = model.head(frozen[_on(pa[rows], device)], frozen[_on(pb[rows], device)])
             else:
-                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
-                x, lens = pad_ids([ids[i] for i in uniq])
-                ia, ib = inv[: len(rows)], inv[len(rows):]
-                logits = model(on(x), on(lens), on(ia), on(ib))
-            r = on(rows)
+                logits = _batch_logits(model, ids, pa, pb, rows, device)
+            r = _on(rows, device)
             loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
             opt.zero_grad(set_to_none=True)
             loss.backward()
