@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import results_path, run_metadata
 
 from ondevice.io import write_json
+from ondevice.results import results_dir
 
 # STS-B grid: (name, extra flags); the dev-best one is the DSE teacher and gets the extra seeds
 STSB_GRID = [("lr5e-5-e4", ["--lr", "5e-5", "--epochs", "4"]),
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                                            logs / f"students-{j[0]}-s{j[1]}.log",
                                            {**env, "ONDEVICE_RESULTS": str(scratch)}), student_jobs))
     report["student_runs"] = {f"{t}-s{s}": rc for (t, s), rc in zip(student_jobs, rcs)}
-    before = set(Path(os.environ.get("ONDEVICE_RESULTS", ROOT / "benchmarks" / "results")).glob("*.json"))
+    before = set(results_dir().glob("*.json"))
     for task in tasks:
         if task not in report["chosen"]:
             continue
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             _run([py, str(ROOT / "benchmarks" / "pairs.py"), "quality", "--task", task, "--teacher",
                   report["chosen"][task]["teachers"][0], "--run", str(run0), "--student", a.student, "--skip-bi-encoder",
                   "--threads", "1", "--data", data], logs / f"quality-{task}.log", env)
-    after = set(Path(os.environ.get("ONDEVICE_RESULTS", ROOT / "benchmarks" / "results")).glob("*.json"))
+    after = set(results_dir().glob("*.json"))
     report["results_files"] = sorted(p.name for p in after - before)
     report["minutes"] = round((time.time() - t_start) / 60, 2)
     path = results_path("pairs_suite")
