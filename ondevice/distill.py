@@ -32,6 +32,8 @@ class DistillConfig:
     exclude_eval: bool = True  # drop any sentence of the shared data's evaluation material from the corpus
     # train-split sentences (text only, no scores) put in front of the corpus: True = STS-B's; or "stsb,sick,mrpc,qqp"
     train_splits: bool | str = False
+    # in-domain upweighting: the train-split sentences appear this many times per epoch (Wikipedia once)
+    train_split_repeats: int = 1
     teacher: str = "all-MiniLM-L6-v2"
     teacher_pooling: str = "mean"
     teacher_normalize: bool = True
@@ -58,6 +60,9 @@ class DistillConfig:
     warmup_steps: int = 0  # linear warmup from 0 over this many steps
     clip_grad_norm: float = 0.0
     sim_loss_weight: float = 0.0  # + this x in-batch similarity-matching loss (student vs teacher cosine matrices)
+    # continue from this student dir: its vocabulary, architecture and weights (the run's own fields are set from it)
+    init_from: str = ""
+    init_sha256: str = ""  # filled in by `distill`: the weights it started from
     val_fraction: float = 0.02
     seed: int = 0
     threads: int = 0
@@ -80,6 +85,7 @@ class DistillConfig:
         check_int(self.max_tokens, "--max-tokens", 1, 100_000)
         check_float(self.clip_grad_norm, "--clip-grad-norm", 0.0, 1e9)
         check_float(self.sim_loss_weight, "--sim-loss-weight", 0.0, 1e6)
+        check_int(self.train_split_repeats, "--train-split-repeats", 1, 1000)
         check_float(self.checkpoint_minutes, "--checkpoint-minutes", 0.0, 1e6)
         check_int(self.threads, "--threads", 0, 4096)
         check_int(self.seed, "--seed", 0, 2**32 - 1)
@@ -97,6 +103,8 @@ class DistillConfig:
              "--embedding-dim applies to --word-vectors teacher|random only (a file gives its own dimension)"),
             (self.teacher_backend in BACKENDS, f"--teacher-backend must be one of {', '.join(BACKENDS)}"),
             (self.backend in ("local", "ray"), "--backend must be local or ray"),
+            (self.train_split_repeats == 1 or self.train_splits is not False,
+             "--train-split-repeats needs --train-splits (it repeats their sentences)"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -107,7 +115,10 @@ LR_SCHEDULES = ("constant", "cosine")
 # Fields that must match for --resume to continue a run (architecture, data, targets, step sizes).
 _RESUME_KEYS = ("max_sentences", "exclude_eval", "train_splits", "teacher", "teacher_pooling", "teacher_normalize", "teacher_backend",
                 "word_vectors", "embedding_dim", "vocab_size", "max_tokens", "hidden_size", "pooling", "batch_size",
-                "seed", "val_fraction", "lr_schedule", "warmup_steps", "sim_loss_weight")
+                "seed", "val_fraction", "lr_schedule", "warmup_steps", "sim_loss_weight", "train_split_repeats",
+                "init_from")
+# Fields an --init-from student decides (apply_init), copied from the saved config on --resume.
+_INIT_FIELDS = ("init_from", "init_sha256", "hidden_size", "pooling", "max_tokens", "vocab_size", "word_vectors", "embedding_dim")
 
 
 def lr_at(config: DistillConfig, step: int, total: int) -> float:
@@ -127,8 +138,13 @@ def train_split_tasks(value: bool | str) -> tuple[str, ...]:
 
 
 def read_sentences(config: DistillConfig) -> list[str]:
-    """The corpus of `config`: STS-B train sentences if asked, then its files in order, without evaluation
+    """The corpus of `config`: train-split sentences if asked, then its files in order, without evaluation
     text when `exclude_eval`, capped at `max_sentences`."""
+    return _read_corpus(config)[0]
+
+
+def _read_corpus(config: DistillConfig) -> tuple[list[str], int]:
+    """(sentences, how many of them at the front are train-split text)."""
     from ondevice.corpus import default_data_dir
     from ondevice.eval import data as eval_data
     from ondevice.pairs.data import unlabeled_train_sentences
@@ -137,11 +153,36 @@ def read_sentences(config: DistillConfig) -> list[str]:
     exclude = eval_data.held_out_texts(data) if config.exclude_eval and data.is_dir() else set()
     files = [config.corpus] if isinstance(config.corpus, str) else list(config.corpus)
     if not config.train_splits:
-        return read_corpus(files, config.max_sentences, exclude=exclude)
+        return read_corpus(files, config.max_sentences, exclude=exclude), 0
     first = unlabeled_train_sentences(eval_data.check_data_dir(data), train_split_tasks(config.train_splits))
     first = first[: config.max_sentences]
     rest = config.max_sentences - len(first) if config.max_sentences is not None else None
-    return first + (read_corpus(files, rest, exclude=exclude) if rest != 0 else [])
+    return first + (read_corpus(files, rest, exclude=exclude) if rest != 0 else []), len(first)
+
+
+def upweighted(train_idx: np.ndarray, n_front: int, repeats: int) -> np.ndarray:
+    """Training indices with every index below `n_front` (train-split text) present `repeats` times."""
+    if repeats <= 1 or n_front == 0:
+        return train_idx
+    front = train_idx[train_idx < n_front]
+    return np.concatenate([train_idx] + [front] * (repeats - 1))
+
+
+def apply_init(config: DistillConfig) -> Student:
+    """Load `config.init_from` and set the config's architecture fields from it, so distill_config.json is true."""
+    from ondevice.io import sha256_file
+    from ondevice.student import WEIGHTS
+
+    if not config.init_from or not Path(config.init_from).is_dir():
+        raise OndeviceError(f"--init-from {config.init_from!r} is not a folder; give a student dir written by `ondevice distill`")
+    init = Student.load(config.init_from)
+    c = init.config
+    config.hidden_size, config.pooling, config.max_tokens = c.hidden_size, c.pooling, c.max_tokens
+    config.vocab_size = c.vocab_size - 2  # [PAD] and [UNK] besides the corpus words
+    config.word_vectors = c.word_vectors or config.word_vectors
+    config.embedding_dim = c.embedding_dim if config.word_vectors in SPECS else 0
+    config.init_sha256 = sha256_file(Path(config.init_from) / WEIGHTS)
+    return init
 
 
 def initial_embeddings(config: DistillConfig, counts: dict[str, int], teacher, progress: bool):
@@ -292,10 +333,14 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if config.threads:
         torch.set_num_threads(config.threads)
 
-    sentences = read_sentences(config)
+    init = apply_init(config) if config.init_from and not resume else None
+    sentences, n_front = _read_corpus(config)
     config.corpus_sha256 = sha256_text(sentences)
     if resume:
         saved = dataclass_from_dict(DistillConfig, read_json(out / "distill_config.json", "distill config"), "distill config")
+        if saved.init_from:  # the checkpoint holds the weights: --init-from need not be repeated (nor still exist)
+            for k in _INIT_FIELDS:
+                setattr(config, k, getattr(saved, k))
         # The corpus is compared by content, so a moved or renamed file still resumes.
         diff = [k for k in (*_RESUME_KEYS, "corpus_sha256") if getattr(saved, k) != getattr(config, k)]
         if diff:
@@ -322,6 +367,13 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         if student_cfg.output_dim != teacher.dim:
             raise OndeviceError(f"checkpoint outputs {student_cfg.output_dim}-d vectors but the teacher gives {teacher.dim}-d; use the original teacher")
         student = Student(student_cfg, tokenizer)
+    elif init is not None:
+        if init.config.output_dim != teacher.dim:
+            raise OndeviceError(f"--init-from {config.init_from} outputs {init.config.output_dim}-d vectors but the teacher "
+                                f"gives {teacher.dim}-d; start from a student of this teacher")
+        tokenizer, student_cfg = init.tokenizer, init.config
+        student_cfg.teacher = asdict(teacher.info)  # what this run's targets came from
+        student = Student(student_cfg, tokenizer, init.model)
     else:
         counts = count_tokens((sentences[i] for i in train_idx), config.max_tokens)
         vocab, matrix = initial_embeddings(config, counts, teacher, progress)
@@ -348,6 +400,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     ids = [np.asarray(tokenizer.ids(s), dtype=np.int64) for s in sentences]
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    train_idx = upweighted(train_idx, n_front, config.train_split_repeats)
     train_ids, val_ids = [ids[i] for i in train_idx], [ids[i] for i in val_idx]
     train_t, val_t = np.asarray(targets[train_idx]), np.asarray(targets[val_idx])
     train_len = lengths[train_idx]

@@ -1,5 +1,6 @@
 import itertools
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -189,3 +190,73 @@ def test_similarity_matching_term_trains_and_is_checked(tiny_corpus, tiny_teache
     assert json.loads((out / "distill_config.json").read_text())["sim_loss_weight"] == 1.0
     with pytest.raises(OndeviceError, match="--sim-loss-weight"):
         DistillConfig(corpus="x", sim_loss_weight=-1).validate()
+
+
+def test_init_from_continues_a_student(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    from ondevice.io import sha256_file
+
+    first = tmp_path / "first"
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1), first, progress=False)
+    # Architecture flags of the new run are ignored: the vocabulary, sizes and weights come from the init student.
+    cont = tmp_path / "cont"
+    distill(_config(tiny_corpus, tiny_teacher, "random", epochs=1, lr=1e-12, hidden_size=12, init_from=str(first)),
+            cont, progress=False)
+    a, b = _weights(first), _weights(cont)
+    assert a.keys() == b.keys() and all(np.allclose(a[k], b[k], atol=1e-6) for k in a)  # started from first's weights
+    assert (cont / "vocab.txt").read_text() == (first / "vocab.txt").read_text()
+    saved = json.loads((cont / "distill_config.json").read_text())
+    assert saved["hidden_size"] == 8 and saved["word_vectors"] == str(tiny_word_vectors)
+    assert saved["init_sha256"] == sha256_file(first / "model.safetensors")
+    # A real learning rate moves the weights on from there, and the held-out cosine keeps improving.
+    more = tmp_path / "more"
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1, init_from=str(first)), more, progress=False)
+    log_first = json.loads((first / "train_log.jsonl").read_text().splitlines()[-1])
+    log_more = json.loads((more / "train_log.jsonl").read_text().splitlines()[-1])
+    assert log_more["held_out_cosine"] > log_first["held_out_cosine"]
+
+
+def test_init_from_resumes_without_repeating_the_flag(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    first = tmp_path / "first"
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1), first, progress=False)
+    kw = {"init_from": str(first), "hidden_size": 5}
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2, **kw), tmp_path / "full", progress=False)
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1, **kw), tmp_path / "part", progress=False)
+    shutil.rmtree(first)  # the checkpoint holds the weights now
+    distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2), tmp_path / "part", resume=True, progress=False)
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_init_from_bad_input(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    with pytest.raises(OndeviceError, match="--init-from .* is not a folder"):
+        distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, init_from=str(tmp_path / "nope")), tmp_path / "s",
+                progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(OndeviceError, match="not a student dir"):
+        distill(_config(tiny_corpus, tiny_teacher, tiny_word_vectors, init_from=str(tmp_path / "empty")), tmp_path / "s",
+                progress=False)
+
+
+def test_train_split_repeats_upweight_the_front(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, monkeypatch):
+    from ondevice.eval import data
+    from ondevice.pairs import data as pair_data
+
+    front = ["the cat ran", "a dog sat", "the sun sat", "a cat ran"]
+    monkeypatch.setattr(pair_data, "unlabeled_train_sentences", lambda d, tasks: list(front))
+    monkeypatch.setattr(data, "check_data_dir", lambda d: d)
+    seen = []
+    real = distill_mod._batches
+    monkeypatch.setattr(distill_mod, "_batches", lambda lengths, *a: seen.append(len(lengths)) or real(lengths, *a))
+    sizes = {}
+    for r in (1, 3):
+        seen.clear()
+        cfg = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1, train_splits=True, train_split_repeats=r)
+        distill(cfg, tmp_path / f"r{r}", progress=False)
+        sizes[r] = seen[0]
+    _, val = distill_mod._split(len(distill_mod.read_sentences(cfg)), cfg.val_fraction, cfg.seed)
+    front_train = len(front) - int((val < len(front)).sum())
+    assert sizes[3] - sizes[1] == 2 * front_train > 0
+    idx = distill_mod.upweighted(np.array([0, 2, 5, 7]), 3, 2)
+    assert sorted(idx.tolist()) == [0, 0, 2, 2, 5, 7]
+    with pytest.raises(OndeviceError, match="--train-split-repeats needs --train-splits"):
+        DistillConfig(corpus="x", train_split_repeats=2).validate()

@@ -18,6 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-splits", nargs="?", const=True, default=False, metavar="TASKS",
                    help="put train-split sentences (text only) from the shared data in front of the corpus: STS-B "
                         "alone, or TASKS from stsb,sick,mrpc,qqp (their carved dev/test text is never used)")
+    p.add_argument("--train-split-repeats", type=int, default=d.train_split_repeats, metavar="R",
+                   help="with --train-splits: each train-split sentence is seen R times per epoch (in-domain upweighting)")
+    p.add_argument("--init-from", default=d.init_from, metavar="STUDENT",
+                   help="continue from this student dir (vocabulary, architecture, weights): e.g. adapt a trained student "
+                        "to your own corpus; --hidden/--word-vectors/--vocab-size/... then come from it")
     p.add_argument("--keep-eval-text", action="store_true",
                    help="do not drop sentences found in the shared data's dev/test/evaluation sets (dropped by default)")
     p.add_argument("--teacher", default=d.teacher, help="local Hugging Face model dir, or the packaged default")
@@ -65,7 +70,8 @@ def config_from_args(a: argparse.Namespace):
 
     return DistillConfig(
         corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
-        exclude_eval=not a.keep_eval_text, train_splits=True if a.train_splits in (True, "stsb") else a.train_splits, teacher=a.teacher, teacher_pooling=a.pooling,
+        exclude_eval=not a.keep_eval_text, train_splits=True if a.train_splits in (True, "stsb") else a.train_splits,
+        train_split_repeats=a.train_split_repeats, init_from=a.init_from, teacher=a.teacher, teacher_pooling=a.pooling,
         teacher_normalize=not a.no_normalize, teacher_batch_size=a.teacher_batch_size,
         teacher_backend=a.teacher_backend, backend=a.backend, ray_address=a.ray_address, ray_workers=a.ray_workers,
         word_vectors=a.word_vectors, embedding_dim=a.embedding_dim,
