@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -44,32 +43,33 @@ from pathlib import Path
 
 import numpy as np
 
-from ondevice.results import cpu_model
+from ondevice.results import results_dir, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(os.environ.get("ONDEVICE_RESULTS", ROOT / "benchmarks" / "results"))
 
 
 def _meta(argv: list[str], threads: int | None) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain"], check=False, cwd=ROOT, capture_output=True, text=True).stdout.strip())
+    run = start_run(threads, ["benchmarks/pairs.py", *argv])  # commit honours ONDEVICE_COMMIT, as every results file
+    commit = run["commit"].removesuffix("+dirty")
     versions = {}
     for dist in ("ondevice", "numpy", "torch", "onnxruntime", "sentence-transformers", "transformers", "scipy"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = "not installed"
-    return {"commit": commit, "dirty": dirty, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([sys.executable.split("/")[-1], "benchmarks/pairs.py", *argv]), "cpu_model": cpu_model(),
-            "cpu_count": os.cpu_count(), "threads": threads, "load_average_start": os.getloadavg(),
-            "python": platform.python_version(), "versions": versions}
+    return {"commit": commit, "dirty": run["commit"].endswith("+dirty"), "date": run["date"], "command": run["command"],
+            "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"], "cpu_count": os.cpu_count(), "threads": threads,
+            "load_average_start": os.getloadavg(), "python": platform.python_version(), "versions": versions}
 
 
 def _write(result: dict, kind: str) -> Path:
     result["load_average_end"] = os.getloadavg()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    folder = results_dir()
+    folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"pairs-{kind}-{result.get('task', 'all')}-{stamp}.json"
+    path = folder / f"pairs-{kind}-{result.get('task', 'all')}-{stamp}.json"
+    while path.exists():  # one file per run, never overwritten (two runs in one second)
+        path = path.with_name(path.stem + "-1.json")
     path.write_text(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
     print(f"wrote {os.path.relpath(path, ROOT)}")
     return path
@@ -116,10 +116,8 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
-    from ondevice.pairs.logits import teacher_logits
-    from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.train import PairStudent
     from ondevice.student import Student
     from ondevice.teacher import Teacher, cached_vectors
@@ -133,8 +131,7 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     if a.teacher:
         teacher = CrossEncoderTeacher.load(a.teacher)
         t0 = time.time()
-        logits = teacher_logits(teacher, test.a, test.b, progress=False)
-        out["cross_encoder"] = {**evaluate_scores(spec, logits, test.gold, teacher.info.get("threshold")),
+        out["cross_encoder"] = {**evaluate_teacher(teacher, test),
                                 "dev": teacher.info.get("dev"), "config": teacher.info["config"],
                                 "train_seconds": teacher.info.get("train_seconds"), "seconds": round(time.time() - t0, 1)}
     else:

@@ -47,8 +47,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own cache dir, so nothing leaks between tests or into ~/.cache."""
+    """Every test gets its own cache and results dirs, so nothing leaks between tests, into ~/.cache or into the
+    repository's committed benchmarks/results."""
     monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("ONDEVICE_RESULTS", str(tmp_path_factory.mktemp("results")))
 
 
 def make_sentences(n: int, seed: int = 0) -> list[str]:

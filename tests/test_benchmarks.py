@@ -130,7 +130,7 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
             "--teachers", f"{teacher},{teacher}:ba", "--seeds", "0,1", "--epochs", "1", "--max-train-pairs", "32",
             "--augment-random", "10", "--augment-neighbors", "0", "--dse-alphas", "0.5", "--workdir", str(tmp_path / "w"),
             "--quiet"]
-    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
     res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=900, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
