@@ -429,11 +429,9 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dipair_train import DiPairStudent
-    from ondevice.pairs.logits import teacher_logits
-    from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.train import PairStudent
 
     if a.threads:
@@ -443,9 +441,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     test = load_pairs(a.task, "test", a.data)
     head = spec.metric
     if a.teacher:
-        teacher = CrossEncoderTeacher.load(a.teacher)
-        out["cross_encoder"] = evaluate_scores(spec, teacher_logits(teacher, test.a, test.b, progress=False), test.gold,
-                                               teacher.info.get("threshold"))
+        out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
     if a.dse_run:
         run = Path(a.dse_run)
         if (run / "selection.json").is_file():
@@ -457,6 +453,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         row = {"run": r, "config": json.loads((Path(r) / "dipair_config.json").read_text()), "test": ds.evaluate(test),
                "dev": json.loads((Path(r) / "dev.json").read_text()),
                "sra_cosine": json.loads((Path(r) / "sra_cosine.json").read_text()),
+               "train_log": [json.loads(line) for line in (Path(r) / "train_log.jsonl").read_text().splitlines()],
                "cache_bytes_per_item_int8": ds.cfg.cache_bytes(True)}
         if "cross_encoder" in out:
             row["ratio_to_cross_encoder"] = round(row["test"][head] / out["cross_encoder"][head], 4)
