@@ -460,8 +460,30 @@ def distill_speed(path: str) -> str:
     return "\n".join(lines)
 
 
+def dipair_quality(*paths: str) -> str:
+    """DiPair runs (benchmarks/pairs.py dipair-quality) against their cross-encoder and DSE run: one row per run."""
+    lines = ["| DiPair run | N / M / D | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
+             "test | DSE test | DiPair - DSE | x cross-encoder | SRA cosine before -> after |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for path in paths:
+        b = _load(path)
+        key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
+        for r in b["dipair"]:
+            c, dv, sra = r["config"], r["dev"], r["sra_cosine"]
+            aug = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
+                   if c["augment_random"] or c["augment_neighbors"] else "none")
+            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} | {c['select']} | "
+                         f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
+                         f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
+                         f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
+        lines += ["", f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} "
+                  f"(`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run); "
+                  f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.", ""]
+    return "\n".join(lines).rstrip()
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
+    dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
