@@ -188,7 +188,7 @@ def markdown(result: dict) -> str:
     """The README table of one run."""
     lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---|---|---|---|"]
     for name, s in result["scores_x100"].items():
-        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.1f} |")
+        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.2f} |")
     return "\n".join(lines)
 
 
