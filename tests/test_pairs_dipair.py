@@ -74,6 +74,26 @@ def test_head_matches_numpy_reference_and_masks_padding():
     np.testing.assert_allclose(head_forward_numpy(cfg, w2, sa2, sb2)[1:], head_forward_numpy(cfg, w, sa2, sb2)[1:], atol=1e-5)
 
 
+def test_dropout_acts_in_training_only():
+    import torch
+
+    cfg = _cfg(heads=2, outputs=1)
+    torch.manual_seed(0)
+    head = build_head(cfg, dropout=0.5)
+    w = {k: v.numpy() for k, v in head.state_dict().items()}
+    rng = np.random.default_rng(1)
+    sa, sb = np.tanh(rng.normal(size=(6, 4, 8))).astype(np.float32), np.tanh(rng.normal(size=(6, 3, 8))).astype(np.float32)
+    ta, tb = torch.from_numpy(sa), torch.from_numpy(sb)
+    with torch.no_grad():
+        head.train()
+        assert not torch.allclose(head(ta, tb), head(ta, tb))  # random masks in training
+        head.eval()
+        got = head(ta, tb).numpy()
+    # no new weights and, in eval mode, exactly the reference maths: exports and parity are unaffected
+    assert set(w) == set(build_head(cfg).state_dict())
+    np.testing.assert_allclose(got, head_forward_numpy(cfg, w, sa, sb), atol=1e-5)
+
+
 def test_token_states_short_sentences_and_int8_roundtrip():
     import torch
 

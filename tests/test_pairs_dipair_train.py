@@ -36,6 +36,15 @@ def test_stage1_freezes_encoder_and_loss_falls(pair_env, tiny_teacher, tmp_path)
     assert cos["before"] == pytest.approx(cos["after"], abs=1e-6)
 
 
+def test_dropout_changes_training_and_is_recorded(pair_env, tiny_teacher, tmp_path):
+    plain, dropped = tmp_path / "plain", tmp_path / "drop"
+    train_dipair(_cfg(pair_env, tiny_teacher, stage2_epochs=0, stage1_epochs=1), plain, progress=False)
+    train_dipair(_cfg(pair_env, tiny_teacher, stage2_epochs=0, stage1_epochs=1, dropout=0.3), dropped, progress=False)
+    a, b = (DiPairStudent.load(r) for r in (plain, dropped))
+    assert any(not np.array_equal(x, y) for x, y in zip(a.head.state_dict().values(), b.head.state_dict().values()))
+    assert json.loads((dropped / "dipair_config.json").read_text())["dropout"] == 0.3
+
+
 def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_teacher, tmp_path):
     from ondevice.pairs.data import load_pairs
 
@@ -68,7 +77,8 @@ def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_tea
 
 def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):
     for kw, msg in (({"n": 0}, "--n"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"), ({"teacher": ""}, "--teacher"),
-                    ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature")):
+                    ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature"),
+                    ({"dropout": 1.0}, "--dropout")):
         with pytest.raises(OndeviceError, match=msg):
             train_dipair(_cfg(pair_env, tiny_teacher, **kw), tmp_path / "bad", progress=False)
     with pytest.raises(OndeviceError, match="trained for stsb"):

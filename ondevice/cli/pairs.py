@@ -140,6 +140,7 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--lr2", type=float, default=d.lr2)
     s.add_argument("--temperature", type=float, default=d.temperature)
     s.add_argument("--sra-weight", type=float, default=d.sra_weight, help="SRA cosine loss weight in stage 2")
+    s.add_argument("--dropout", type=float, default=d.dropout, help="head dropout while training (BERT: 0.1; 0 = off)")
     s.add_argument("--augment-random", type=int, default=d.augment_random)
     s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
     s.add_argument("--augment-bits", type=int, default=d.augment_bits)
@@ -177,7 +178,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
         cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
                            stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
-                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, augment_random=a.augment_random,
+                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
                            augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
         cfg.validate()

@@ -139,8 +139,11 @@ def _torch():
     return require("torch", "train")
 
 
-def build_head(cfg: DiPairHeadConfig):
-    """The torch head: (states_a (B, N, D), states_b (B, M, D)) -> logits (B, outputs); same maths as the reference."""
+def build_head(cfg: DiPairHeadConfig, dropout: float = 0.0):
+    """The torch head: (states_a (B, N, D), states_b (B, M, D)) -> logits (B, outputs); same maths as the reference.
+
+    `dropout` acts in training only (BERT's places: the input sum, the attention and FFN outputs before each
+    residual add); in eval mode the head is exactly the reference, so exports and parity do not see it."""
     torch = _torch()
     nn = torch.nn
 
@@ -150,6 +153,7 @@ def build_head(cfg: DiPairHeadConfig):
             self.q, self.k, self.v, self.o = (nn.Linear(cfg.d, cfg.d) for _ in range(4))
             self.ln1, self.ln2 = nn.LayerNorm(cfg.d, eps=LN_EPS), nn.LayerNorm(cfg.d, eps=LN_EPS)
             self.ff1, self.ff2 = nn.Linear(cfg.d, cfg.ffn), nn.Linear(cfg.ffn, cfg.d)
+            self.drop = nn.Dropout(dropout)
 
         def forward(self, x, add):
             B, S, D = x.shape
@@ -159,8 +163,8 @@ def build_head(cfg: DiPairHeadConfig):
                 return t.reshape(B, S, cfg.heads, dh).transpose(1, 2)
             a = heads_of(self.q(x)) @ heads_of(self.k(x)).transpose(-1, -2) / float(np.sqrt(dh)) + add
             ctx = (torch.softmax(a, -1) @ heads_of(self.v(x))).transpose(1, 2).reshape(B, S, D)
-            x = self.ln1(x + self.o(ctx))
-            return self.ln2(x + self.ff2(torch.relu(self.ff1(x))))
+            x = self.ln1(x + self.drop(self.o(ctx)))
+            return self.ln2(x + self.drop(self.ff2(torch.relu(self.ff1(x)))))
 
     class DiPairHead(nn.Module):
         def __init__(self):
@@ -169,6 +173,7 @@ def build_head(cfg: DiPairHeadConfig):
             self.segment = nn.Parameter(torch.randn(2, cfg.d) * 0.02)
             self.layers = nn.ModuleList(Layer() for _ in range(cfg.layers))
             self.out = nn.Linear(cfg.d, cfg.outputs)
+            self.drop = nn.Dropout(dropout)
             self.register_buffer("seg_ids", torch.cat([torch.zeros(cfg.n, dtype=torch.long),
                                                        torch.ones(cfg.m, dtype=torch.long)]), persistent=False)
 
@@ -176,7 +181,7 @@ def build_head(cfg: DiPairHeadConfig):
             s = torch.cat([sa, sb], dim=1)
             keep = s.abs().sum(-1) > 0
             add = torch.where(keep, 0.0, MASK_NEG)[:, None, None, :].to(s.dtype)
-            x = s + self.position[None] + self.segment[self.seg_ids][None]
+            x = self.drop(s + self.position[None] + self.segment[self.seg_ids][None])
             for layer in self.layers:
                 x = layer(x, add)
             return self.out(x[:, 0])

@@ -66,6 +66,7 @@ class DiPairConfig:
     lr2: float = 2e-4
     temperature: float = 1.0  # paper: T = 1
     sra_weight: float = 1.0  # weight of the SRA cosine loss in stage 2 (0 = none)
+    dropout: float = 0.0  # head dropout in training (BERT: 0.1); the exported head is the same either way
     augment_random: int = 5000
     augment_neighbors: int = 1
     augment_bits: int = 256
@@ -89,6 +90,7 @@ class DiPairConfig:
                   (self.stage1_epochs + self.stage2_epochs >= 1, "--stage1-epochs + --stage2-epochs must be >= 1"),
                   (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr1 > 0 and self.lr2 > 0, "--lr1 and --lr2 must be > 0"),
                   (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
+                  (0 <= self.dropout < 1, "--dropout must be in [0, 1)"),
                   *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
                   (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
         first_failure(checks)
@@ -97,7 +99,7 @@ class DiPairConfig:
 
 
 _RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "stage1_epochs", "stage2_epochs", "batch_size",
-                "lr1", "lr2", "temperature", "sra_weight", "augment_random", "augment_neighbors", "augment_bits",
+                "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits",
                 "max_train_pairs", "seed", "split_seed")
 
 
@@ -245,7 +247,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
 
     head_cfg = config.head_config(2 * student.config.hidden_size, spec)
     torch.manual_seed(config.seed)
-    proj, head = build_projection(head_cfg), build_head(head_cfg)
+    proj, head = build_projection(head_cfg), build_head(head_cfg, config.dropout)
     holder = type("Holder", (), {})()
     holder.model = torch.nn.ModuleDict({"encoder": student.model, "proj": proj, "head": head})
 
