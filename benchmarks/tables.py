@@ -465,8 +465,8 @@ def distill_speed(path: str) -> str:
 
 def dipair_quality(*paths: str) -> str:
     """DiPair runs (benchmarks/pairs.py dipair-quality) against their cross-encoder and DSE run: one row per run."""
-    lines = ["| DiPair run | N / M / D | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
-             "test | DSE test | DiPair - DSE | x cross-encoder | SRA cosine before -> after |",
+    lines = [("| DiPair run | N / M / D | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
+              "test | DSE test | DiPair - DSE | x cross-encoder | SRA cosine before -> after |"),
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for path in paths:
         b = _load(path)
@@ -479,9 +479,10 @@ def dipair_quality(*paths: str) -> str:
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
                          f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
-        lines += ["", f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} "
-                  f"(`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run); "
-                  f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.", ""]
+        note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} "
+                f"(`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run); "
+                f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
+        lines += ["", note, ""]
     return "\n".join(lines).rstrip()
 
 
