@@ -96,8 +96,12 @@ def training_summary(student_dir: Path | None, student: Student) -> dict[str, An
     if (student_dir / "distill_config.json").is_file():
         cfg = read_json(student_dir / "distill_config.json", "distill config")
         cfg = cfg if isinstance(cfg, dict) else {}
-        summary.update({k: cfg.get(k) for k in ("corpus", "max_sentences", "epochs", "batch_size", "lr", "seed",
-                                                  "vocab_size", "freeze_embeddings") if k in cfg})
+        summary.update({k: cfg.get(k) for k in ("corpus", "max_sentences", "train_splits", "train_split_repeats", "epochs",
+                                                  "batch_size", "lr", "lr_schedule", "seed", "vocab_size",
+                                                  "freeze_embeddings") if k in cfg})
+        if cfg.get("init_from"):  # a continued run: name the student it started from (not the local path) and its hash
+            summary["init_from"] = Path(str(cfg["init_from"])).name
+            summary["init_sha256"] = cfg.get("init_sha256")
     log = student_dir / "train_log.jsonl"
     if log.is_file():
         try:

@@ -245,3 +245,17 @@ def test_cli_export_and_reexport(tmp_path, capsys):
                  "--out", str(tmp_path / "b3")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 1 and "not a student dir" in err
+
+
+def test_training_summary_names_a_continued_run_without_its_path(tmp_path):
+    from ondevice.export.bundle import training_summary
+
+    student = _student("max")
+    (tmp_path / "distill_config.json").write_text(json.dumps(
+        {"corpus": "wiki.txt.gz", "epochs": 1, "train_splits": "stsb,sick", "train_split_repeats": 3,
+         "init_from": "/home/someone/runs/v4-d100", "init_sha256": "ab" * 32}))
+    (tmp_path / "train_log.jsonl").write_text(json.dumps({"epoch": 1, "held_out_cosine": 0.8, "held_out_n": 5}) + "\n")
+    s = training_summary(tmp_path, student)
+    assert s["init_from"] == "v4-d100" and s["init_sha256"] == "ab" * 32 and "/home" not in json.dumps(s)
+    assert s["train_split_repeats"] == 3 and s["train_splits"] == "stsb,sick" and s["epochs_done"] == 1
+    assert "init_from" not in training_summary(tmp_path / "missing", student)
