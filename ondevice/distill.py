@@ -371,9 +371,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         if init.config.output_dim != teacher.dim:
             raise OndeviceError(f"--init-from {config.init_from} outputs {init.config.output_dim}-d vectors but the teacher "
                                 f"gives {teacher.dim}-d; start from a student of this teacher")
-        tokenizer, student_cfg = init.tokenizer, init.config
-        student_cfg.teacher = asdict(teacher.info)  # what this run's targets came from
-        student = Student(student_cfg, tokenizer, init.model)
+        init.config.teacher = asdict(teacher.info)  # what this run's targets came from
+        student, tokenizer = init, init.tokenizer
     else:
         counts = count_tokens((sentences[i] for i in train_idx), config.max_tokens)
         vocab, matrix = initial_embeddings(config, counts, teacher, progress)
