@@ -24,7 +24,13 @@ from ondevice.kernels.intrinsics import (
 )
 
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
-PREFETCH_BYTES = 2048  # single-query scans ask for the rows 2 KB ahead: ~10% faster than the hardware prefetcher alone
+# Software prefetch ahead of single-query scans: 0 = off (the hardware prefetcher alone). On the AMD EPYC VM
+# (2026-11-23) 2 KB ahead made 1M x 1024/2048-bit and 100k x 2048-bit scans 10-50% slower than none; the kernels
+# keep the hook (a compile-time constant, so 0 costs nothing) for CPUs where it helps.
+PREFETCH_BYTES = 0
+# Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streams memory
+# better: 1M x 2048-bit codes, one query, one thread: 8.7-10.3 ms row by row vs 11.8-14.3 ms interleaved (FAISS 11).
+ROWS8_MAX_WORDS = 16
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
@@ -223,8 +229,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):
-                        for j in range((NB + 63) // 64):
-                            prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
+                        if PREFETCH_BYTES:
+                            for j in range((NB + 63) // 64):
+                                prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         cand_r[nc] = r
                         cand_d[nc] = d
@@ -366,8 +373,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
                     for b in range(nblk):
-                        for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
-                            prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
+                        if PREFETCH_BYTES:
+                            for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
+                                prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
                         m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
                                             cand_d, nc * LANES)
                         cand_b[nc] = b
@@ -390,7 +398,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
             md = scratch[tmp0 + TEMP + nq * QQ :]
             _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
 
-    with_rows8 = TAIL == 0 and rows8_supports(FULL)
+    with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
     rows_j, rows8_j = jit(rows), (jit(rows8) if with_rows8 else None)
     few = rows8_j or rows_j  # the few-query scan of this width, called directly below (no dispatch in between)
 

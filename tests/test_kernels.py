@@ -140,9 +140,9 @@ def test_tiles_blocks_and_chunks_with_many_ties():
             np.testing.assert_array_equal(i, ri)
 
 
-@pytest.mark.parametrize("nb", [8, 16, 32, 128])
+@pytest.mark.parametrize("nb", [8, 16, 32, 128, 256])
 def test_rows8_single_query(nb):
-    """64/128/256-bit and multiple-of-512-bit single queries use the 8-rows-at-once kernel; ragged ends included."""
+    """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row); ragged ends."""
     rng = np.random.default_rng(nb)
     codes = np.packbits(rng.random((1003, nb * 8)) < 0.05, axis=1, bitorder="little")
     queries = codes[[0, 500]]

@@ -73,6 +73,15 @@ def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_tea
     assert abs(ds.evaluate(load_pairs("stsb", "dev", pair_env.data))["spearman"] - dev["spearman"]) < 0.01
     with pytest.raises(OndeviceError, match="nothing to resume"):
         train_dipair(cfg, tmp_path / "none", resume=True, progress=False)
+    # a finished run trained on: --resume with more stage-2 epochs equals a run configured that long from the start
+    longer = _cfg(pair_env, tiny_teacher, seed=1, stage2_epochs=2)
+    train_dipair(longer, tmp_path / "long", progress=False)
+    with pytest.raises(OndeviceError, match="different settings"):  # fewer epochs, or another stage-1 count, is refused
+        train_dipair(_cfg(pair_env, tiny_teacher, seed=1, stage2_epochs=0), tmp_path / "part", resume=True, progress=False)
+    train_dipair(longer, tmp_path / "part", resume=True, progress=False)
+    assert (tmp_path / "long" / "checkpoint" / "model.safetensors").read_bytes() == \
+        (tmp_path / "part" / "checkpoint" / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "part" / "dipair_config.json").read_text())["stage2_epochs"] == 2
 
 
 def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):

@@ -134,7 +134,8 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--ffn", type=int, default=d.ffn)
     s.add_argument("--select", default=d.select, choices=["first", "firstlast"], help="first N, or first N/2 + last N/2")
     s.add_argument("--stage1-epochs", type=int, default=d.stage1_epochs, help="head + projection, encoder frozen")
-    s.add_argument("--stage2-epochs", type=int, default=d.stage2_epochs, help="everything, plus the SRA loss")
+    s.add_argument("--stage2-epochs", type=int, default=d.stage2_epochs,
+                   help="everything, plus the SRA loss (may grow on --resume: the run trains on)")
     s.add_argument("--batch-size", type=int, default=d.batch_size)
     s.add_argument("--lr1", type=float, default=d.lr1)
     s.add_argument("--lr2", type=float, default=d.lr2)

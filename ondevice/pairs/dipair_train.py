@@ -214,7 +214,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     torch = require("torch", "train")
     out = check_out_dir(out_dir)
     ckpt = out / CHECKPOINT
-    check_resume(out, config, CONFIG, "DiPair config", _RESUME_KEYS, resume)
+    check_resume(out, config, CONFIG, "DiPair config", _RESUME_KEYS, resume, extendable=("stage2_epochs",))
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)

@@ -23,17 +23,26 @@ class Position:
     step: int
 
 
-def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequence[str], resume: bool) -> None:
-    """A checkpoint without --resume, --resume without one, or --resume with other settings: one-line errors."""
+def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequence[str], resume: bool,
+                 extendable: Sequence[str] = ()) -> None:
+    """A checkpoint without --resume, --resume without one, or --resume with other settings: one-line errors.
+
+    Keys in `extendable` (epoch counts whose schedule does not depend on the total) may grow on resume: the run
+    then continues past its old end, exactly as a run configured with the larger count from the start, and its
+    saved config is rewritten to say so.
+    """
     if (out / CHECKPOINT).exists() and not resume:
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not (out / CHECKPOINT).exists():
         raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINT}/); run without --resume")
     if resume:
         saved = dataclass_from_dict(type(config), read_json(out / config_file, what), what)
-        diff = [k for k in keys if getattr(saved, k) != getattr(config, k)]
+        diff = [k for k in keys if getattr(saved, k) != getattr(config, k)
+                and not (k in extendable and getattr(config, k) > getattr(saved, k))]
         if diff:
             raise OndeviceError(f"--resume with different settings ({', '.join(diff)}); use the original flags or a new --out")
+        if any(getattr(saved, k) != getattr(config, k) for k in extendable):
+            write_json(out / config_file, config)
 
 
 def start_or_resume(out: Path, holder, opt, config: Any, config_file: str, resume: bool) -> dict:
