@@ -38,39 +38,29 @@ import platform
 import sys
 import time
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-from ondevice.results import results_dir, start_run
+from ondevice.results import create_new, results_dir, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _meta(argv: list[str], threads: int | None) -> dict:
     run = start_run(threads, ["benchmarks/pairs.py", *argv])  # commit honours ONDEVICE_COMMIT, as every results file
-    commit = run["commit"].removesuffix("+dirty")
-    versions = {}
-    for dist in ("ondevice", "numpy", "torch", "onnxruntime", "sentence-transformers", "transformers", "scipy"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "not installed"
-    return {"commit": commit, "dirty": run["commit"].endswith("+dirty"), "date": run["date"], "command": run["command"],
-            "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"], "cpu_count": os.cpu_count(), "threads": threads,
-            "load_average_start": os.getloadavg(), "python": platform.python_version(), "versions": versions}
+    return {"commit": run["commit"].removesuffix("+dirty"), "dirty": run["commit"].endswith("+dirty"), "date": run["date"],
+            "command": run["command"], "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"],
+            "cpu_count": run["cpu_count"], "threads": threads, "load_average_start": run["load_average_start"],
+            "python": platform.python_version(), "versions": run["versions"]}
 
 
 def _write(result: dict, kind: str) -> Path:
+    """One flat results file per run (tables.py reads this layout), never overwriting an earlier one."""
     result["load_average_end"] = os.getloadavg()
-    folder = results_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = folder / f"pairs-{kind}-{result.get('task', 'all')}-{stamp}.json"
-    while path.exists():  # one file per run, never overwritten (two runs in one second)
-        path = path.with_name(path.stem + "-1.json")
-    path.write_text(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
+    text = json.dumps(result, indent=2, sort_keys=True, default=float) + "\n"
+    path = create_new(results_dir(), f"pairs-{kind}-{result.get('task', 'all')}-{stamp}", text)
     print(f"wrote {os.path.relpath(path, ROOT)}")
     return path
 

@@ -27,8 +27,8 @@ from typing import Any
 from ondevice.io import _default
 
 # Libraries whose version can move a measured number; missing ones are left out.
-PACKAGES = ("ondevice", "numpy", "numba", "onnxruntime", "torch", "transformers", "scipy", "scikit-learn",
-            "faiss-cpu", "onnx", "safetensors")
+PACKAGES = ("ondevice", "numpy", "numba", "onnxruntime", "torch", "transformers", "sentence-transformers", "scipy",
+            "scikit-learn", "faiss-cpu", "onnx", "safetensors")
 
 
 def repo_root() -> Path:
@@ -114,18 +114,24 @@ def write_result(name: str, results: Any, meta: dict[str, Any], root: str | os.P
     meta["seconds"] = round(time.time() - meta.pop("started", time.time()), 1)
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     folder = Path(root) if root is not None else results_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%SZ")
     text = json.dumps({"meta": meta, "results": results}, indent=2, default=_default) + "\n"
+    return create_new(folder, f"{name}_{stamp}", text)
+
+
+def create_new(folder: str | os.PathLike, stem: str, text: str) -> Path:
+    """Write text to <folder>/<stem>.json, or <stem>-1.json, ... if taken: an earlier run's file is never replaced."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
-        path = folder / f"{name}_{stamp}{'' if attempt == 0 else f'-{attempt}'}.json"
+        path = folder / f"{stem}{'' if attempt == 0 else f'-{attempt}'}.json"
         try:
-            with open(path, "x", encoding="utf-8") as fh:  # exclusive create: an earlier run is never overwritten
+            with open(path, "x", encoding="utf-8") as fh:  # exclusive create: safe against a run in the same second
                 fh.write(text)
             return path
         except FileExistsError:
             continue
-    raise RuntimeError(f"could not find a free results file name for {name} in {folder}")
+    raise RuntimeError(f"could not find a free results file name for {stem} in {folder}")
 
 
 def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:

@@ -34,3 +34,13 @@ def test_commit_of_a_copied_tree_comes_from_the_environment(monkeypatch) -> None
     monkeypatch.setenv("ONDEVICE_COMMIT", "0123abcd" * 5)
     meta = start_run(threads=1)
     assert meta["commit"] == "0123abcd" * 5 and "gpu_model" in meta
+
+
+def test_create_new_never_replaces_a_file(tmp_path) -> None:
+    """Flat results files (benchmarks/pairs.py) share write_result's exclusive create: a taken name gets -1, -2."""
+    from ondevice.results import create_new
+
+    paths = [create_new(tmp_path / "new", "pairs-x-stsb-20260101T000000Z", f"{i}\n") for i in range(3)]
+    assert [p.name for p in paths] == ["pairs-x-stsb-20260101T000000Z.json", "pairs-x-stsb-20260101T000000Z-1.json",
+                                       "pairs-x-stsb-20260101T000000Z-2.json"]
+    assert [p.read_text() for p in paths] == ["0\n", "1\n", "2\n"]
