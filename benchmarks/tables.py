@@ -73,6 +73,26 @@ def binarize_summary(path: str) -> str:
     return "\n".join(lines)
 
 
+def binarize_median(*paths: str) -> str:
+    """The student's cells over several seeds: median (min-max) per method and bit count, and the ordering target."""
+    import statistics
+
+    runs = [_cells(_encoder(_load(p), "student")) for p in paths]
+    bits = sorted({k[1] for r in runs for k in r if k[0] in ("random", "ae", "ae-sp")})
+    lines = ["| bits | random | ae | ae-sp | ae-sp >= ae >= random (medians) |", "|---:|---:|---:|---:|---|"]
+    for b in bits:
+        med = {}
+        cells = []
+        for m in ("random", "ae", "ae-sp"):
+            v = [r[m, b] for r in runs if (m, b) in r]
+            med[m] = statistics.median(v)
+            cells.append(f"{med[m]:.2f} ({min(v):.2f}-{max(v):.2f})")
+        ok = med["ae-sp"] >= med["ae"] >= med["random"]
+        lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
+    lines.append(f"\n{len(paths)} seeds: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
+    return "\n".join(lines)
+
+
 def binarize_seeds(path0: str, path1: str) -> str:
     """The same cells with two seeds."""
     a, b = _load(path0), _load(path1)
@@ -468,9 +488,12 @@ def dipair_quality(*paths: str) -> str:
     lines = [("| DiPair run | N / M / D | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
               "test | DSE test | DiPair - DSE | x cross-encoder | SRA cosine before -> after |"),
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
-    for path in paths:
+    header = lines[:]
+    for n, path in enumerate(paths):
         b = _load(path)
         key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
+        if n:  # each file's rows are their own table, under its note's predecessor
+            lines += header
         for r in b["dipair"]:
             c, dv, sra = r["config"], r["dev"], r["sra_cosine"]
             aug = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
@@ -488,7 +511,7 @@ def dipair_quality(*paths: str) -> str:
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
-    binarize_methods, binarize_summary, binarize_seeds, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
+    binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
 
