@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from datetime import datetime, timezone
@@ -52,7 +51,7 @@ def _meta(argv: list[str], threads: int | None) -> dict:
     return {"commit": run["commit"].removesuffix("+dirty"), "dirty": run["commit"].endswith("+dirty"), "date": run["date"],
             "command": run["command"], "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"],
             "cpu_count": run["cpu_count"], "threads": threads, "load_average_start": run["load_average_start"],
-            "python": platform.python_version(), "versions": run["versions"]}
+            "python": run["versions"]["python"], "versions": run["versions"]}
 
 
 def _write(result: dict, kind: str) -> Path:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -75,8 +76,6 @@ def binarize_summary(path: str) -> str:
 
 def binarize_median(*paths: str) -> str:
     """The student's cells over several seeds: median (min-max) per method and bit count, and the ordering target."""
-    import statistics
-
     runs = [_cells(_encoder(_load(p), "student")) for p in paths]
     bits = sorted({k[1] for r in runs for k in r if k[0] in ("random", "ae", "ae-sp")})
     lines = ["| bits | random | ae | ae-sp | ae-sp >= ae >= random (medians) |", "|---:|---:|---:|---:|---|"]
@@ -492,7 +491,7 @@ def dipair_quality(*paths: str) -> str:
     for n, path in enumerate(paths):
         b = _load(path)
         key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
-        if n:  # each file's rows are their own table, under its note's predecessor
+        if n:  # the previous file's note ends a table: repeat the header so these rows render as one
             lines += header
         for r in b["dipair"]:
             c, dv, sra = r["config"], r["dev"], r["sra_cosine"]

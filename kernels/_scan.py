@@ -25,11 +25,12 @@ from ondevice.kernels.intrinsics import (
 
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 # Software prefetch ahead of single-query scans: 0 = off (the hardware prefetcher alone). On the AMD EPYC VM
-# (2026-11-23) 2 KB ahead made 1M x 1024/2048-bit and 100k x 2048-bit scans 10-50% slower than none; the kernels
-# keep the hook (a compile-time constant, so 0 costs nothing) for CPUs where it helps.
+# (2026-11-23) prefetching 2 KB ahead was slower than none at 1M x 1024/2048 bits and 100k x 2048 bits (scratch A/B of
+# the two builds; whole-grid runs before/after: benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json).
+# The hook stays (a compile-time constant, so 0 costs nothing) for CPUs where it helps.
 PREFETCH_BYTES = 0
-# Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streams memory
-# better: 1M x 2048-bit codes, one query, one thread: 8.7-10.3 ms row by row vs 11.8-14.3 ms interleaved (FAISS 11).
+# Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
+# better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
