@@ -11,10 +11,13 @@ and also with its default, threads=None, chosen from the work size). Plus: a 100
 peak (XOR + popcount over an L1-resident buffer, per thread count).
 
 Each library runs in its own worker process per width (FAISS's OpenMP threads keep spinning after a call and
-would slow whatever ran next in the same process), on the same random codes (same seed), one after the other
-within a minute, so the ratios compare like with like as far as a shared machine allows. Each cell is the median of its repeats after one warm-up call; repeats adapt
-to the cell's time (--budget seconds per cell, at least 3). The run writes one results JSON (commit, command, CPU
-model, library versions, load averages) and, with --plot, a plot of time vs catalog size.
+would slow whatever ran next in the same process), on the same random codes (same seed). The libraries take turns
+in --rounds rounds per width, in reversed order every other round (ondevice, FAISS, numpy; numpy, FAISS,
+ondevice; ...), so a swing of the VM's core speed does not land on one library only. Within a worker each cell is
+the median of its repeats after one warm-up call (repeats adapt to the cell's time: --budget seconds per cell and
+round, at least 3); the reported cell is the median over rounds, and every round's cell is kept in the JSON. The
+run writes one results JSON (commit, command, CPU model, library versions, load averages) and, with --plot, a plot
+of time vs catalog size.
 """
 
 from __future__ import annotations
@@ -227,6 +230,20 @@ def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None)
     return out
 
 
+def median_cells(round_cells: list[dict]) -> list[dict]:
+    """One cell per (library, size, width, threads, queries): the median over rounds of each round's median."""
+    groups: dict[tuple, list[dict]] = {}
+    for c in round_cells:
+        groups.setdefault((c["lib"], c["n"], c["bits"], c["threads"], c["nq"]), []).append(c)
+    out = []
+    for group in groups.values():
+        cell = {k: v for k, v in group[0].items() if k not in ("round", "ms", "cpu_ms", "p25_ms", "repeats")}
+        cell.update(ms=statistics.median(c["ms"] for c in group), cpu_ms=statistics.median(c["cpu_ms"] for c in group),
+                    round_ms=[c["ms"] for c in group], repeats=sum(c["repeats"] for c in group))
+        out.append(cell)
+    return out
+
+
 def run_worker(cfg: dict) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(cfg)], capture_output=True, text=True,
                           check=False)
@@ -363,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--libs", nargs="+", default=["ondevice", "faiss", "numpy"])
     p.add_argument("--batch", type=int, default=100, help="queries in the batch measurement")
     p.add_argument("--batch-n", type=int, default=1_000_000, help="catalog size of the batch measurement (at 1024 bits)")
-    p.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell (repeats adapt, >= 3)")
+    p.add_argument("--budget", type=float, default=0.4, help="seconds of timed calls per cell and round (repeats adapt, >= 3)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="worker rounds per width, libraries taking turns; a cell is the median over rounds")
     p.add_argument("--read-min", type=int, default=READ_PROBE_MIN,
                    help="catalogs from this many codes get a read-bound cell (a sum over the same bytes)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
@@ -398,18 +417,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# calibrated: a thread pays from {calibration['crossover_bytes']} bytes of work; "
               f"parallel_min_bytes = {calibration['parallel_min_bytes']}", flush=True)
     probes = run_worker({"probes": True, "threads": a.threads})
-    cells, extra = [], {}
+    round_cells, extra = [], {}
     for bits in a.bits:
-        for lib in a.libs:  # one process per library: FAISS's OpenMP threads spin after each call and would slow
-            # whatever runs next in the same process, and each library gets the machine alone while it is timed
-            res = run_worker({"bits": bits, "sizes": a.sizes, "threads": a.threads, "budget": a.budget, "libs": [lib],
-                              "batch": a.batch, "batch_n": a.batch_n if bits == 1024 else None,
-                              "read_min": a.read_min})
-            cells += res["cells"]
-            if lib == "ondevice":
-                extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
+        for r in range(a.rounds):
+            # One process per library: FAISS's OpenMP threads spin after each call and would slow whatever runs next
+            # in the same process. The libraries take turns, in reversed order every other round (A B, B A, A B):
+            # on a VM whose core speed swings, one process per library would compare whichever phase each one hit.
+            for lib in (a.libs if r % 2 == 0 else a.libs[::-1]):
+                res = run_worker({"bits": bits, "sizes": a.sizes, "threads": a.threads, "budget": a.budget,
+                                  "libs": [lib], "batch": a.batch, "batch_n": a.batch_n if bits == 1024 else None,
+                                  "read_min": a.read_min})
+                round_cells += [{**c, "round": r} for c in res["cells"]]
+                if lib == "ondevice":
+                    extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
     result = {**meta, **extra, "load_average_end": os.getloadavg(), "seconds": round(time.time() - started, 1),
-              "k": K, "probes": probes, "calibration": calibration, "cells": cells}
+              "k": K, "rounds": a.rounds, "probes": probes, "calibration": calibration,
+              "cells": median_cells(round_cells), "round_cells": round_cells}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

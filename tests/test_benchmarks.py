@@ -45,7 +45,7 @@ TINY = {
     "tables": ["--check"],
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "--batch", "4",
-                    "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--out-dir", "{tmp}/out"],
+                    "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
 WRITES_RESULTS = {"binarize_quality", "bundle", "jvm_core", "distill_ablation"}
@@ -74,8 +74,15 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         import json
 
         (grid,) = (tmp_path / "out").glob("hamming_grid-*.json")
-        cells = json.loads(grid.read_text())["cells"]
+        blob = json.loads(grid.read_text())
+        cells = blob["cells"]
         assert {c["n"] for c in cells if c["lib"] == "read"} == {20000}
+        # each reported cell is the median of its rounds, and both rounds ran every library
+        assert {(c["lib"], c["round"]) for c in blob["round_cells"]} == {(c["lib"], r) for c in cells for r in (0, 1)}
+        for c in cells:
+            mine = [x["ms"] for x in blob["round_cells"]
+                    if (x["lib"], x["n"], x["bits"], x["threads"], x["nq"]) == (c["lib"], c["n"], c["bits"], c["threads"], c["nq"])]
+            assert len(mine) == 2 and c["round_ms"] == mine and c["ms"] == pytest.approx((mine[0] + mine[1]) / 2)
         row = next(line for line in res.stdout.splitlines() if line.startswith("| 20,000 | 256 | 1 |"))
         assert row.rstrip(" |").endswith("%")
 
