@@ -41,6 +41,19 @@ def hamming_score(codes_a: np.ndarray, codes_b: np.ndarray, gold: np.ndarray) ->
     return spearman100(pair_scores(codes_a, codes_b), gold)  # -Hamming, row i vs row i
 
 
+def fit_corpus(data: Path, n: int, train_splits: str = "") -> list[str]:
+    """The first n sentences to fit on: wiki alone, or the named tasks' train-split sentences first (as `ondevice
+    distill --train-splits` reads them), then wiki sentences that are not evaluation text."""
+    if not train_splits:
+        return read_corpus(data / WIKI_RELPATH, n)
+    from ondevice.distill import train_split_tasks
+    from ondevice.eval.data import held_out_texts
+    from ondevice.pairs.data import unlabeled_train_sentences
+
+    first = unlabeled_train_sentences(data, train_split_tasks(train_splits))[:n]
+    return first + read_corpus(data / WIKI_RELPATH, n - len(first), exclude=held_out_texts(data))
+
+
 def teacher_vectors(train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
     from ondevice.teacher import Teacher, cached_vectors
 
@@ -69,7 +82,8 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
     """All methods x bit counts for one encoder's vectors."""
     a, b = sts_x[:n_pairs], sts_x[n_pairs:]
     dim = train_x.shape[1]
-    res = {"encoder": name, "dim": dim, "continuous_cosine": cosine_score(a, b, gold), "train_rows": len(train_x), "rows": []}
+    res = {"encoder": name, "dim": dim, "continuous_cosine": cosine_score(a, b, gold), "train_rows": len(train_x),
+           "fit_train_splits": args.fit_train_splits, "rows": []}
     print(f"[{name}] {dim}-d, continuous cosine Spearman x100 = {res['continuous_cosine']}", flush=True)
     bit_list = sorted(set(args.bits) | ({dim} if "threshold" in args.methods else set()))
     for method in args.methods:
@@ -158,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-teacher", action="store_true")
     p.add_argument("--train-sentences", type=int, default=100_000)
     p.add_argument("--fit-rows", type=int, default=None, help="fit on only the first N of the train vectors")
+    p.add_argument("--fit-train-splits", default="",
+                   help="start the fit corpus with these tasks' train-split sentences (comma list, e.g. "
+                        "stsb,sick,mrpc,qqp: the mix a student was distilled on), then wiki; never dev/test text")
     p.add_argument("--split", choices=["test", "dev"], default="test", help="STS-B split (choose settings on dev)")
     p.add_argument("--methods", nargs="+", default=list(METHODS))
     p.add_argument("--bits", nargs="+", type=int, default=list(BITS))
@@ -174,12 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     hyper = json.loads(args.hyper)
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
-    run_meta = start_run(threads=None, split=args.split, seed=args.seed, hyper=hyper)
+    run_meta = start_run(threads=None, split=args.split, seed=args.seed, hyper=hyper,
+                         fit_train_splits=args.fit_train_splits)
     data = default_data_dir()
     pairs = read_stsb(data, args.split)
     s1, gold = pairs.a, pairs.gold
     sts = pairs.a + pairs.b
-    train = read_corpus(data / WIKI_RELPATH, args.train_sentences)
+    train = fit_corpus(data, args.train_sentences, args.fit_train_splits)
     results = []
     encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student else [])
     for name in encoders:

@@ -32,6 +32,9 @@ PREFETCH_BYTES = 0
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
 # better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
+# Codes at least this wide (bytes) test each row's distance with a branch instead of the branch-free candidate
+# pass: a wide row costs enough that a rarely taken, well predicted branch is cheaper than writing every row out.
+BRANCH_MIN_BYTES = 128
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
@@ -208,6 +211,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     QO = GT + GROUP
     TEMP = QO
     G = GROUP
+    BRANCHY = NB >= BRANCH_MIN_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     jit = njit(parallel=bool(PAR), cache=True)
 
@@ -227,6 +231,16 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 for q in range(nq):
                     slot = c * nq + q
                     thr = _threshold(hd, hn, slot, k, strict)
+                    if BRANCHY:
+                        for r in range(start, stop):
+                            if PREFETCH_BYTES:
+                                for j in range((NB + 63) // 64):
+                                    prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
+                            d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
+                            if d <= thr:
+                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                                thr = _threshold(hd, hn, slot, k, strict)
+                        continue
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):

@@ -154,6 +154,26 @@ def test_rows8_single_query(nb):
             np.testing.assert_array_equal(i, ri)
 
 
+@pytest.mark.parametrize("nb", [129, 160, 256])
+def test_wide_rows_branchy_scan(nb):
+    """Codes from BRANCH_MIN_BYTES up are scanned row by row with a branch: ties, unordered ids, k past n."""
+    from ondevice.kernels import _scan
+
+    assert nb >= _scan.BRANCH_MIN_BYTES
+    rng = np.random.default_rng(nb)
+    codes = np.packbits(rng.random((700, nb * 8)) < 0.02, axis=1, bitorder="little")  # sparse: many ties
+    queries = np.concatenate([codes[[3]], rng.integers(0, 256, (2, nb), dtype=np.uint8)])
+    ids = rng.permutation(700).astype(np.int64)
+    for threads in (1, 2):
+        for nq in (1, 3):
+            for k in (1, 25, 800):
+                for use_ids in (None, ids):
+                    d, i = H.knn(codes, queries[:nq], k, ids=use_ids, threads=threads)
+                    rd, ri = reference_knn(codes, queries[:nq], k, use_ids)
+                    np.testing.assert_array_equal(d, rd)
+                    np.testing.assert_array_equal(i, ri)
+
+
 def test_large_batches_are_sliced(monkeypatch):
     """A batch whose heaps would exceed the scratch budget is searched in slices (the last one short)."""
     monkeypatch.setattr(H, "QUERY_SLICE_HEAP_BYTES", 1)  # slices of BLOCKS_MIN_QUERIES queries
