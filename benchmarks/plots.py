@@ -74,13 +74,14 @@ def _save(fig, out: Path) -> Path:
 
 
 def grid_runs() -> list[Path]:
-    """The hamming_grid results files BENCHMARKS.md's grid tables are rendered from, in page order (later runs are
-    drawn over earlier ones of the same cell, so plot and tables agree)."""
+    """The hamming_grid results files BENCHMARKS.md's grid tables are rendered from, oldest first (file names carry
+    the run's time): a newer run of a cell is drawn over older ones, so the plot shows the latest measurement."""
     import re
 
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    return [ROOT / f for m in re.finditer(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", text)
-            for f in m.group("files").split()]
+    files = {f for m in re.finditer(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", text)
+             for f in m.group("files").split()}
+    return [ROOT / f for f in sorted(files, key=lambda f: Path(f).name)]
 
 
 def hamming_grid(paths: list[Path], out: Path) -> Path:
