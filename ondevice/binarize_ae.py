@@ -31,12 +31,12 @@ import numpy as np
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
-from ondevice.projections import column_mean, random_projection
+from ondevice.projections import column_mean, pca_components, random_projection
 
 DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
 SAMPLINGS = ("uniform", "gap", "neighbor")
-INITS = ("random", "xavier")
+INITS = ("random", "pca", "xavier")
 CHECKPOINT = "ae_checkpoint.safetensors"
 
 
@@ -48,7 +48,8 @@ class AEConfig:
     batch_size: int = 256
     lr: float = 1e-3
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
-    init: str = "random"  # encoder start: "random" = the centered random projection, "xavier" = torch default
+    init: str = "random"  # encoder start: "random" = the centered random projection, "pca" = the top principal axes
+    # (then random rows past dim), "xavier" = torch default
     sp_lambda: float = 2.0  # SP loss weight (ae-sp only); chosen on STS-B dev, see the module docstring
     sp_relax: str = "expected"  # relaxed Hamming: "expected" (sigmoid probabilities) or "st" (hard bits, ST gradient)
     sp_triplets: int = 1024  # triplets sampled per batch (ae-sp only)
@@ -174,10 +175,15 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
 
     torch.manual_seed(seed)
     model = _build(dim, bits)
-    if cfg.init == "random":
-        # start at the random-projection codes (a strong baseline for many bits); training only has to improve them
+    if cfg.init in ("random", "pca"):
+        # start at the random-projection (or PCA) codes, strong baselines; training only has to improve them
+        w = random_projection(dim, bits, seed)
+        if cfg.init == "pca":
+            # the principal axes, scaled to the random rows' expected norm so the sigmoid starts equally steep
+            axes = pca_components(x, min(bits, dim))[1].T
+            w[: axes.shape[0]] = axes * math.sqrt(dim / (3.0 * bits))
         with torch.no_grad():
-            model.encoder.weight.copy_(torch.from_numpy(random_projection(dim, bits, seed)))
+            model.encoder.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
             model.encoder.bias.zero_()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
 

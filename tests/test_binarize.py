@@ -122,6 +122,21 @@ def test_faiss_binary_flat_matches_reference(x):
         np.testing.assert_array_equal(np.take_along_axis(ref, ids, axis=1), dist)
 
 
+@pytest.mark.parametrize("init,bits", [("random", 40), ("pca", 16), ("pca", DIM + 8)])
+def test_autoencoder_starts_at_its_init(x, init, bits):
+    """With a vanishing learning rate the autoencoder's codes are its start: the random projection's, or PCA's
+    for the first min(bits, dim) bits and the random projection's for the rest."""
+    ae = _fit(x, "ae", bits, seed=3, init=init, lr=1e-12, epochs=1)
+    codes = unpack(ae.transform(x), bits)
+    random_codes = unpack(_fit(x, "random", bits, seed=3).transform(x), bits)
+    if init == "random":
+        np.testing.assert_array_equal(codes, random_codes)
+        return
+    top = min(bits, DIM)
+    np.testing.assert_array_equal(codes[:, :top], unpack(_fit(x, "pca", top).transform(x), top))
+    np.testing.assert_array_equal(codes[:, top:], random_codes[:, top:])
+
+
 def test_straight_through_gradient_is_nonzero():
     torch = pytest.importorskip("torch")
     from ondevice.binarize_ae import straight_through
