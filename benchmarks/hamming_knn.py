@@ -10,10 +10,11 @@ and also with its default, threads=None, chosen from the work size). Plus: a 100
 (2 threads), the machine's read bandwidth (a Numba parallel sum over 512 MB, per thread count) and its popcount
 peak (XOR + popcount over an L1-resident buffer, per thread count).
 
-Each library runs in its own worker process per width (FAISS's OpenMP threads keep spinning after a call and
-would slow whatever ran next in the same process), on the same random codes (same seed). The libraries take turns
-in --rounds rounds per width, in reversed order every other round (ondevice, FAISS, numpy; numpy, FAISS,
-ondevice; ...), so a swing of the VM's core speed does not land on one library only. Within a worker each cell is
+Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). At 1 thread all
+libraries share one worker and take turns block by block, side by side. At 2+ threads each library has its own
+worker (FAISS's OpenMP threads keep spinning after a call and would slow whatever ran next in the same process),
+in reversed order every other round (ondevice, FAISS, numpy; numpy, FAISS, ondevice; ...), so a swing of the VM's
+core speed does not land on one library only. Within a worker each cell is
 the median of its repeats after one warm-up call (repeats adapt to the cell's time: --budget seconds per cell and
 round, at least 3); the reported cell is the median over rounds, and every round's cell is kept in the JSON. The
 run writes one results JSON (commit, command, CPU model, library versions, load averages) and, with --plot, a plot
@@ -145,6 +146,7 @@ def worker(cfg: dict) -> dict:
     queries = rng.integers(0, 256, (cfg["batch"], nbytes), dtype=np.uint8)
     q1 = queries[:1]
     index = faiss.IndexBinaryFlat(bits) if "faiss" in libs else None
+    faiss.omp_set_num_threads(max(cfg["threads"]))  # a 1-thread worker never starts an OpenMP team, warm-up included
     cells = []
 
     # Process warm-up before the first timed cell: the first few hundred calls of a fresh process run slower
@@ -171,7 +173,7 @@ def worker(cfg: dict) -> dict:
             calls = {}
             if "ondevice" in libs:
                 calls["ondevice"] = lambda db=db, t=threads: hamming.knn(db, q1, K, threads=t)
-                if threads == max(cfg["threads"]):
+                if threads == cfg.get("auto_threads", max(cfg["threads"])):
                     calls["ondevice-auto"] = lambda db=db: hamming.knn(db, q1, K)
             if "faiss" in libs:
                 calls["faiss"] = lambda: index.search(q1, K)
@@ -190,8 +192,11 @@ def worker(cfg: dict) -> dict:
             t = max(cfg["threads"])
             numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
             faiss.omp_set_num_threads(t)
-            calls = {"ondevice": lambda db=db, t=t: hamming.knn(db, queries, K, threads=t)} if "ondevice" in libs else \
-                {"faiss": lambda: index.search(queries, K)}
+            calls = {}
+            if "ondevice" in libs:
+                calls["ondevice"] = lambda db=db, t=t: hamming.knn(db, queries, K, threads=t)
+            if "faiss" in libs:
+                calls["faiss"] = lambda: index.search(queries, K)
             cells += _interleaved(calls, budget, {"n": n, "bits": bits, "threads": t, "nq": len(queries)})
         print(f"  {bits} bits: {n:,} codes done", file=sys.stderr, flush=True)
     return {"cells": cells, "path": hamming.resolve_path(), "parallel_min_bytes": hamming.parallel_min_bytes()}
@@ -418,17 +423,26 @@ def main(argv: list[str] | None = None) -> int:
               f"parallel_min_bytes = {calibration['parallel_min_bytes']}", flush=True)
     probes = run_worker({"probes": True, "threads": a.threads})
     round_cells, extra = [], {}
+    single = [t for t in a.threads if t == 1]
+    multi = [t for t in a.threads if t > 1]
     for bits in a.bits:
+        base = {"bits": bits, "sizes": a.sizes, "budget": a.budget, "batch": a.batch, "read_min": a.read_min,
+                "auto_threads": max(a.threads)}
+        batch_n = a.batch_n if bits == 1024 else None
         for r in range(a.rounds):
-            # One process per library: FAISS's OpenMP threads spin after each call and would slow whatever runs next
-            # in the same process. The libraries take turns, in reversed order every other round (A B, B A, A B):
-            # on a VM whose core speed swings, one process per library would compare whichever phase each one hit.
-            for lib in (a.libs if r % 2 == 0 else a.libs[::-1]):
-                res = run_worker({"bits": bits, "sizes": a.sizes, "threads": a.threads, "budget": a.budget,
-                                  "libs": [lib], "batch": a.batch, "batch_n": a.batch_n if bits == 1024 else None,
-                                  "read_min": a.read_min})
+            workers = []
+            if single:
+                # 1 thread: every library in one process, in turns call block by call block (A B C A B C): side by
+                # side on the same memory in the same minute. No OpenMP team exists at 1 thread, so nothing spins.
+                workers.append({**base, "threads": single, "libs": a.libs, "batch_n": None if multi else batch_n})
+            # 2+ threads: one process per library, as FAISS's OpenMP threads spin after each call and would slow
+            # whatever runs next in the same process; the libraries take turns, reversed every other round.
+            workers += [{**base, "threads": multi, "libs": [lib], "batch_n": batch_n}
+                        for lib in (a.libs if r % 2 == 0 else a.libs[::-1]) if multi and lib != "numpy"]  # 1 thread only
+            for cfg in workers:
+                res = run_worker(cfg)
                 round_cells += [{**c, "round": r} for c in res["cells"]]
-                if lib == "ondevice":
+                if "ondevice" in cfg["libs"]:
                     extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
     result = {**meta, **extra, "load_average_end": os.getloadavg(), "seconds": round(time.time() - started, 1),
               "k": K, "rounds": a.rounds, "probes": probes, "calibration": calibration,

@@ -44,7 +44,7 @@ TINY = {
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
-    "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "--batch", "4",
+    "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "2", "--batch", "4",
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
@@ -77,6 +77,9 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         blob = json.loads(grid.read_text())
         cells = blob["cells"]
         assert {c["n"] for c in cells if c["lib"] == "read"} == {20000}
+        # 1 thread: the libraries side by side in one worker; 2 threads: one worker per library
+        assert {c["threads"] for c in cells if c["lib"] == "faiss"} == {1, 2}
+        assert {c["lib"] for c in cells if c["threads"] == 2} >= {"ondevice", "ondevice-auto", "faiss"}
         # each reported cell is the median of its rounds, and both rounds ran every library
         assert {(c["lib"], c["round"]) for c in blob["round_cells"]} == {(c["lib"], r) for c in cells for r in (0, 1)}
         for c in cells:
