@@ -19,6 +19,7 @@ from ondevice.kernels.intrinsics import (
     prefetch,
     row_distance,
     rows8_distances,
+    rows8_distances_lazy,
     rows8_query_words,
     rows8_supports,
 )
@@ -35,6 +36,9 @@ ROWS8_MAX_WORDS = 16
 # Codes at least this wide (bytes) test each row's distance with a branch instead of the branch-free candidate
 # pass: a wide row costs enough that a rarely taken, well predicted branch is cheaper than writing every row out.
 BRANCH_MIN_BYTES = 128
+# The 8-row kernel stores a block's distances and candidate entry only when the block has a row within the
+# threshold (a rarely taken branch once the heap is full) instead of on every block.
+LAZY_ROWS8 = True
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
@@ -212,6 +216,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     TEMP = QO
     G = GROUP
     BRANCHY = NB >= BRANCH_MIN_BYTES
+    LAZY = LAZY_ROWS8
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     jit = njit(parallel=bool(PAR), cache=True)
 
@@ -391,11 +396,19 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                         if PREFETCH_BYTES:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
                                 prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
-                        m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
-                                            cand_d, nc * LANES)
-                        cand_b[nc] = b
-                        cand_m[nc] = m
-                        nc += m != 0
+                        if LAZY:
+                            m = rows8_distances_lazy(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP,
+                                                     thr, cand_d, nc * LANES)
+                            if m != 0:
+                                cand_b[nc] = b
+                                cand_m[nc] = m
+                                nc += 1
+                        else:
+                            m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
+                                                cand_d, nc * LANES)
+                            cand_b[nc] = b
+                            cand_m[nc] = m
+                            nc += m != 0
                     for j in range(nc):
                         m = cand_m[j]
                         for lane in range(LANES):

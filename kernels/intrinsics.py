@@ -160,6 +160,18 @@ def rows8_query_words(nwords: int) -> int:
 
 @intrinsic
 def rows8_distances(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off):
+    """Distances of 8 consecutive rows to one query, always stored; the layout is described in `_rows8_typed`."""
+    return _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off, lazy=False)
+
+
+@intrinsic
+def rows8_distances_lazy(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off):
+    """As rows8_distances, but the 8 distances are stored only when one of them is within thr (the mask is not 0):
+    a scan past its first rows skips nearly every store."""
+    return _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off, lazy=True)
+
+
+def _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off, lazy: bool):
     """Distances of 8 consecutive rows to one query, stored at out[out_off:out_off+8]; as block_distances.
 
     Narrow codes (1, 2 or 4 words): the 8 rows are `nwords` contiguous vectors and `qpattern` holds the query's
@@ -198,9 +210,14 @@ def rows8_distances(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, 
             parts = [builder.add(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
                      for a, b in zip(parts[::2], parts[1::2])]
         acc = parts[0]
-        builder.store(acc, builder.bitcast(obase, vt.as_pointer()), align=8)
         within = builder.icmp_signed("<=", acc, _splat(builder, args[6], LANES))
-        return builder.zext(builder.bitcast(within, ir.IntType(LANES)), I64)
+        mask = builder.zext(builder.bitcast(within, ir.IntType(LANES)), I64)
+        if lazy:
+            with builder.if_then(builder.icmp_unsigned("!=", mask, ir.Constant(I64, 0)), likely=False):
+                builder.store(acc, builder.bitcast(obase, vt.as_pointer()), align=8)
+        else:
+            builder.store(acc, builder.bitcast(obase, vt.as_pointer()), align=8)
+        return mask
 
     return sig, codegen
 
