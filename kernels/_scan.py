@@ -21,6 +21,7 @@ from ondevice.kernels.intrinsics import (
     rows8_distances,
     rows8_distances_lazy,
     rows8_query_words,
+    rows8x4_mask,
     rows8_supports,
 )
 
@@ -39,6 +40,9 @@ BRANCH_MIN_BYTES = 128
 # The 8-row kernel stores a block's distances and candidate entry only when the block has a row within the
 # threshold (a rarely taken branch once the heap is full) instead of on every block.
 LAZY_ROWS8 = True
+# Codes up to this many 64-bit words first test 32 rows at once for any row within the threshold (rows8x4_mask, no
+# stores) and compute distances only under a set mask: narrow codes are bound by the work per row, not by memory.
+ROWS8X4_MAX_WORDS = 4
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
@@ -217,6 +221,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     G = GROUP
     BRANCHY = NB >= BRANCH_MIN_BYTES
     LAZY = LAZY_ROWS8
+    X4 = FULL <= ROWS8X4_MAX_WORDS
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     jit = njit(parallel=bool(PAR), cache=True)
 
@@ -392,7 +397,21 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     slot = c * nq + q
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
-                    for b in range(nblk):
+                    first = 0
+                    if X4:
+                        first = nblk // 4 * 4
+                        for b4 in range(0, first, 4):
+                            m4 = rows8x4_mask(codes, (start + b4 * LANES) * NB, qpattern, q * QW, FULL, POP, thr)
+                            if m4 != 0:
+                                for j in range(4):
+                                    m = (m4 >> (8 * j)) & 255
+                                    if m != 0:
+                                        rows8_distances(codes, (start + (b4 + j) * LANES) * NB, qpattern, q * QW, FULL,
+                                                        POP, thr, cand_d, nc * LANES)
+                                        cand_b[nc] = b4 + j
+                                        cand_m[nc] = m
+                                        nc += 1
+                    for b in range(first, nblk):
                         if PREFETCH_BYTES:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
                                 prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)

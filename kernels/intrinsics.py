@@ -171,6 +171,57 @@ def rows8_distances_lazy(typingctx, codes, byte_off, qpattern, qpattern_off, nwo
     return _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off, lazy=True)
 
 
+def _rows8_acc(builder: ir.IRBuilder, base: ir.Value, qbase: ir.Value, nw: int, pp: int, offset: int) -> ir.Value:
+    """<8 x i64> distances of the 8 rows at base+offset to the query pattern at qbase (layout: `_rows8_typed`)."""
+    vt = ir.VectorType(I64, LANES)
+    if nw < LANES:
+        q = _load(builder, qbase, 0, vt, 8)
+        parts = [_popcount(builder, builder.xor(_load(builder, base, offset + 64 * j, vt, 1), q), pp) for j in range(nw)]
+    else:
+        per_row = nw // LANES
+        qs = [_load(builder, qbase, 64 * j, vt, 8) for j in range(per_row)]
+        parts = []
+        for r in range(LANES):
+            acc = None
+            for j in range(per_row):
+                x = builder.xor(_load(builder, base, offset + 8 * nw * r + 64 * j, vt, 1), qs[j])
+                p = _popcount(builder, x, pp)
+                acc = p if acc is None else builder.add(acc, p)
+            parts.append(acc)
+    even = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+    odd = ir.Constant(ir.VectorType(I32, LANES), list(range(1, 2 * LANES, 2)))
+    while len(parts) > 1:
+        parts = [builder.add(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
+                 for a, b in zip(parts[::2], parts[1::2])]
+    return parts[0]
+
+
+@intrinsic
+def rows8x4_mask(typingctx, codes, byte_off, qpattern, qpattern_off, nwords, pop, thr):
+    """Which of 32 consecutive rows (4 blocks of 8) are within thr of the query: bit 8j+l for row l of block j.
+
+    Nothing is stored: for narrow codes a scan is bound by the work per row, and once the heap is full nearly every
+    32 rows have no candidate, so the caller computes the distances (rows8_distances) only under a set mask.
+    """
+    nw, pp = _literal(nwords), _literal(pop)
+    if nw is None or not rows8_supports(nw) or pp is None:
+        return None
+    sig = types.int64(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr)
+
+    def codegen(context, builder, signature, args):
+        base = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], ir.Constant(I64, 8)))
+        t = _splat(builder, args[6], LANES)
+        mask = ir.Constant(I64, 0)
+        for j in range(4):
+            acc = _rows8_acc(builder, base, qbase, nw, pp, j * 8 * 8 * nw)
+            within = builder.zext(builder.bitcast(builder.icmp_signed("<=", acc, t), ir.IntType(LANES)), I64)
+            mask = builder.or_(mask, builder.shl(within, ir.Constant(I64, 8 * j)) if j else within)
+        return mask
+
+    return sig, codegen
+
+
 def _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out, out_off, lazy: bool):
     """Distances of 8 consecutive rows to one query, stored at out[out_off:out_off+8]; as block_distances.
 
@@ -190,26 +241,7 @@ def _rows8_typed(codes, byte_off, qpattern, qpattern_off, nwords, pop, thr, out,
         qbase = _byte_ptr(context, builder, signature.args[2], args[2], builder.mul(args[3], eight))
         obase = _byte_ptr(context, builder, signature.args[7], args[7], builder.mul(args[8], eight))
         vt = ir.VectorType(I64, LANES)
-        if nw < LANES:
-            q = _load(builder, qbase, 0, vt, 8)
-            parts = [_popcount(builder, builder.xor(_load(builder, base, 64 * j, vt, 1), q), pp) for j in range(nw)]
-        else:
-            per_row = nw // LANES
-            qs = [_load(builder, qbase, 64 * j, vt, 8) for j in range(per_row)]
-            parts = []
-            for r in range(LANES):
-                acc = None
-                for j in range(per_row):
-                    x = builder.xor(_load(builder, base, 8 * nw * r + 64 * j, vt, 1), qs[j])
-                    p = _popcount(builder, x, pp)
-                    acc = p if acc is None else builder.add(acc, p)
-                parts.append(acc)
-        even = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
-        odd = ir.Constant(ir.VectorType(I32, LANES), list(range(1, 2 * LANES, 2)))
-        while len(parts) > 1:
-            parts = [builder.add(builder.shuffle_vector(a, b, even), builder.shuffle_vector(a, b, odd))
-                     for a, b in zip(parts[::2], parts[1::2])]
-        acc = parts[0]
+        acc = _rows8_acc(builder, base, qbase, nw, pp, 0)
         within = builder.icmp_signed("<=", acc, _splat(builder, args[6], LANES))
         mask = builder.zext(builder.bitcast(within, ir.IntType(LANES)), I64)
         if lazy:

@@ -142,7 +142,11 @@ def test_tiles_blocks_and_chunks_with_many_ties():
 
 @pytest.mark.parametrize("nb", [8, 16, 32, 128, 256])
 def test_rows8_single_query(nb):
-    """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row); ragged ends."""
+    """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row; up to 256 bits
+    32 rows are tested at once first, rows8x4_mask); sparse codes (many ties), ragged ends."""
+    from ondevice.kernels import _scan
+
+    assert (nb <= 8 * _scan.ROWS8X4_MAX_WORDS) == (nb <= 32)
     rng = np.random.default_rng(nb)
     codes = np.packbits(rng.random((1003, nb * 8)) < 0.05, axis=1, bitorder="little")
     queries = codes[[0, 500]]
