@@ -9,6 +9,8 @@ their query layouts themselves, so a call is one dispatch with no numpy work aro
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import njit, prange
 from ondevice.kernels.intrinsics import (
@@ -26,11 +28,25 @@ from ondevice.kernels.intrinsics import (
 )
 
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
-# Software prefetch ahead of single-query scans: 0 = off (the hardware prefetcher alone). On the AMD EPYC VM
-# (2026-11-23) prefetching 2 KB ahead was slower than none at 1M x 1024/2048 bits and 100k x 2048 bits (scratch A/B of
-# the two builds; whole-grid runs before/after: benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json).
-# The hook stays (a compile-time constant, so 0 costs nothing) for CPUs where it helps.
-PREFETCH_BYTES = 0
+# Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone). Which is faster
+# depends on the CPU, so the default follows the vendor: on the AMD EPYC VM (2026-11-23) prefetching 2 KB ahead was
+# slower than none at 1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json
+# vs -121946.json); on the Intel Xeon VM (same day) 512 bytes ahead took 1M x 2048-bit scans from 59% to 90% of the
+# read bound and 4M x 1024 bits from 68% to 86% (scratch A/B in separate processes; grids -190459 vs the next one).
+# ONDEVICE_PREFETCH_BYTES overrides it. A compile-time constant: 0 costs nothing.
+def _default_prefetch() -> int:
+    env = os.environ.get("ONDEVICE_PREFETCH_BYTES", "").strip()
+    if env.isdigit():
+        return int(env) // 64 * 64
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        intel = False
+    return 512 if intel else 0
+
+
+PREFETCH_BYTES = _default_prefetch()
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
 # better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
@@ -222,6 +238,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     BRANCHY = NB >= BRANCH_MIN_BYTES
     LAZY = LAZY_ROWS8
     X4 = FULL <= ROWS8X4_MAX_WORDS
+    PF = PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     jit = njit(parallel=bool(PAR), cache=True)
 
@@ -243,9 +260,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     thr = _threshold(hd, hn, slot, k, strict)
                     if BRANCHY:
                         for r in range(start, stop):
-                            if PREFETCH_BYTES:
+                            if PF:
                                 for j in range((NB + 63) // 64):
-                                    prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
+                                    prefetch(codes, r * NB + PF + 64 * j)
                             d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                             if d <= thr:
                                 _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
@@ -254,9 +271,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):
-                        if PREFETCH_BYTES:
+                        if PF:
                             for j in range((NB + 63) // 64):
-                                prefetch(codes, r * NB + PREFETCH_BYTES + 64 * j)
+                                prefetch(codes, r * NB + PF + 64 * j)
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         cand_r[nc] = r
                         cand_d[nc] = d
@@ -401,6 +418,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     if X4:
                         first = nblk // 4 * 4
                         for b4 in range(0, first, 4):
+                            if PF:
+                                for j in range(NB * LANES * 4 // 64):
+                                    prefetch(codes, (start + b4 * LANES) * NB + PF + 64 * j)
                             m4 = rows8x4_mask(codes, (start + b4 * LANES) * NB, qpattern, q * QW, FULL, POP, thr)
                             if m4 != 0:
                                 for j in range(4):
@@ -412,9 +432,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         cand_m[nc] = m
                                         nc += 1
                     for b in range(first, nblk):
-                        if PREFETCH_BYTES:
+                        if PF:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
-                                prefetch(codes, (start + b * LANES) * NB + PREFETCH_BYTES + 64 * j)
+                                prefetch(codes, (start + b * LANES) * NB + PF + 64 * j)
                         if LAZY:
                             m = rows8_distances_lazy(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP,
                                                      thr, cand_d, nc * LANES)

@@ -297,3 +297,44 @@ def test_fast_path_declines_what_it_does_not_handle():
         assert H._fast_knn(codes, q, 3, None, None, 1) is not None
     with pytest.raises(ValueError, match="threads"):
         H.knn(codes, q, 1, threads=0)
+
+
+def test_prefetch_distance_follows_env_and_vendor(monkeypatch):
+    """ONDEVICE_PREFETCH_BYTES overrides the vendor default (rounded down to whole 64-byte lines)."""
+    from ondevice.kernels import _scan
+
+    monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "700")
+    assert _scan._default_prefetch() == 640
+    monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "0")
+    assert _scan._default_prefetch() == 0
+    monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
+    assert _scan._default_prefetch() in (0, 512)
+
+
+def test_other_prefetch_build_matches_brute_force(tmp_path):
+    """The build this CPU does not default to (prefetch on or off) is correct too: run in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    from ondevice.kernels import _scan
+
+    other = "0" if _scan.PREFETCH_BYTES else "512"
+    script = """
+import numpy as np
+from ondevice.kernels import _scan, hamming as H
+assert _scan.PREFETCH_BYTES == %s
+rng = np.random.default_rng(1)
+for nb in (8, 32, 256):
+    codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
+    q = codes[[7]]
+    for threads in (1, 2):
+        d, i = H.knn(codes, q, 20, threads=threads)
+        ref = np.unpackbits(codes ^ q, axis=1).sum(1)
+        order = np.lexsort((np.arange(len(ref)), ref))[:20]
+        assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
+print("ok")
+""" % other
+    env = dict(os.environ, ONDEVICE_PREFETCH_BYTES=other, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
