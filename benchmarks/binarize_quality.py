@@ -6,11 +6,13 @@ the same embeddings (the shape of the paper's Table 1 / Figure 3). Writes a JSON
 
     nice .venv/bin/python benchmarks/binarize_quality.py                         # teacher half
     nice .venv/bin/python benchmarks/binarize_quality.py --student ~/.cache/ondevice/bench/student-100k
+    nice .venv/bin/python benchmarks/binarize_quality.py --bundle pretrained --skip-teacher   # the shipped student
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -75,6 +77,24 @@ def student_vectors(student_dir: Path, train: list[str], sts: list[str]) -> tupl
     if computed:
         print(f"student encoded {len(train):,} sentences in {time.time() - t0:.0f} s", flush=True)
     return x, student.encode(sts), {"student": str(student_dir)}
+
+
+def bundle_vectors(spec: str, train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """An exported bundle's float embeddings (e.g. `pretrained`, the shipped int8 student), cached by its manifest."""
+    from ondevice.pretrained import parse_spec
+    from ondevice.runtime import Bundle
+    from ondevice.vector_cache import cached_rows
+
+    path = parse_spec(spec) or Path(spec)
+    bundle = Bundle.load(path)
+    manifest_sha = hashlib.sha256(json.dumps(bundle.manifest, sort_keys=True).encode()).hexdigest()
+    t0 = time.time()
+    x, computed = cached_rows(cache_dir() / "bench" / "student_vectors", "bundle", {"manifest_sha256": manifest_sha},
+                              train, bundle.encode, progress=True, desc="bundle vectors")
+    if computed:
+        print(f"bundle encoded {len(train):,} sentences in {time.time() - t0:.0f} s", flush=True)
+    return x, bundle.encode(sts), {"student": f"bundle {spec}", "bundle_manifest_sha256": manifest_sha,
+                                   "precision": bundle.manifest.get("precision")}
 
 
 def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndarray, n_pairs: int,
@@ -169,6 +189,8 @@ def combine(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--student", type=Path, help="student dir; adds the student half")
+    p.add_argument("--bundle", help="student half from an exported bundle's embeddings instead: a folder, or "
+                   "'pretrained' for the shipped default student (int8)")
     p.add_argument("--skip-teacher", action="store_true")
     p.add_argument("--train-sentences", type=int, default=100_000)
     p.add_argument("--fit-rows", type=int, default=None, help="fit on only the first N of the train vectors")
@@ -199,10 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     sts = pairs.a + pairs.b
     train = fit_corpus(data, args.train_sentences, args.fit_train_splits)
     results = []
-    encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student else [])
+    encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student or args.bundle else [])
     for name in encoders:
         if name == "teacher":
             train_x, sts_x, info = teacher_vectors(train, sts)
+        elif args.bundle:
+            train_x, sts_x, info = bundle_vectors(args.bundle, train, sts)
         else:
             if not (args.student / "config.json").is_file():
                 print(f"student dir {args.student} not found; skipping the student half", flush=True)

@@ -204,6 +204,15 @@ def _scratch(words: int) -> np.ndarray:
 
 
 _U8 = np.dtype(np.uint8)
+_I32 = np.dtype(np.int32)
+_I64 = np.dtype(np.int64)
+_HOST_PATH: str | None = None
+
+
+def _host_path_cached() -> str:
+    global _HOST_PATH
+    _HOST_PATH = host_path()
+    return _HOST_PATH
 
 
 def _check_codes(codes: np.ndarray, what: str) -> np.ndarray:
@@ -352,7 +361,8 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
     if ids is not None and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)
                             or not ids.flags.c_contiguous or ids_ascending is None):
         return None
-    path = resolve_path(None)
+    # resolve_path(None) without the calls when $ONDEVICE_HAMMING_PATH is unset (the usual case)
+    path = _HOST_PATH or _host_path_cached() if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA else resolve_path(None)
     if path == "numpy":
         return None
     fast = _FAST.get((nb, path))
@@ -360,9 +370,12 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
         kern = _kernels(nb, path)
         fast = _FAST[nb, path] = (kern, kern.query_words + 1, kern.serial_temp + 2)
     kern, per_query, fixed = fast
-    scratch = _scratch(nq * (2 * k + per_query) + fixed + 2 * k)
-    out_d = np.empty((nq, k), np.int32)
-    out_i = np.empty((nq, k), np.int64)
+    words = nq * (2 * k + per_query) + fixed + 2 * k
+    scratch = getattr(_SCRATCH, "array", None)  # _scratch(words), inlined
+    if scratch is None or scratch.shape[0] < words:
+        scratch = _scratch(words)
+    out_d = np.empty((nq, k), _I32)
+    out_i = np.empty((nq, k), _I64)
     if ids is None:
         kern.one(codes, queries, k, scratch, out_d, out_i)
     else:
