@@ -210,6 +210,7 @@ _HOST_PATH: str | None = None
 
 
 def _host_path_cached() -> str:
+    """host_path(), kept for the fast path: the CPU does not change under a running process."""
     global _HOST_PATH
     _HOST_PATH = host_path()
     return _HOST_PATH
@@ -361,8 +362,10 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
     if ids is not None and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)
                             or not ids.flags.c_contiguous or ids_ascending is None):
         return None
-    # resolve_path(None) without the calls when $ONDEVICE_HAMMING_PATH is unset (the usual case)
-    path = _HOST_PATH or _host_path_cached() if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA else resolve_path(None)
+    if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA:  # $ONDEVICE_HAMMING_PATH unset: resolve_path(None), cached
+        path = _HOST_PATH or _host_path_cached()
+    else:
+        path = resolve_path(None)
     if path == "numpy":
         return None
     fast = _FAST.get((nb, path))
