@@ -78,7 +78,10 @@ def binarize_median(*paths: str) -> str:
     """The student's cells over several seeds: median (min-max) per method and bit count, and the ordering target."""
     runs = [_cells(_encoder(_load(p), "student")) for p in paths]
     bits = sorted({k[1] for r in runs for k in r if k[0] in ("random", "ae", "ae-sp")})
-    lines = ["| bits | random | ae | ae-sp | ae-sp >= ae >= random (medians) |", "|---:|---:|---:|---:|---|"]
+    # pca is deterministic (one value per width), shown when every run fitted it
+    with_pca = all(any(k[0] == "pca" for k in r) for r in runs)
+    lines = ["| bits | random | ae | ae-sp |" + (" pca |" if with_pca else "") + " ae-sp >= ae >= random (medians) |",
+             "|---:|---:|---:|---:|" + ("---:|" if with_pca else "") + "---|"]
     for b in bits:
         med = {}
         cells = []
@@ -86,6 +89,9 @@ def binarize_median(*paths: str) -> str:
             v = [r[m, b] for r in runs if (m, b) in r]
             med[m] = statistics.median(v)
             cells.append(f"{med[m]:.2f} ({min(v):.2f}-{max(v):.2f})")
+        if with_pca:
+            v = [r["pca", b] for r in runs if ("pca", b) in r]
+            cells.append(f"{statistics.median(v):.2f}" if v else "–")
         ok = med["ae-sp"] >= med["ae"] >= med["random"]
         lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
     lines.append(f"\n{len(paths)} seeds: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
