@@ -17,7 +17,7 @@ SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.ste
 # Tiny arguments per script ({tmp}: a scratch folder). A new benchmark must add its line here.
 TINY = {
     "binarize_quality": ["--train-sentences", "300", "--methods", "random", "ae", "--bits", "64",
-                         "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out"],
+                         "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out", "--bundle", "pretrained"],
     "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
                "--workdir", "{tmp}/work"],
     "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "hidden_size=16"],
@@ -70,6 +70,14 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
     if name in WRITES_RESULTS:
         written = list((bench / "results").glob(f"{name}*.json"))
         assert written and all('"commit"' in p.read_text() for p in written), written
+    if name == "binarize_quality":  # the student half came from the shipped bundle's embeddings
+        import json
+
+        (found,) = (bench / "results").glob("binarize_quality*.json")
+        encoders = {r["encoder"]: r for r in json.loads(found.read_text())["results"]}
+        assert set(encoders) == {"teacher", "student"}
+        assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
+        assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
     if name == "hamming_knn":  # cells from --read-min on carry their own read bound, and the table uses it
         import json
 
