@@ -12,7 +12,6 @@ the same embeddings (the shape of the paper's Table 1 / Figure 3). Writes a JSON
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -80,14 +79,14 @@ def student_vectors(student_dir: Path, train: list[str], sts: list[str]) -> tupl
 
 
 def bundle_vectors(spec: str, train: list[str], sts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
-    """An exported bundle's float embeddings (e.g. `pretrained`, the shipped int8 student), cached by its manifest."""
+    """An exported bundle's float embeddings (e.g. `pretrained`, the shipped int8 student), cached by its identity."""
     from ondevice.pretrained import parse_spec
     from ondevice.runtime import Bundle
     from ondevice.vector_cache import cached_rows
 
     path = parse_spec(spec) or Path(spec)
     bundle = Bundle.load(path)
-    manifest_sha = hashlib.sha256(json.dumps(bundle.manifest, sort_keys=True).encode()).hexdigest()
+    manifest_sha = bundle.encoder_id.encoder_sha256  # the bundle's identity as an index records it (its manifest)
     t0 = time.time()
     x, computed = cached_rows(cache_dir() / "bench" / "student_vectors", "bundle", {"manifest_sha256": manifest_sha},
                               train, bundle.encode, progress=True, desc="bundle vectors")

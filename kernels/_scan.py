@@ -23,8 +23,8 @@ from ondevice.kernels.intrinsics import (
     rows8_distances,
     rows8_distances_lazy,
     rows8_query_words,
-    rows8x4_mask,
     rows8_supports,
+    rows8x4_mask,
 )
 
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries

@@ -206,14 +206,6 @@ def _scratch(words: int) -> np.ndarray:
 _U8 = np.dtype(np.uint8)
 _I32 = np.dtype(np.int32)
 _I64 = np.dtype(np.int64)
-_HOST_PATH: str | None = None
-
-
-def _host_path_cached() -> str:
-    """host_path(), kept for the fast path: the CPU does not change under a running process."""
-    global _HOST_PATH
-    _HOST_PATH = host_path()
-    return _HOST_PATH
 
 
 def _check_codes(codes: np.ndarray, what: str) -> np.ndarray:
@@ -362,10 +354,8 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
     if ids is not None and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)
                             or not ids.flags.c_contiguous or ids_ascending is None):
         return None
-    if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA:  # $ONDEVICE_HAMMING_PATH unset: resolve_path(None), cached
-        path = _HOST_PATH or _host_path_cached()
-    else:
-        path = resolve_path(None)
+    # resolve_path(None) when $ONDEVICE_HAMMING_PATH is unset, without its two calls (~40 ns of a ~3.5 us search)
+    path = host_path() if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA else resolve_path(None)
     if path == "numpy":
         return None
     fast = _FAST.get((nb, path))
@@ -374,7 +364,7 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
         fast = _FAST[nb, path] = (kern, kern.query_words + 1, kern.serial_temp + 2)
     kern, per_query, fixed = fast
     words = nq * (2 * k + per_query) + fixed + 2 * k
-    scratch = getattr(_SCRATCH, "array", None)  # _scratch(words), inlined
+    scratch = getattr(_SCRATCH, "array", None)  # _scratch(words) without the call: this is the per-query hot path
     if scratch is None or scratch.shape[0] < words:
         scratch = _scratch(words)
     out_d = np.empty((nq, k), _I32)
