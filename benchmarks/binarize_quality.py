@@ -21,6 +21,7 @@ import numpy as np
 
 from ondevice.binarize import Binarizer, methods_for
 from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
+from ondevice.errors import OndeviceError
 from ondevice.eval.data import read_stsb
 from ondevice.eval.metrics import pair_scores, spearman
 from ondevice.io import cache_dir, write_json, write_text
@@ -225,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         if name == "teacher":
             train_x, sts_x, info = teacher_vectors(train, sts)
         elif args.bundle:
-            train_x, sts_x, info = bundle_vectors(args.bundle, train, sts)
+            try:
+                train_x, sts_x, info = bundle_vectors(args.bundle, train, sts)
+            except OndeviceError as exc:
+                print(f"binarize_quality: error: {exc}", file=sys.stderr)
+                return 2
         else:
             if not (args.student / "config.json").is_file():
                 print(f"student dir {args.student} not found; skipping the student half", flush=True)

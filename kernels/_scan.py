@@ -27,6 +27,8 @@ from ondevice.kernels.intrinsics import (
     rows8x4_mask,
 )
 
+from ondevice.errors import SettingError
+
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 # Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone). Which is faster
 # depends on the CPU, so the default follows the vendor: on the AMD EPYC VM (2026-11-23) prefetching 2 KB ahead was
@@ -36,7 +38,10 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # ONDEVICE_PREFETCH_BYTES overrides it. A compile-time constant: 0 costs nothing.
 def _default_prefetch() -> int:
     env = os.environ.get("ONDEVICE_PREFETCH_BYTES", "").strip()
-    if env.isdigit():
+    if env:
+        if not env.isdigit():  # as resolve_path: named, never a silent default
+            raise SettingError(f"ONDEVICE_PREFETCH_BYTES must be a whole number of bytes (e.g. 0 or 512), got {env!r}; "
+                             "unset it for this CPU's default")
         return int(env) // 64 * 64
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:

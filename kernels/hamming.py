@@ -34,6 +34,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ondevice.errors import SettingError
+
 PATHS = ("native", "portable", "numpy")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
 LANES = 8  # rows per block in the kernels; chunk edges fall on multiples of it
@@ -84,7 +86,7 @@ def resolve_path(path: str | None = None) -> str:
     if choice == "auto":
         return host_path()
     if choice not in PATHS:
-        raise ValueError(f"unknown Hamming kernel path {choice!r}; use one of auto, {', '.join(PATHS)}")
+        raise SettingError(f"unknown Hamming kernel path {choice!r}; use one of auto, {', '.join(PATHS)}")
     return choice
 
 

@@ -359,6 +359,20 @@ def test_cli_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, message):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def test_cli_bad_kernel_setting_is_one_line(tmp_path, capsys, monkeypatch):
+    """A bad ONDEVICE_HAMMING_PATH, read deep inside the search, reaches the user as one line and exit code 2."""
+    codes = random_codes(10, bits=64)
+    np.save(tmp_path / "codes.npy", codes)
+    out = str(tmp_path / "c.odx")
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--out", out]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("ONDEVICE_HAMMING_PATH", "avx9000")
+    assert main(["index", "search", out, "--queries", str(tmp_path / "codes.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ondevice index: error: unknown Hamming kernel path 'avx9000'; "
+                   "use one of auto, native, portable, numpy")
+
+
 def test_cli_rejects_mismatched_inputs(tmp_path, capsys):
     codes = random_codes(10, bits=64)
     np.save(tmp_path / "codes.npy", codes)

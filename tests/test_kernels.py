@@ -307,6 +307,9 @@ def test_prefetch_distance_follows_env_and_vendor(monkeypatch):
     assert _scan._default_prefetch() == 640
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "0")
     assert _scan._default_prefetch() == 0
+    monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "2k")
+    with pytest.raises(ValueError, match="ONDEVICE_PREFETCH_BYTES must be a whole number"):
+        _scan._default_prefetch()
     monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
     assert _scan._default_prefetch() in (0, 512)
 
