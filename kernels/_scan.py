@@ -18,6 +18,7 @@ from ondevice.kernels.intrinsics import (
     block_distances,
     block_distances_group,
     load_word,
+    lowest_bit,
     prefetch,
     row_distance,
     rows8_distances,
@@ -58,12 +59,19 @@ ROWS8_MAX_WORDS = 16
 # Codes at least this wide (bytes) test each row's distance with a branch instead of the branch-free candidate
 # pass: a wide row costs enough that a rarely taken, well predicted branch is cheaper than writing every row out.
 BRANCH_MIN_BYTES = 128
-# The 8-row kernel stores a block's distances and candidate entry only when the block has a row within the
-# threshold (a rarely taken branch once the heap is full) instead of on every block.
-LAZY_ROWS8 = True
 # Codes up to this many 64-bit words first test 32 rows at once for any row within the threshold (rows8x4_mask, no
 # stores) and compute distances only under a set mask: narrow codes are bound by the work per row, not by memory.
 ROWS8X4_MAX_WORDS = 4
+# Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
+# k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
+# the few candidates, and their histogram gives the exact k-th distance and each distance's place in the sorted
+# result. A heap fed row by row costs a few mispredicted branches per row that enters it; in a small catalog most
+# rows are scanned before the heap's threshold settles. Measured on the Intel Xeon VM (2026-11-23, k=10, one
+# thread, a different query each call): counting ahead up to 8k x 64-bit and ~4k x 256-bit codes, heaps ahead
+# from 16k x 64-bit and 8k x 256-bit codes.
+SELECT_MAX_BYTES = 96 * 1024
+SELECT_MAX_K = 32  # larger k leaves more candidates (~k x rows / sampled rows) than the buffer is meant for
+SAMPLE_WEIGHT = 1.0  # sampled blocks ~ sqrt(blocks x k x SAMPLE_WEIGHT), measured as above
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
 
@@ -123,6 +131,23 @@ def _threshold(hd, hn, slot, k, strict):
     if hn[slot] < k:
         return _FAR
     return hd[slot * k] - strict
+
+
+@njit(cache=True, inline="always")
+def _offer_mask(hd, hi, hn, slot, k, strict, dists, m, thr, row0, ids, has_ids):
+    """Offer the rows row0 + b for the bits b set in m (distance of row0 + b in dists[b]) to slot's heap.
+
+    Visits set bits only: a test per lane was a mispredicted branch for nearly every candidate. Returns the new
+    threshold."""
+    while m != 0:
+        b = lowest_bit(m)
+        m &= m - 1
+        d = dists[b]
+        if d <= thr:  # thr drops as the heap fills
+            r = row0 + b
+            _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+            thr = _threshold(hd, hn, slot, k, strict)
+    return thr
 
 
 @njit(cache=True)
@@ -196,7 +221,7 @@ def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
 
 def _temp_words(tile: int, w: int) -> int:
     """int64 words of a kernel's per-chunk temporaries before the query words (the layout is in _build)."""
-    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP
+    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP + 5 * (64 * w + 1)
 
 
 # ---------------------------------------------------------------------------------------------- scan kernels
@@ -229,19 +254,21 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     QW = rows8_query_words(FULL)  # words per query in the rows8 pattern
     QQ = max(W, QW)  # scratch words per query for either query layout
     # Scratch layout after the heaps (int64 words): interleave buffer, two candidate arrays, block numbers and masks,
-    # the query group's distances and thresholds, then the query words (QQ per query) and two k-sized merge
-    # buffers; see _temp_words.
+    # the query group's distances and thresholds, the select histograms, then the query words (QQ per query) and two
+    # k-sized merge buffers; see _temp_words.
     C1 = TILE * W
     C2 = C1 + TILE
     BO = C2 + TILE
     MO = BO + TILE // LANES
     GD = MO + TILE // LANES
     GT = GD + GROUP * TILE
-    QO = GT + GROUP
+    CAP = TILE * W // 2  # candidates select can hold
+    HB = 64 * W + 1  # histogram bins: every distance a code of W words can have
+    HO = GT + GROUP  # 4 interleaved histograms (no store-to-load chains) and the write positions, HB words each
+    QO = HO + 5 * HB
     TEMP = QO
     G = GROUP
     BRANCHY = NB >= BRANCH_MIN_BYTES
-    LAZY = LAZY_ROWS8
     X4 = FULL <= ROWS8X4_MAX_WORDS
     PF = PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
@@ -400,6 +427,10 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     def rows8(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
         nq = queries.shape[0]
         has_ids = ids.shape[0] > 0
+        if (X4 and PAR == 0 and k <= SELECT_MAX_K and bounds[1] - bounds[0] <= SELECT and (strict == 1 or not has_ids)
+                and select(codes, queries, k, ids, has_ids, bounds[0], bounds[1],
+                           scratch[_carve_heaps(scratch, 1, nq, k)[3] :], out_d, out_i)):
+            return  # selected by counting; it declines (False) only when its candidates overflow
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
         for c in prange(nchunks):
@@ -409,16 +440,15 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 hn[c * nq + q] = 0
                 for j in range(QW):
                     qpattern[q * QW + j] = load_word(queries, q * NB + 8 * (j % FULL), 8)
-            cand_d = tmp[C1 : C1 + TILE]
-            cand_b = tmp[BO : BO + TILE // LANES]
-            cand_m = tmp[MO : MO + TILE // LANES]
+            cand_d = tmp[C1 : C1 + 4 * LANES]  # up to 4 blocks' distances
             for start in range(bounds[c], bounds[c + 1], TILE):
                 nrows = min(TILE, bounds[c + 1] - start)
                 nblk = nrows // LANES
                 for q in range(nq):
                     slot = c * nq + q
                     thr = _threshold(hd, hn, slot, k, strict)
-                    nc = 0
+                    # A block's candidates enter the heap at once, not after the tile: the threshold starts at
+                    # _FAR, so deferring them made every row of a first tile (2,048 rows at 64 bits) a candidate.
                     first = 0
                     if X4:
                         first = nblk // 4 * 4
@@ -427,40 +457,20 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                 for j in range(NB * LANES * 4 // 64):
                                     prefetch(codes, (start + b4 * LANES) * NB + PF + 64 * j)
                             m4 = rows8x4_mask(codes, (start + b4 * LANES) * NB, qpattern, q * QW, FULL, POP, thr)
-                            if m4 != 0:
+                            if m4 != 0:  # the 32 distances, branch-free, then the rows under the mask
+                                row0 = start + b4 * LANES
                                 for j in range(4):
-                                    m = (m4 >> (8 * j)) & 255
-                                    if m != 0:
-                                        rows8_distances(codes, (start + (b4 + j) * LANES) * NB, qpattern, q * QW, FULL,
-                                                        POP, thr, cand_d, nc * LANES)
-                                        cand_b[nc] = b4 + j
-                                        cand_m[nc] = m
-                                        nc += 1
+                                    rows8_distances(codes, (row0 + j * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
+                                                    cand_d, j * LANES)
+                                thr = _offer_mask(hd, hi, hn, slot, k, strict, cand_d, m4, thr, row0, ids, has_ids)
                     for b in range(first, nblk):
                         if PF:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
                                 prefetch(codes, (start + b * LANES) * NB + PF + 64 * j)
-                        if LAZY:
-                            m = rows8_distances_lazy(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP,
-                                                     thr, cand_d, nc * LANES)
-                            if m != 0:
-                                cand_b[nc] = b
-                                cand_m[nc] = m
-                                nc += 1
-                        else:
-                            m = rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
-                                                cand_d, nc * LANES)
-                            cand_b[nc] = b
-                            cand_m[nc] = m
-                            nc += m != 0
-                    for j in range(nc):
-                        m = cand_m[j]
-                        for lane in range(LANES):
-                            d = cand_d[j * LANES + lane]
-                            if (m >> lane) & 1 and d <= thr:
-                                r = start + cand_b[j] * LANES + lane
-                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
-                                thr = _threshold(hd, hn, slot, k, strict)
+                        row0 = start + b * LANES
+                        m = rows8_distances_lazy(codes, row0 * NB, qpattern, q * QW, FULL, POP, thr, cand_d, 0)
+                        if m != 0:
+                            thr = _offer_mask(hd, hi, hn, slot, k, strict, cand_d, m, thr, row0, ids, has_ids)
                     for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         if d <= thr:
@@ -469,6 +479,88 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
             md = scratch[tmp0 + TEMP + nq * QQ :]
             _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+
+    def select(codes, queries, k, ids, has_ids, lo, hi, tmp, out_d, out_i):
+        # Top k of rows lo..hi by counting (see SELECT_MAX_BYTES); ties keep scan order, so ids must ascend. False
+        # when a query had more candidates than the buffer holds (the caller then scans with heaps).
+        qpattern = tmp[QO : QO + QW].view(np.uint64)
+        hist = tmp[HO : HO + 4 * HB]
+        pos = tmp[HO + 4 * HB : HO + 5 * HB]  # pos[d]: the result place of the next row at distance d
+        d8 = tmp[C1 : C1 + 4 * LANES]
+        cand_d = tmp[:CAP]  # the interleave buffer of the batch kernel, unused here
+        cand_r = tmp[CAP : 2 * CAP]
+        nblk = (hi - lo) // LANES
+        first = nblk // 4 * 4
+        # Sample size: sampled rows cost a histogram update each, and the candidates they leave cost ~10x that, in
+        # number about k x rows / sampled rows: sqrt(rows x k) balances them.
+        step = max(1, nblk // max(1, int(np.sqrt(nblk * k * SAMPLE_WEIGHT))))  # every step-th block (no division each)
+        nsample = nblk // step
+        for q in range(queries.shape[0]):
+            for j in range(QW):
+                qpattern[j] = load_word(queries, q * NB + 8 * (j % FULL), 8)
+            # 1. The k-th distance of a sample bounds the k-th distance of all rows from above.
+            for j in range(4 * HB):
+                hist[j] = 0
+            for i in range(nsample):
+                rows8_distances(codes, (lo + i * step * LANES) * NB, qpattern, 0, FULL, POP, 0, d8, 0)
+                for lane in range(LANES):
+                    hist[(lane & 3) * HB + d8[lane]] += 1
+            bound = HB - 1
+            total = 0
+            for d in range(HB):
+                total += hist[d] + hist[HB + d] + hist[2 * HB + d] + hist[3 * HB + d]
+                if total >= k:
+                    bound = d
+                    break
+            # 2. Every row within the bound is a candidate, in row order (32 rows per test).
+            nc = 0
+            for b4 in range(0, first, 4):
+                m4 = rows8x4_mask(codes, (lo + b4 * LANES) * NB, qpattern, 0, FULL, POP, bound)
+                if m4 != 0:
+                    if nc > CAP - 4 * LANES:
+                        return False
+                    row0 = lo + b4 * LANES
+                    for j in range(4):
+                        rows8_distances(codes, (row0 + j * LANES) * NB, qpattern, 0, FULL, POP, bound, d8, j * LANES)
+                    while m4 != 0:
+                        j = lowest_bit(m4)
+                        m4 &= m4 - 1
+                        cand_d[nc] = d8[j]
+                        cand_r[nc] = row0 + j
+                        nc += 1
+            for r in range(lo + first * LANES, hi):  # fewer than 32 rows (and the ragged end)
+                d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
+                if d <= bound:
+                    if nc == CAP:
+                        return False
+                    cand_d[nc] = d
+                    cand_r[nc] = r
+                    nc += 1
+            # 3. The candidates' histogram gives the exact k-th distance and each distance's first place.
+            for d in range(bound + 1):
+                pos[d] = 0
+            for j in range(nc):
+                pos[cand_d[j]] += 1
+            total = 0
+            for d in range(bound + 1):
+                count = pos[d]
+                pos[d] = total
+                total += count
+            for j in range(nc):
+                d = cand_d[j]
+                p = pos[d]
+                if p < k:  # rows tied at the k-th distance past the k-th place are not kept
+                    r = cand_r[j]
+                    out_d[q, p] = d
+                    out_i[q, p] = ids[r] if has_ids else r
+                    pos[d] = p + 1
+            for j in range(k, out_d.shape[1]):
+                out_d[q, j] = -1
+                out_i[q, j] = -1
+        return True
+
+    SELECT = SELECT_MAX_BYTES // NB if X4 else 0  # rows
+    select = njit(cache=True, inline="always")(select)
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
     rows_j, rows8_j = jit(rows), (jit(rows8) if with_rows8 else None)

@@ -272,6 +272,18 @@ def load_word(typingctx, codes, byte_off, nbytes):
 
 
 @intrinsic
+def lowest_bit(typingctx, mask):
+    """Index of the lowest set bit of a non-zero int64 (`llvm.cttz`: one instruction where the CPU has it)."""
+    sig = types.int64(mask)
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I64, [I64, ir.IntType(1)]), "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+
+    return sig, codegen
+
+
+@intrinsic
 def prefetch(typingctx, codes, byte_off):
     """Hint the CPU to start loading the cache line at a byte offset of a uint8 array (no fault if out of range)."""
     sig = types.void(codes, byte_off)

@@ -158,6 +158,32 @@ def test_rows8_single_query(nb):
             np.testing.assert_array_equal(i, ri)
 
 
+@pytest.mark.parametrize("nb", [8, 32])
+def test_counting_select_small_catalogs(nb):
+    """Serial scans of small catalogs of 64/256-bit codes select by counting (SELECT_MAX_BYTES): results equal brute
+    force for dense and sparse (tied) codes, sorted catalogs, ascending ids, and where the kernel falls back to
+    heaps: identical codes (more candidates than the buffer), unordered ids, k past SELECT_MAX_K, bigger catalogs."""
+    from ondevice.kernels import _scan
+
+    rng = np.random.default_rng(100 + nb)
+    small = _scan.SELECT_MAX_BYTES // nb
+    dense = rng.integers(0, 256, (small + 40, nb), dtype=np.uint8)
+    sparse = np.packbits(rng.random((small, nb * 8)) < 0.03, axis=1, bitorder="little")
+    catalogs = [dense[:n] for n in (1, 9, 31, 32, 33, 700, small)] + [dense]  # the last one is past the limit
+    catalogs += [sparse, np.sort(dense[:small], axis=0), np.zeros((3000, nb), np.uint8)]
+    for codes in catalogs:
+        n = len(codes)
+        queries = np.concatenate([codes[:1], rng.integers(0, 256, (2, nb), dtype=np.uint8)])
+        ascending = np.cumsum(rng.integers(1, 4, n)).astype(np.int64)
+        for ids in (None, ascending, rng.permutation(n).astype(np.int64)):
+            for k in (1, 10, _scan.SELECT_MAX_K, _scan.SELECT_MAX_K + 1, n + 2):
+                for nq in (1, 3):
+                    d, i = H.knn(codes, queries[:nq], k, ids=ids, threads=1)
+                    rd, ri = reference_knn(codes, queries[:nq], k, ids)
+                    np.testing.assert_array_equal(d, rd, err_msg=f"n={n} k={k}")
+                    np.testing.assert_array_equal(i, ri, err_msg=f"n={n} k={k}")
+
+
 @pytest.mark.parametrize("nb", [129, 160, 256])
 def test_wide_rows_branchy_scan(nb):
     """Codes from BRANCH_MIN_BYTES up are scanned row by row with a branch: ties, unordered ids, k past n."""
