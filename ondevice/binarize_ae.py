@@ -36,7 +36,8 @@ from ondevice.projections import column_mean, pca_components, random_projection
 DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
 SAMPLINGS = ("uniform", "gap", "neighbor")
-INITS = ("random", "pca", "xavier")
+INITS = ("random", "pca", "xavier", "auto")
+SELECTS = ("last", "holdout")
 CHECKPOINT = "ae_checkpoint.safetensors"
 
 
@@ -49,7 +50,11 @@ class AEConfig:
     lr: float = 1e-3
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
     init: str = "random"  # encoder start: "random" = the centered random projection, "pca" = the top principal axes
-    # (then random rows past dim), "xavier" = torch default
+    # (then random rows past dim), "xavier" = torch default, "auto" = random or pca, whichever keeps the held-out
+    # similarity order better (see holdout_order)
+    select: str = "last"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
+    # whose codes keep the held-out similarity order best
+    holdout: float = 0.05  # fraction of the vectors held out of training for init "auto" / select "holdout"
     sp_lambda: float = 2.0  # SP loss weight (ae-sp only); chosen on STS-B dev, see the module docstring
     sp_relax: str = "expected"  # relaxed Hamming: "expected" (sigmoid probabilities) or "st" (hard bits, ST gradient)
     sp_triplets: int = 1024  # triplets sampled per batch (ae-sp only)
@@ -66,9 +71,10 @@ class AEConfig:
         check_int(self.threads, "threads", 0, 4096)
         check_float(self.lr, "lr", 0.0, 100.0, lo_open=True)
         check_float(self.sp_lambda, "sp_lambda", 0.0, 1e6)  # NaN would silently switch the SP loss off
+        check_float(self.holdout, "holdout", 0.0, 0.5, lo_open=True)
         for name, value, allowed in (("decoder_input", self.decoder_input, DECODER_INPUTS),
                                      ("sp_relax", self.sp_relax, RELAXATIONS), ("init", self.init, INITS),
-                                     ("sp_sampling", self.sp_sampling, SAMPLINGS)):
+                                     ("sp_sampling", self.sp_sampling, SAMPLINGS), ("select", self.select, SELECTS)):
             if value not in allowed:
                 raise OndeviceError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
@@ -135,6 +141,42 @@ def sample_triplets(h, count: int, sampling: str, gen):
     return trip
 
 
+ORDER_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # neighbour ranks paired with each held-out anchor
+ORDER_ANCHORS = 2000
+
+
+def order_pairs(h: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a, b, cos) pairs of rows of h for holdout_order: each anchor with its neighbours at ORDER_RANKS and 2 random rows.
+
+    Pairs from near neighbours to strangers, like the range of similar and unrelated pairs a similarity benchmark
+    scores; random pairs alone would be nearly all strangers.
+    """
+    rng = np.random.default_rng([seed, 11])
+    hn = np.asarray(h, np.float32)
+    hn = hn / np.maximum(np.linalg.norm(hn, axis=1, keepdims=True), 1e-12)
+    anchors = rng.permutation(len(hn))[: min(ORDER_ANCHORS, len(hn))]
+    sims = hn[anchors] @ hn.T
+    sims[np.arange(len(anchors)), anchors] = -np.inf  # never pair a row with itself
+    order = np.argsort(-sims, axis=1)
+    ranks = [r - 1 for r in ORDER_RANKS if r < len(hn)]
+    partners = np.concatenate([order[:, ranks], rng.integers(0, len(hn), (len(anchors), 2))], axis=1)
+    a = np.repeat(anchors, partners.shape[1])
+    b = partners.reshape(-1)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    return a, b, np.einsum("ij,ij->i", hn[a], hn[b])
+
+
+def holdout_order(bits01: np.ndarray, pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
+    """Spearman between the pairs' cosines and their codes' Hamming similarity (bits01: (n, bits) 0/1 rows)."""
+    from ondevice.eval.metrics import spearman
+
+    a, b, cos = pairs
+    ham = (bits01[a] != bits01[b]).sum(axis=1)
+    score = spearman(cos, -ham.astype(np.float64))
+    return float(score) if np.isfinite(score) else -1.0
+
+
 def _build(dim: int, bits: int):
     torch = require("torch", "train")
 
@@ -164,6 +206,15 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         raise OndeviceError("the autoencoder needs at least 2 training vectors")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    held = cfg.select == "holdout" or cfg.init == "auto"
+    if held:  # a fixed part of the vectors never trains: it judges the start and the epochs
+        n_val = max(2, round(x.shape[0] * cfg.holdout))
+        if x.shape[0] - n_val < 2:
+            raise OndeviceError(f"holdout {cfg.holdout} leaves fewer than 2 training vectors; give more vectors")
+        perm0 = np.random.default_rng([seed, 13]).permutation(x.shape[0])
+        xval = np.asarray(x[np.sort(perm0[:n_val])], dtype=np.float32)
+        x = np.asarray(x[np.sort(perm0[n_val:])])
+        pairs = order_pairs(xval, seed)
     n, dim = x.shape
     mean = column_mean(x)
     var = 0.0
@@ -173,19 +224,37 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     xs = torch.from_numpy((np.asarray(x, dtype=np.float32) - mean.astype(np.float32)) / np.float32(scale))
     h_raw = torch.from_numpy(np.array(x, dtype=np.float32))  # a writable copy; cosines for Eq. 6 are on the raw vectors
 
+    def order_of(w: np.ndarray, k: np.ndarray) -> float:  # held-out order kept by encoder weights (bits, dim), bias
+        return holdout_order(((xval - mean.astype(np.float32)) / np.float32(scale)) @ w.T + k > 0, pairs)
+
     torch.manual_seed(seed)
     model = _build(dim, bits)
-    if cfg.init in ("random", "pca"):
+    starts: dict[str, float] = {}
+    if cfg.init in ("random", "pca", "auto"):
         # start at the random-projection (or PCA) codes, strong baselines; training only has to improve them
         w = random_projection(dim, bits, seed)
-        if cfg.init == "pca":
+        if cfg.init in ("pca", "auto"):
             # the principal axes, scaled to the random rows' expected norm so the sigmoid starts equally steep
             axes = pca_components(x, min(bits, dim))[1].T
-            w[: axes.shape[0]] = axes * math.sqrt(dim / (3.0 * bits))
+            w_pca = w.copy()
+            w_pca[: axes.shape[0]] = axes * math.sqrt(dim / (3.0 * bits))
+            if cfg.init == "auto":
+                zero = np.zeros(bits, np.float32)
+                starts = {"random": order_of(w, zero), "pca": order_of(w_pca, zero)}
+            if cfg.init == "pca" or starts["pca"] > starts["random"]:
+                w = w_pca
         with torch.no_grad():
             model.encoder.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
             model.encoder.bias.zero_()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+    def encoder_now() -> tuple[np.ndarray, np.ndarray]:
+        return model.encoder.weight.detach().numpy().copy(), model.encoder.bias.detach().numpy().copy()
+
+    best: dict[str, Any] = {}
+    if cfg.select == "holdout":
+        w0, k0 = encoder_now()
+        best = {"epoch": 0, "order": order_of(w0, k0), "weight": w0, "bias": k0}
 
     # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
     identity = {"bits": bits, "dim": dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
@@ -195,7 +264,8 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     if ckpt is not None and ckpt.exists():
         if not resume:
             raise OndeviceError(f"{ckpt.parent} holds an autoencoder checkpoint; pass --resume to continue it, or choose another --out")
-        start_epoch, log = _load_checkpoint(ckpt, model, opt, identity)
+        start_epoch, log, saved_best = _load_checkpoint(ckpt, model, opt, identity)
+        best = saved_best or best
     elif resume:
         raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {CHECKPOINT}); run without --resume")
 
@@ -235,8 +305,17 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             raise OndeviceError(f"autoencoder diverged in epoch {epoch + 1} (NaN weights); lower --lr")
         log.append({"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
                     "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)})
+        if cfg.select == "holdout":
+            w_e, k_e = encoder_now()
+            log[-1]["holdout_order"] = order_of(w_e, k_e)
+            if log[-1]["holdout_order"] > best["order"]:
+                best = {"epoch": epoch + 1, "order": log[-1]["holdout_order"], "weight": w_e, "bias": k_e}
         if ckpt is not None:
-            _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log)
+            _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log, best)
+    if best:  # the held-out judge's pick replaces the last epoch's encoder (the decoder stays the last one)
+        with torch.no_grad():
+            model.encoder.weight.copy_(torch.from_numpy(best["weight"]))
+            model.encoder.bias.copy_(torch.from_numpy(best["bias"]))
 
     W = model.encoder.weight.detach().double().numpy()  # (bits, dim)
     k = model.encoder.bias.detach().double().numpy()
@@ -250,25 +329,35 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         "input_scale": np.asarray([scale], dtype=np.float32),
     }
     metrics = {"log": log, "final_rec_loss": log[-1]["rec_loss"] if log else None}
+    if starts:
+        metrics["init_holdout_order"] = starts
+        metrics["init_chosen"] = "pca" if starts["pca"] > starts["random"] else "random"
+    if best:
+        metrics["selected_epoch"] = best["epoch"]
+        metrics["selected_holdout_order"] = best["order"]
     return AEResult(A.astype(np.float32), c.astype(np.float32), extras, metrics)
 
 
-def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: list) -> None:
-    """Model + Adam state + position in one safetensors file, written atomically."""
+def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: list, best: dict) -> None:
+    """Model + Adam state + position (+ the held-out pick so far) in one safetensors file, written atomically."""
     torch = require("torch", "train")
     st = require("safetensors.torch", "train")
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    if best:
+        tensors["best.weight"] = torch.from_numpy(best["weight"])
+        tensors["best.bias"] = torch.from_numpy(best["bias"])
     osd = opt.state_dict()
     for i, s in osd["state"].items():
         for k, v in s.items():
             tensors[f"opt.{i}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
     meta = {"identity": json.dumps(identity, sort_keys=True), "epoch": str(epoch), "log": json.dumps(log),
-            "param_groups": json.dumps(osd["param_groups"])}
+            "param_groups": json.dumps(osd["param_groups"]),
+            "best": json.dumps({"epoch": best["epoch"], "order": best["order"]} if best else {})}
     with atomic_path(path) as tmp:
         st.save_file(tensors, str(tmp), metadata=meta)
 
 
-def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list]:
+def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list, dict]:
     st = require("safetensors.torch", "train")
     try:
         with st.safe_open(str(path), framework="pt") as fh:
@@ -287,4 +376,8 @@ def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list]
             i, name = key[4:].split(".", 1)
             opt_state.setdefault(int(i), {})[name] = value
     opt.load_state_dict({"state": opt_state, "param_groups": json.loads(meta["param_groups"])})
-    return int(meta["epoch"]), json.loads(meta["log"])
+    best = json.loads(meta.get("best", "{}"))
+    if best:
+        best["weight"] = tensors["best.weight"].numpy()
+        best["bias"] = tensors["best.bias"].numpy()
+    return int(meta["epoch"]), json.loads(meta["log"]), best

@@ -204,6 +204,30 @@ def test_ae_learns_and_checkpoint_resume(x, tmp_path):
         _fit(x, "ae", 32, seed=6, epochs=3, checkpoint_dir=tmp_path, resume=True)
 
 
+def test_ae_holdout_init_and_epoch_selection(x, tmp_path):
+    """init "auto" starts from the projection that keeps the held-out order better; select "holdout" exports the
+    epoch (0 = the start) whose codes keep it best, and a resumed run keeps that pick."""
+    from ondevice.binarize_ae import holdout_order, order_pairs
+
+    hyper = {"init": "auto", "select": "holdout", "holdout": 0.25, "epochs": 3, "lr": 0.05}
+    ae = _fit(x, "ae", 8, seed=4, **hyper)
+    m = ae.config.metrics
+    assert set(m["init_holdout_order"]) == {"random", "pca"}
+    assert m["init_chosen"] == max(m["init_holdout_order"], key=m["init_holdout_order"].get)
+    orders = [m["init_holdout_order"][m["init_chosen"]]] + [e["holdout_order"] for e in m["log"]]
+    assert m["selected_epoch"] == int(np.argmax(orders)) and m["selected_holdout_order"] == max(orders)
+    # the exported codes are the picked encoder's: recompute its held-out order from the same split
+    n_val = round(len(x) * 0.25)
+    held = x[np.sort(np.random.default_rng([4, 13]).permutation(len(x))[:n_val])]
+    assert holdout_order(unpack(ae.transform(held), 8).astype(bool), order_pairs(held, 4)) == pytest.approx(max(orders))
+    _fit(x, "ae", 8, seed=4, checkpoint_dir=tmp_path, **{**hyper, "epochs": 2})
+    resumed = _fit(x, "ae", 8, seed=4, checkpoint_dir=tmp_path, resume=True, **hyper)
+    np.testing.assert_array_equal(resumed.affine()[0], ae.affine()[0])
+    assert resumed.config.metrics["selected_epoch"] == m["selected_epoch"]
+    with pytest.raises(OndeviceError, match="holdout"):
+        _fit(x, "ae", 8, select="holdout", holdout=0.9)
+
+
 def test_methods_for():
     assert methods_for(384, 384) == list(METHODS)
     assert methods_for(2048, 384) == ["random", "ae", "ae-sp"]
