@@ -161,7 +161,7 @@ def worker(cfg: dict) -> dict:
     # Process warm-up before the first timed cell: the first few hundred calls of a fresh process run slower
     # (measured: the first cell of every worker up to 2x), which would bias whichever cell comes first.
     warm_db = codes[: sizes[0]]
-    warm = {"ondevice": lambda: hamming.knn(warm_db, q1, K, threads=1),
+    warm = {"ondevice": lambda: (hamming.knn(warm_db, q1, K, threads=1), hamming.knn(warm_db, q1, K)),
             "numpy": lambda: hamming.knn(warm_db, q1, K, path="numpy")}
     if "faiss" in libs:
         index.add(warm_db)
@@ -219,8 +219,9 @@ def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None)
     """
     first = {}
     for name, fn in calls.items():
-        t0 = time.perf_counter()
         fn()  # warm-up: compilation, page faults, thread start
+        t0 = time.perf_counter()
+        fn()  # the repeats follow a warm call's time (a cold one, e.g. a first threads=None call, left just 3)
         first[name] = time.perf_counter() - t0
     per_round = sum(first.values())
     rounds = int(max(3, min(300, budget / max(per_round, 1e-6))))
@@ -324,7 +325,7 @@ def report(results: list[dict]) -> str:
     if worst:
         lines += ["", (f"Smallest FAISS / ondevice ratio in the grid: {worst[0]:.2f}x ({worst[1]:,} codes, "
                        f"{worst[2]} bits, {worst[3]} thread(s))")]
-    misses, slow = [], []
+    misses, slow, read_cells = [], [], 0
     for bits in widths:
         for n in sizes:
             for t in threads:
@@ -332,12 +333,14 @@ def report(results: list[dict]) -> str:
                 if o and f and f["ms"] < o["ms"]:
                     misses.append(f"{n:,} x {bits} bits, {t} thread(s): {f['ms'] / o['ms']:.2f}x")
                 if o and n >= 1_000_000:
+                    read_cells += 1
                     pct = read_pct(o)
                     if pct < 90:
                         slow.append(f"{n:,} x {bits} bits, {t} thread(s): {pct:.0f}%")
     lines += ["", "Targets (issue 14):",
               f"- ondevice >= FAISS in every cell: {'met' if not misses else 'missed in ' + '; '.join(misses)}",
-              f"- >= 90% of read bandwidth from 1M codes: {'met' if not slow else 'missed in ' + '; '.join(slow)}"]
+              "- >= 90% of read bandwidth from 1M codes: " + ("not measured (no catalog of 1M codes)" if not read_cells
+                                                               else "met" if not slow else "missed in " + "; ".join(slow))]
     for c in cells:
         if c["nq"] > 1 and c["lib"] == "ondevice":
             f = next(x for x in cells if x["lib"] == "faiss" and x["_probes"] is c["_probes"] and  # same run
