@@ -1,0 +1,101 @@
+"""Autoencoder codes epoch by epoch: what they keep of the student's similarity order vs what STS-B dev sees.
+
+    .venv/bin/python benchmarks/binarize_epochs.py --bundle pretrained --bits 64 256 --epochs 8
+
+For each width: the random and PCA codes, then the autoencoder (`--method ae` or `ae-sp`, init "auto") after each
+epoch (one training run, continued epoch by epoch through its checkpoint). Every row has the STS-B dev Spearman of
+the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
+and Hamming similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout"
+criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10. Dev split
+only: this is for choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from binarize_quality import bundle_vectors, fit_corpus, hamming_score
+
+from ondevice.binarize import Binarizer
+from ondevice.binarize_ae import holdout_order, order_pairs
+from ondevice.bits import unpack
+from ondevice.corpus import default_data_dir
+from ondevice.eval.data import read_stsb
+from ondevice.eval.metrics import spearman
+from ondevice.results import start_run, write_result
+
+HELD_OUT = 5000
+TOP = 10
+
+
+def held_out_measures(bits01: np.ndarray, val: np.ndarray, pairs: tuple) -> dict:
+    """holdout_order, its per-anchor mean, and Hamming top-10 recall of the cosine top-10 (anchors = pair anchors)."""
+    a, b, cos = pairs
+    ham = (bits01[a] != bits01[b]).sum(axis=1).astype(np.float64)
+    anchors = np.unique(a)
+    per = [spearman(cos[a == x], -ham[a == x]) for x in anchors[:500]]
+    vn = val / np.maximum(np.linalg.norm(val, axis=1, keepdims=True), 1e-12)
+    pm = bits01.astype(np.float32) * 2 - 1  # Hamming = (bits - <pm_i, pm_j>) / 2
+    recall = []
+    for chunk in np.array_split(anchors, max(1, len(anchors) // 250)):
+        cs = vn[chunk] @ vn.T
+        hs = pm[chunk] @ pm.T  # larger = closer
+        cs[np.arange(len(chunk)), chunk] = -np.inf
+        hs[np.arange(len(chunk)), chunk] = -np.inf
+        true = np.argsort(-cs, axis=1)[:, :TOP]
+        # ties at the Hamming cut are broken by the cosine-free row order, as an index would
+        found = np.argsort(-hs, axis=1, kind="stable")[:, :TOP]
+        recall += [len(set(t) & set(f)) / TOP for t, f in zip(true, found)]
+    return {"holdout_order": round(holdout_order(bits01, pairs), 4), "per_anchor_order": round(float(np.nanmean(per)), 4),
+            "top10_recall": round(float(np.mean(recall)), 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bundle", default="pretrained", help="the student: a bundle folder or 'pretrained'")
+    p.add_argument("--bits", nargs="+", type=int, default=[64, 256])
+    p.add_argument("--method", choices=["ae", "ae-sp"], default="ae")
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--train-sentences", type=int, default=100_000)
+    p.add_argument("--fit-train-splits", default="stsb,sick,mrpc,qqp")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    meta = start_run(threads=1, split="dev", seed=a.seed, method=a.method, epochs=a.epochs,
+                     fit_train_splits=a.fit_train_splits)
+    data = default_data_dir()
+    sts = read_stsb(data, "dev")
+    n1 = len(sts.a)
+    x, s, info = bundle_vectors(a.bundle, fit_corpus(data, a.train_sentences, a.fit_train_splits), sts.a + sts.b)
+    x, s = np.asarray(x, np.float32), np.asarray(s, np.float32)
+    perm = np.random.default_rng([a.seed, 99]).permutation(len(x))
+    val, train = x[perm[:HELD_OUT]], x[perm[HELD_OUT:]]
+    pairs = order_pairs(val, a.seed)
+    rows = []
+    for bits in a.bits:
+        def row(name: str, epoch: int | None, binarizer: Binarizer, bits: int = bits) -> None:
+            r = {"bits": bits, "codes": name, "epoch": epoch,
+                 "stsb_dev": hamming_score(binarizer.transform(s[:n1]), binarizer.transform(s[n1:]), sts.gold),
+                 **held_out_measures(unpack(binarizer.transform(val), bits).astype(bool), val, pairs)}
+            rows.append(r)
+            print(r, flush=True)
+
+        row("random", None, Binarizer.fit(train, "random", bits, seed=a.seed))
+        if bits <= train.shape[1]:
+            row("pca", None, Binarizer.fit(train, "pca", bits, seed=a.seed))
+        with tempfile.TemporaryDirectory() as ckpt:
+            for epoch in range(1, a.epochs + 1):
+                ae = Binarizer.fit(train, a.method, bits, seed=a.seed, progress=False, threads=1, init="auto",
+                                   epochs=epoch, checkpoint_dir=ckpt, resume=epoch > 1)
+                row(a.method, epoch, ae)
+    print(f"wrote {write_result('binarize_epochs', {'student': info, 'held_out': HELD_OUT, 'rows': rows}, meta)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
