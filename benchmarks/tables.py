@@ -94,7 +94,7 @@ def binarize_median(*paths: str) -> str:
             cells.append(f"{statistics.median(v):.2f}" if v else "–")
         ok = med["ae-sp"] >= med["ae"] >= med["random"]
         lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
-    lines.append(f"\n{len(paths)} seeds: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
+    lines.append(f"\n{len(paths)} seed{'s' if len(paths) > 1 else ''}: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -304,6 +305,15 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
     assert rc == 2 and "not found" in capsys.readouterr().err
     rc = main(["binarize", "--bits", "8", "--out", str(tmp_path / "b4")])
     assert rc == 2 and "exactly one input" in capsys.readouterr().err
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8", "--init", "auto",
+               "--select", "holdout", "--holdout", "0.7", "--out", str(tmp_path / "b5"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "holdout" in err
+    if importlib.util.find_spec("torch") is not None:  # the autoencoders train with torch (the `train` extra)
+        rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8", "--epochs", "2",
+                   "--init", "auto", "--select", "holdout", "--out", str(tmp_path / "b6"), "--quiet"])
+        metrics = json.loads((tmp_path / "b6" / "binarizer.json").read_text())["metrics"]
+        assert rc == 0 and metrics["init_chosen"] in ("random", "pca") and 0 <= metrics["selected_epoch"] <= 2
 
 
 def test_codes_load_into_the_hamming_kernels(x):

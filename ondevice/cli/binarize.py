@@ -12,7 +12,7 @@ HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embedding
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.binarize import METHODS
-    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, SAMPLINGS, AEConfig
+    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, SAMPLINGS, SELECTS, AEConfig
     from ondevice.checks import finite_float
 
     d = AEConfig()
@@ -38,7 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ae.add_argument("--lr", type=finite_float, default=d.lr)
     ae.add_argument("--decoder-input", choices=DECODER_INPUTS, default=d.decoder_input,
                     help="decoder reads a bit as -1/+1 (pm1) or 0/1 (01)")
-    ae.add_argument("--init", choices=INITS, default=d.init, help="encoder start")
+    ae.add_argument("--init", choices=INITS, default=d.init,
+                    help="encoder start; auto = random or pca, whichever keeps held-out vectors' similarity order better")
+    ae.add_argument("--select", choices=SELECTS, default=d.select,
+                    help="export the last epoch, or the epoch (0 = the start) that keeps the held-out order best")
+    ae.add_argument("--holdout", type=finite_float, default=d.holdout,
+                    help="fraction of the vectors held out for --init auto / --select holdout")
     ae.add_argument("--sp-lambda", type=finite_float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
     ae.add_argument("--sp-relax", choices=RELAXATIONS, default=d.sp_relax, help="differentiable Hamming distance")
     ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
@@ -114,8 +119,8 @@ def run(a: argparse.Namespace) -> int:
         from ondevice.binarize_ae import AEConfig
 
         AEConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
-                 sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
-                 threads=a.threads).validate()
+                 select=a.select, holdout=a.holdout, sp_lambda=a.sp_lambda, sp_relax=a.sp_relax,
+                 sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling, threads=a.threads).validate()
     x = load_input(a)
     if np.ndim(x) == 2:
         check_bits(a.method, a.bits, x.shape[1])  # fail before any training
@@ -124,7 +129,7 @@ def run(a: argparse.Namespace) -> int:
         hyper["threshold"] = a.threshold
     if a.method in ("ae", "ae-sp"):
         hyper.update(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
-                     sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
+                     select=a.select, holdout=a.holdout, sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
                      threads=a.threads,
                      checkpoint_dir=a.out, resume=a.resume)
     started = time.perf_counter()
