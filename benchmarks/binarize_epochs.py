@@ -30,7 +30,6 @@ from ondevice.eval.data import read_stsb
 from ondevice.eval.metrics import spearman
 from ondevice.results import start_run, write_result
 
-HELD_OUT = 5000
 TOP = 10
 
 
@@ -64,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--train-sentences", type=int, default=100_000)
     p.add_argument("--fit-train-splits", default="stsb,sick,mrpc,qqp")
+    p.add_argument("--held-out", type=int, default=5000, help="fit vectors held out for the neighbour measures")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if not 10 <= a.held_out < a.train_sentences // 2:
+        p.error("--held-out must be at least 10 and under half of --train-sentences")
     meta = start_run(threads=1, split="dev", seed=a.seed, method=a.method, epochs=a.epochs,
                      fit_train_splits=a.fit_train_splits)
     data = default_data_dir()
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     x, s, info = bundle_vectors(a.bundle, fit_corpus(data, a.train_sentences, a.fit_train_splits), sts.a + sts.b)
     x, s = np.asarray(x, np.float32), np.asarray(s, np.float32)
     perm = np.random.default_rng([a.seed, 99]).permutation(len(x))
-    val, train = x[perm[:HELD_OUT]], x[perm[HELD_OUT:]]
+    val, train = x[perm[: a.held_out]], x[perm[a.held_out :]]
     pairs = order_pairs(val, a.seed)
     rows = []
     for bits in a.bits:
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 ae = Binarizer.fit(train, a.method, bits, seed=a.seed, progress=False, threads=1, init="auto",
                                    epochs=epoch, checkpoint_dir=ckpt, resume=epoch > 1)
                 row(a.method, epoch, ae)
-    print(f"wrote {write_result('binarize_epochs', {'student': info, 'held_out': HELD_OUT, 'rows': rows}, meta)}")
+    print(f"wrote {write_result('binarize_epochs', {'student': info, 'held_out': a.held_out, 'rows': rows}, meta)}")
     return 0
 
 

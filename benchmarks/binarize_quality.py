@@ -53,6 +53,8 @@ def fit_corpus(data: Path, n: int, train_splits: str = "") -> list[str]:
     from ondevice.pairs.data import unlabeled_train_sentences
 
     first = unlabeled_train_sentences(data, train_split_tasks(train_splits))[:n]
+    if len(first) == n:  # the train splits alone fill it (read_corpus refuses to read 0 sentences)
+        return first
     return first + read_corpus(data / WIKI_RELPATH, n - len(first), exclude=held_out_texts(data))
 
 

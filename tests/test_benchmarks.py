@@ -18,6 +18,7 @@ SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.ste
 TINY = {
     "binarize_quality": ["--train-sentences", "300", "--methods", "random", "ae", "--bits", "64",
                          "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out", "--bundle", "pretrained"],
+    "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2"],
     "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
                "--workdir", "{tmp}/work"],
     "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "hidden_size=16"],
@@ -48,7 +49,7 @@ TINY = {
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
-WRITES_RESULTS = {"binarize_quality", "bundle", "jvm_core", "distill_ablation"}
+WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "bundle", "jvm_core", "distill_ablation"}
 
 
 def test_every_benchmark_has_tiny_arguments():
