@@ -55,6 +55,7 @@ class AEConfig:
     select: str = "last"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
     # whose codes keep the held-out similarity order best
     holdout: float = 0.05  # fraction of the vectors held out of training for init "auto" / select "holdout"
+    # (at most HOLDOUT_MAX vectors)
     sp_lambda: float = 2.0  # SP loss weight (ae-sp only); chosen on STS-B dev, see the module docstring
     sp_relax: str = "expected"  # relaxed Hamming: "expected" (sigmoid probabilities) or "st" (hard bits, ST gradient)
     sp_triplets: int = 1024  # triplets sampled per batch (ae-sp only)
@@ -143,6 +144,7 @@ def sample_triplets(h, count: int, sampling: str, gen):
 
 ORDER_RANKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # neighbour ranks paired with each held-out anchor
 ORDER_ANCHORS = 2000
+HOLDOUT_MAX = 20_000  # held-out vectors at most, whatever the fraction: the pairs' cosine ranking is anchors x held-out
 
 
 def order_pairs(h: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -208,7 +210,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         torch.set_num_threads(cfg.threads)
     held = cfg.select == "holdout" or cfg.init == "auto"
     if held:  # a fixed part of the vectors never trains: it judges the start and the epochs
-        n_val = max(2, round(x.shape[0] * cfg.holdout))
+        n_val = min(max(2, round(x.shape[0] * cfg.holdout)), HOLDOUT_MAX)
         if x.shape[0] - n_val < 2:
             raise OndeviceError(f"holdout {cfg.holdout} leaves fewer than 2 training vectors; give more vectors")
         perm0 = np.random.default_rng([seed, 13]).permutation(x.shape[0])
