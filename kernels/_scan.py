@@ -202,9 +202,14 @@ def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
     return heaps + _temp_words(tile, w) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k
 
 
+def _hist_bins(w: int) -> int:
+    """Histogram bins of the counting select for codes of w 64-bit words: one per distance; 0 where it never runs."""
+    return 64 * w + 1 if w <= ROWS8X4_MAX_WORDS else 0
+
+
 def _temp_words(tile: int, w: int) -> int:
     """int64 words of a kernel's per-chunk temporaries before the query words (the layout is in _build)."""
-    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP + 5 * (64 * w + 1)
+    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP + 5 * _hist_bins(w)
 
 
 # ---------------------------------------------------------------------------------------------- scan kernels
@@ -246,7 +251,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     GD = MO + TILE // LANES
     GT = GD + GROUP * TILE
     CAP = TILE * W // 2  # candidates select can hold
-    HB = 64 * W + 1  # histogram bins: every distance a code of W words can have
+    HB = _hist_bins(W)  # every distance a code of W words can have (select runs only for X4 widths)
     HO = GT + GROUP  # 4 interleaved histograms (no store-to-load chains) and the write positions, HB words each
     QO = HO + 5 * HB
     TEMP = QO

@@ -226,8 +226,11 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     xs = torch.from_numpy((np.asarray(x, dtype=np.float32) - mean.astype(np.float32)) / np.float32(scale))
     h_raw = torch.from_numpy(np.array(x, dtype=np.float32))  # a writable copy; cosines for Eq. 6 are on the raw vectors
 
+    if held:  # standardized once, like the training input; each judgement is then one matrix product
+        xval = (xval - mean.astype(np.float32)) / np.float32(scale)
+
     def order_of(w: np.ndarray, k: np.ndarray) -> float:  # held-out order kept by encoder weights (bits, dim), bias
-        return holdout_order(((xval - mean.astype(np.float32)) / np.float32(scale)) @ w.T + k > 0, pairs)
+        return holdout_order(xval @ w.T + k > 0, pairs)
 
     torch.manual_seed(seed)
     model = _build(dim, bits)
