@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/binarize_epochs.py --bundle pretrained --bits 64 256 --epochs 8
 
-For each width: the random and PCA codes, then the autoencoder (`--method ae` or `ae-sp`, init "auto") after each
-epoch (one training run, continued epoch by epoch through its checkpoint). Every row has the STS-B dev Spearman of
-the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
+For each width: the random and PCA codes, then the autoencoder (`--method ae` or `ae-sp`; `--hyper` sets its
+options, default init "auto") after each epoch (one training run, continued epoch by epoch through its checkpoint).
+Every row has the STS-B dev Spearman of the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
 and Hamming similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout"
 criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10. Dev split
 only: this is for choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
@@ -13,6 +13,7 @@ only: this is for choosing, not reporting. Writes one results JSON (benchmarks/r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -65,11 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fit-train-splits", default="stsb,sick,mrpc,qqp")
     p.add_argument("--held-out", type=int, default=5000, help="fit vectors held out for the neighbour measures")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hyper", default='{"init": "auto"}',
+                   help='autoencoder hyper-parameters as JSON, e.g. \'{"input": "whiten", "init": "pca"}\'')
     a = p.parse_args(argv)
     if not 10 <= a.held_out < a.train_sentences // 2:
         p.error("--held-out must be at least 10 and under half of --train-sentences")
+    try:
+        hyper = json.loads(a.hyper)
+    except json.JSONDecodeError as exc:
+        p.error(f"--hyper is not JSON ({exc.msg})")
+    if not isinstance(hyper, dict) or {"epochs", "checkpoint_dir", "resume"} & set(hyper):
+        p.error("--hyper must be a JSON object without epochs/checkpoint_dir/resume (use --epochs)")
     meta = start_run(threads=1, split="dev", seed=a.seed, method=a.method, epochs=a.epochs,
-                     fit_train_splits=a.fit_train_splits)
+                     fit_train_splits=a.fit_train_splits, hyper=hyper)
     data = default_data_dir()
     sts = read_stsb(data, "dev")
     n1 = len(sts.a)
@@ -92,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             row("pca", None, Binarizer.fit(train, "pca", bits, seed=a.seed))
         with tempfile.TemporaryDirectory() as ckpt:
             for epoch in range(1, a.epochs + 1):
-                ae = Binarizer.fit(train, a.method, bits, seed=a.seed, progress=False, threads=1, init="auto",
+                ae = Binarizer.fit(train, a.method, bits, seed=a.seed, progress=False, **{"threads": 1, **hyper},
                                    epochs=epoch, checkpoint_dir=ckpt, resume=epoch > 1)
                 row(a.method, epoch, ae)
     print(f"wrote {write_result('binarize_epochs', {'student': info, 'held_out': a.held_out, 'rows': rows}, meta)}")

@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from ondevice.errors import OndeviceError
+
 _CHUNK = 32768  # rows per block, so memory-mapped inputs are never copied whole
 
 
@@ -26,16 +28,34 @@ def random_projection(dim: int, bits: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-bound, bound, size=(bits, dim)).astype(np.float32)
 
 
-def pca_components(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean (dim,), components (dim, bits)): the top principal axes as columns, signs fixed deterministically."""
+def pca_basis(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean (dim,), variances (dim,) descending, axes (dim, dim) as columns in that order, signs fixed)."""
     mean = column_mean(x)
     cov = np.zeros((x.shape[1], x.shape[1]), dtype=np.float64)
     for start in range(0, x.shape[0], _CHUNK):
         block = np.asarray(x[start : start + _CHUNK], dtype=np.float64) - mean
         cov += block.T @ block
     vals, vecs = np.linalg.eigh(cov / max(1, x.shape[0] - 1))
-    order = np.argsort(vals)[::-1][:bits]
+    order = np.argsort(vals)[::-1]
     comps = vecs[:, order]
     # eigh's signs are arbitrary; make each axis's largest-magnitude entry positive so refits give the same bits
     flip = np.sign(comps[np.argmax(np.abs(comps), axis=0), np.arange(comps.shape[1])])
-    return mean, comps * np.where(flip == 0, 1.0, flip)
+    return mean, np.maximum(vals[order], 0.0), comps * np.where(flip == 0, 1.0, flip)
+
+
+def pca_components(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean (dim,), components (dim, bits)): the top principal axes as columns, signs fixed deterministically."""
+    mean, _, comps = pca_basis(x)
+    return mean, comps[:, :bits]
+
+
+def whitening(x: np.ndarray, variance: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean (dim,), T (dim, k)): (h - mean) @ T has k uncorrelated unit-variance columns, the top principal axes
+    that together hold `variance` (a fraction) of the total; axes of (numerically) zero variance are never kept."""
+    mean, vals, comps = pca_basis(x)
+    total = float(vals.sum())
+    if total <= 0.0:
+        raise OndeviceError("cannot whiten vectors that do not vary; give more (distinct) training vectors")
+    k = int(np.searchsorted(np.cumsum(vals) / total, variance - 1e-12) + 1)
+    k = max(1, min(k, int((vals > total * 1e-9).sum())))
+    return mean, comps[:, :k] / np.sqrt(vals[:k])

@@ -18,7 +18,8 @@ SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.ste
 TINY = {
     "binarize_quality": ["--train-sentences", "300", "--methods", "random", "ae", "--bits", "64",
                          "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out", "--bundle", "pretrained"],
-    "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2"],
+    "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2",
+                        "--hyper", '{"input": "whiten", "init": "pca"}'],
     "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
                "--workdir", "{tmp}/work"],
     "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "hidden_size=16"],

@@ -127,7 +127,7 @@ def test_faiss_binary_flat_matches_reference(x):
 def test_autoencoder_starts_at_its_init(x, init, bits):
     """With a vanishing learning rate the autoencoder's codes are its start: the random projection's, or PCA's
     for the first min(bits, dim) bits and the random projection's for the rest."""
-    ae = _fit(x, "ae", bits, seed=3, init=init, lr=1e-12, epochs=1)
+    ae = _fit(x, "ae", bits, seed=3, init=init, input="standardize", select="last", lr=1e-12, epochs=1)
     codes = unpack(ae.transform(x), bits)
     random_codes = unpack(_fit(x, "random", bits, seed=3).transform(x), bits)
     if init == "random":
@@ -192,6 +192,32 @@ def test_neighbor_sampling_picks_the_nearest_as_anchor():
     assert trip.shape == (64, 3) and int(trip.min()) >= 0 and int(trip.max()) < 4
 
 
+@pytest.mark.parametrize("bits", [8, DIM + 8])
+def test_whitened_autoencoder_starts_at_pca_and_exports_one_affine_map(bits):
+    """input "whiten": the encoder reads the top principal components scaled to unit variance; from init "pca" its
+    first bits are PCA's codes (a sign does not see the scale), the rest the random projection of the whitened
+    vector; the exported map still gives codes = pack(h @ A + c > 0) on raw vectors."""
+    from ondevice.projections import random_projection, whitening
+
+    rng = np.random.default_rng(1)
+    xa = (rng.normal(size=(300, DIM)) * np.geomspace(4.0, 0.01, DIM) + 1.0).astype(np.float32)  # anisotropic
+    ae = _fit(xa, "ae", bits, seed=3, init="pca", input="whiten", select="last", lr=1e-12, epochs=1)
+    mean, T = whitening(xa, 0.99)
+    k = T.shape[1]
+    assert 1 < k < DIM and ae.extras["input_whitening"].shape == (DIM, k) and ae.config.hyper["input"] == "whiten"
+    codes = unpack(ae.transform(xa), bits)
+    top = min(bits, k)
+    np.testing.assert_array_equal(codes[:, :top], unpack(_fit(xa, "pca", top).transform(xa), top))
+    w = random_projection(k, bits, 3)
+    np.testing.assert_array_equal(codes[:, top:], ((xa - mean) @ T @ w[top:].T) > 0)
+    A, c = ae.affine()
+    np.testing.assert_array_equal(ae.transform(xa), pack(xa @ A + c > 0))
+    with pytest.raises(OndeviceError, match="input"):
+        _fit(xa, "ae", 8, input="sphere")
+    with pytest.raises(OndeviceError, match="whiten_variance"):
+        _fit(xa, "ae", 8, input="whiten", whiten_variance=1.5)
+
+
 def test_ae_learns_and_checkpoint_resume(x, tmp_path):
     full = _fit(x, "ae", 32, seed=5, epochs=2)
     log = full.config.metrics["log"]
@@ -205,12 +231,15 @@ def test_ae_learns_and_checkpoint_resume(x, tmp_path):
         _fit(x, "ae", 32, seed=6, epochs=3, checkpoint_dir=tmp_path, resume=True)
 
 
-def test_ae_holdout_init_and_epoch_selection(x, tmp_path):
+@pytest.mark.parametrize("geometry", ["standardize", "whiten"])
+def test_ae_holdout_init_and_epoch_selection(x, tmp_path, geometry):
     """init "auto" starts from the projection that keeps the held-out order better; select "holdout" exports the
-    epoch (0 = the start) whose codes keep it best, and a resumed run keeps that pick."""
+    epoch (0 = the start) whose codes keep it best (order judged in the input's geometry: raw or whitened cosine),
+    and a resumed run keeps that pick."""
     from ondevice.binarize_ae import holdout_order, order_pairs
+    from ondevice.projections import whitening
 
-    hyper = {"init": "auto", "select": "holdout", "holdout": 0.25, "epochs": 3, "lr": 0.05}
+    hyper = {"init": "auto", "select": "holdout", "holdout": 0.25, "epochs": 3, "lr": 0.05, "input": geometry}
     ae = _fit(x, "ae", 8, seed=4, **hyper)
     m = ae.config.metrics
     assert set(m["init_holdout_order"]) == {"random", "pca"}
@@ -219,8 +248,13 @@ def test_ae_holdout_init_and_epoch_selection(x, tmp_path):
     assert m["selected_epoch"] == int(np.argmax(orders)) and m["selected_holdout_order"] == max(orders)
     # the exported codes are the picked encoder's: recompute its held-out order from the same split
     n_val = round(len(x) * 0.25)
-    held = x[np.sort(np.random.default_rng([4, 13]).permutation(len(x))[:n_val])]
-    assert holdout_order(unpack(ae.transform(held), 8).astype(bool), order_pairs(held, 4)) == pytest.approx(max(orders))
+    perm = np.random.default_rng([4, 13]).permutation(len(x))
+    held = x[np.sort(perm[:n_val])]
+    judged = held
+    if geometry == "whiten":
+        mean, T = whitening(x[np.sort(perm[n_val:])], 0.99)
+        judged = (held - mean) @ T
+    assert holdout_order(unpack(ae.transform(held), 8).astype(bool), order_pairs(judged, 4)) == pytest.approx(max(orders))
     _fit(x, "ae", 8, seed=4, checkpoint_dir=tmp_path, **{**hyper, "epochs": 2})
     resumed = _fit(x, "ae", 8, seed=4, checkpoint_dir=tmp_path, resume=True, **hyper)
     np.testing.assert_array_equal(resumed.affine()[0], ae.affine()[0])
@@ -314,6 +348,15 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
                    "--init", "auto", "--select", "holdout", "--out", str(tmp_path / "b6"), "--quiet"])
         metrics = json.loads((tmp_path / "b6" / "binarizer.json").read_text())["metrics"]
         assert rc == 0 and metrics["init_chosen"] in ("random", "pca") and 0 <= metrics["selected_epoch"] <= 2
+        rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8", "--epochs", "1",
+                   "--input", "whiten", "--whiten-variance", "0.9", "--out", str(tmp_path / "b7"), "--quiet"])
+        hyper = json.loads((tmp_path / "b7" / "binarizer.json").read_text())["hyper"]
+        assert rc == 0 and hyper["input"] == "whiten" and hyper["whiten_variance"] == 0.9
+    capsys.readouterr()
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8",
+               "--whiten-variance", "0", "--out", str(tmp_path / "b8"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "whiten_variance" in err
 
 
 def test_codes_load_into_the_hamming_kernels(x):

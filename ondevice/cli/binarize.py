@@ -12,7 +12,7 @@ HELP = "fit a binarizer (threshold, random, pca, ae, ae-sp) that turns embedding
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.binarize import METHODS
-    from ondevice.binarize_ae import DECODER_INPUTS, INITS, RELAXATIONS, SAMPLINGS, SELECTS, AEConfig
+    from ondevice.binarize_ae import DECODER_INPUTS, INITS, INPUTS, RELAXATIONS, SAMPLINGS, SELECTS, AEConfig
     from ondevice.checks import finite_float
 
     d = AEConfig()
@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="export the last epoch, or the epoch (0 = the start) that keeps the held-out order best")
     ae.add_argument("--holdout", type=finite_float, default=d.holdout,
                     help="fraction of the vectors held out for --init auto / --select holdout")
+    ae.add_argument("--input", choices=INPUTS, default=d.input,
+                    help="what the encoder reads: standardize = the centered vectors (their cosine is the similarity), "
+                         "whiten = the top principal components at unit variance (the whitened cosine is)")
+    ae.add_argument("--whiten-variance", type=finite_float, default=d.whiten_variance,
+                    help="--input whiten keeps the top components holding this fraction of the variance")
     ae.add_argument("--sp-lambda", type=finite_float, default=d.sp_lambda, help="weight of the semantic-preserving loss")
     ae.add_argument("--sp-relax", choices=RELAXATIONS, default=d.sp_relax, help="differentiable Hamming distance")
     ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
@@ -115,12 +120,12 @@ def run(a: argparse.Namespace) -> int:
     check_bits(a.method, a.bits, a.bits)  # the range of --bits; the input's dim is checked once it is read
     if a.codes_out:
         check_out_file(a.codes_out, "--codes-out")
+    ae_hyper: dict = {}
     if a.method in ("ae", "ae-sp"):
         from ondevice.binarize_ae import AEConfig
 
-        AEConfig(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
-                 select=a.select, holdout=a.holdout, sp_lambda=a.sp_lambda, sp_relax=a.sp_relax,
-                 sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling, threads=a.threads).validate()
+        ae_hyper = {name: getattr(a, name) for name in AEConfig.__dataclass_fields__}  # one flag per field
+        AEConfig(**ae_hyper).validate()
     x = load_input(a)
     if np.ndim(x) == 2:
         check_bits(a.method, a.bits, x.shape[1])  # fail before any training
@@ -128,10 +133,7 @@ def run(a: argparse.Namespace) -> int:
     if a.method == "threshold" and a.threshold is not None:
         hyper["threshold"] = a.threshold
     if a.method in ("ae", "ae-sp"):
-        hyper.update(epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, decoder_input=a.decoder_input, init=a.init,
-                     select=a.select, holdout=a.holdout, sp_lambda=a.sp_lambda, sp_relax=a.sp_relax, sp_triplets=a.sp_triplets, sp_sampling=a.sp_sampling,
-                     threads=a.threads,
-                     checkpoint_dir=a.out, resume=a.resume)
+        hyper.update(ae_hyper, checkpoint_dir=a.out, resume=a.resume)
     started = time.perf_counter()
     _stage(a, f"fitting a {a.bits}-bit {a.method} binarizer on {len(x):,} vectors ...")
     binarizer = Binarizer.fit(x, a.method, a.bits, seed=a.seed, **hyper)
