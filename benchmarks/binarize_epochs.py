@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/binarize_epochs.py --bundle pretrained --bits 64 256 --epochs 8
 
 For each width: the random and PCA codes, then the autoencoder (`--method ae` or `ae-sp`; `--hyper` sets its
-options, default init "auto") after each epoch (one training run, continued epoch by epoch through its checkpoint).
+options, default init "auto"; select is always "last": each epoch's own codes) after each epoch (one training run, continued epoch by epoch through its checkpoint).
 Every row has the STS-B dev Spearman of the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
 and Hamming similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout"
 criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10. Dev split
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         hyper = json.loads(a.hyper)
     except json.JSONDecodeError as exc:
         p.error(f"--hyper is not JSON ({exc.msg})")
-    if not isinstance(hyper, dict) or {"epochs", "checkpoint_dir", "resume"} & set(hyper):
-        p.error("--hyper must be a JSON object without epochs/checkpoint_dir/resume (use --epochs)")
+    if not isinstance(hyper, dict) or {"epochs", "checkpoint_dir", "resume", "select"} & set(hyper):
+        p.error("--hyper must be a JSON object without epochs/checkpoint_dir/resume/select (each epoch is shown)")
     meta = start_run(threads=1, split="dev", seed=a.seed, method=a.method, epochs=a.epochs,
                      fit_train_splits=a.fit_train_splits, hyper=hyper)
     data = default_data_dir()
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as ckpt:
             for epoch in range(1, a.epochs + 1):
                 ae = Binarizer.fit(train, a.method, bits, seed=a.seed, progress=False, **{"threads": 1, **hyper},
-                                   epochs=epoch, checkpoint_dir=ckpt, resume=epoch > 1)
+                                   select="last", epochs=epoch, checkpoint_dir=ckpt, resume=epoch > 1)
                 row(a.method, epoch, ae)
     print(f"wrote {write_result('binarize_epochs', {'student': info, 'held_out': a.held_out, 'rows': rows}, meta)}")
     return 0
