@@ -6,7 +6,8 @@ For each width: the random and PCA codes, then the autoencoder (`--method ae` or
 options, default init "auto"; select is always "last": each epoch's own codes) after each epoch (one training run, continued epoch by epoch through its checkpoint).
 Every row has the STS-B dev Spearman of the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
 and Hamming similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout"
-criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10. Dev split
+criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10; with
+--teacher-recall also of the packaged teacher's cosine top-10 (the neighbours a semantic search should find). Dev split
 only: this is for choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
 """
 
@@ -34,13 +35,9 @@ from ondevice.results import start_run, write_result
 TOP = 10
 
 
-def held_out_measures(bits01: np.ndarray, val: np.ndarray, pairs: tuple) -> dict:
-    """holdout_order, its per-anchor mean, and Hamming top-10 recall of the cosine top-10 (anchors = pair anchors)."""
-    a, b, cos = pairs
-    ham = (bits01[a] != bits01[b]).sum(axis=1).astype(np.float64)
-    anchors = np.unique(a)
-    per = [spearman(cos[a == x], -ham[a == x]) for x in anchors[:500]]
-    vn = val / np.maximum(np.linalg.norm(val, axis=1, keepdims=True), 1e-12)
+def top10_recall(bits01: np.ndarray, ref: np.ndarray, anchors: np.ndarray) -> float:
+    """Mean over anchors of |Hamming top-10 & cosine top-10 of `ref`| / 10 (ref: the same rows' reference vectors)."""
+    vn = ref / np.maximum(np.linalg.norm(ref, axis=1, keepdims=True), 1e-12)
     pm = bits01.astype(np.float32) * 2 - 1  # Hamming = (bits - <pm_i, pm_j>) / 2
     recall = []
     for chunk in np.array_split(anchors, max(1, len(anchors) // 250)):
@@ -52,8 +49,21 @@ def held_out_measures(bits01: np.ndarray, val: np.ndarray, pairs: tuple) -> dict
         # ties at the Hamming cut are broken by the cosine-free row order, as an index would
         found = np.argsort(-hs, axis=1, kind="stable")[:, :TOP]
         recall += [len(set(t) & set(f)) / TOP for t, f in zip(true, found)]
-    return {"holdout_order": round(holdout_order(bits01, pairs), 4), "per_anchor_order": round(float(np.nanmean(per)), 4),
-            "top10_recall": round(float(np.mean(recall)), 4)}
+    return round(float(np.mean(recall)), 4)
+
+
+def held_out_measures(bits01: np.ndarray, val: np.ndarray, pairs: tuple, teacher: np.ndarray | None) -> dict:
+    """holdout_order, its per-anchor mean, Hamming top-10 recall of the student's cosine top-10 (anchors = pair
+    anchors) and, given the teacher's vectors of the same rows, of the teacher's cosine top-10."""
+    a, b, cos = pairs
+    ham = (bits01[a] != bits01[b]).sum(axis=1).astype(np.float64)
+    anchors = np.unique(a)
+    per = [spearman(cos[a == x], -ham[a == x]) for x in anchors[:500]]
+    out = {"holdout_order": round(holdout_order(bits01, pairs), 4), "per_anchor_order": round(float(np.nanmean(per)), 4),
+           "top10_recall": top10_recall(bits01, val, anchors)}
+    if teacher is not None:
+        out["teacher_top10_recall"] = top10_recall(bits01, teacher, anchors)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fit-train-splits", default="stsb,sick,mrpc,qqp")
     p.add_argument("--held-out", type=int, default=5000, help="fit vectors held out for the neighbour measures")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--teacher-recall", action="store_true",
+                   help="also the Hamming top-10 recall of the packaged teacher's cosine top-10 (encodes the held-out "
+                        "sentences with the teacher, cached)")
     p.add_argument("--hyper", default='{"init": "auto"}',
                    help='autoencoder hyper-parameters as JSON, e.g. \'{"input": "whiten", "init": "pca"}\'')
     a = p.parse_args(argv)
@@ -82,17 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     data = default_data_dir()
     sts = read_stsb(data, "dev")
     n1 = len(sts.a)
-    x, s, info = bundle_vectors(a.bundle, fit_corpus(data, a.train_sentences, a.fit_train_splits), sts.a + sts.b)
+    texts = fit_corpus(data, a.train_sentences, a.fit_train_splits)
+    x, s, info = bundle_vectors(a.bundle, texts, sts.a + sts.b)
     x, s = np.asarray(x, np.float32), np.asarray(s, np.float32)
     perm = np.random.default_rng([a.seed, 99]).permutation(len(x))
     val, train = x[perm[: a.held_out]], x[perm[a.held_out :]]
+    teacher = None
+    if a.teacher_recall:  # the packaged teacher's view of the held-out sentences: the neighbours search should find
+        from ondevice.teacher import Teacher, cached_vectors
+
+        teacher = np.asarray(cached_vectors(Teacher(), [texts[i] for i in perm[: a.held_out]]), np.float32)
     pairs = order_pairs(val, a.seed)
     rows = []
     for bits in a.bits:
         def row(name: str, epoch: int | None, binarizer: Binarizer, bits: int = bits) -> None:
             r = {"bits": bits, "codes": name, "epoch": epoch,
                  "stsb_dev": hamming_score(binarizer.transform(s[:n1]), binarizer.transform(s[n1:]), sts.gold),
-                 **held_out_measures(unpack(binarizer.transform(val), bits).astype(bool), val, pairs)}
+                 **held_out_measures(unpack(binarizer.transform(val), bits).astype(bool), val, pairs, teacher)}
             rows.append(r)
             print(r, flush=True)
 

@@ -18,7 +18,7 @@ SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.ste
 TINY = {
     "binarize_quality": ["--train-sentences", "300", "--methods", "random", "ae", "--bits", "64",
                          "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out", "--bundle", "pretrained"],
-    "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2",
+    "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2", "--teacher-recall",
                         "--hyper", '{"input": "whiten", "init": "pca"}'],
     "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
                "--workdir", "{tmp}/work"],
