@@ -5,21 +5,21 @@ bit; backward: the sigmoid's gradient). Decoder: linear, x^ = W' b~ + k', where 
 paper's Eq. 4) or as -1/+1 ("pm1", the authors' code). Loss: MSE(x, x^) plus, for ae-sp, sp_lambda times the
 triplet hinge of Eq. 6 on Hamming distances relaxed to be differentiable (see `relaxed_hamming`).
 
-The input x (`AEConfig.input`): "whiten" (default) = the top principal components of the fit vectors that hold 99%
-of their variance, each scaled to unit variance; "standardize" = (h - mean) / one global scale, the paper's setting.
-Whitening is why the autoencoder no longer loses to random or PCA codes on STS-B: a student's human-similarity
-signal sits in its large principal directions, which raw-cosine codes (random projection, a reconstruction loss on
-raw vectors) share with many small ones, while PCA's sign codes weigh each direction alike (README "Whitened
-autoencoder input"). Either way the preparation is affine and folded into the exported map, so the codes are still
-pack((h @ A + c) > 0) on the raw vectors; Eq. 6's cosines and the held-out judge use the same geometry.
+The input x (`AEConfig.input`): "standardize" (default, the paper's setting) = (h - mean) / one global scale, or
+"whiten" = the top principal components of the fit vectors that hold 99% of their variance, each scaled to unit
+variance. They serve two uses: codes from whitened input rank STS-B pairs better (PCA's sign codes already weigh
+each principal direction alike, and so do they) but find fewer of the teacher's and the student's nearest
+neighbours, the search the codes are mostly for; BENCHMARKS.md "Whitened autoencoder input" has the numbers. Either way
+the preparation is affine and folded into the exported map, so the codes are still pack((h @ A + c) > 0) on the
+raw vectors; Eq. 6's cosines and the held-out judge use the same geometry as the input.
 
 The SP term is Eq. 6 averaged over triplets (not summed) with Hamming distances as a fraction of the bits, so it
 does not grow with the batch or the code length. Triplets are drawn uniformly within each batch (sp_triplets per
 batch; the middle index is the pivot) and, by default ("gap"), each triplet's hinge is weighted by how far apart its
 two cosines are: a triplet whose cosines nearly tie has a coin-flip label l, and with uniform weights those
 triplets dominated and made ae-sp worse than ae. lambda 2, "gap" and the "expected" relaxation were chosen on
-STS-B dev with 100k training vectors and 8 epochs (README "Autoencoder choices, measured"); the whitened input,
-init "auto", select "holdout" and lr 3e-4 later, on the shipped student (README "Whitened autoencoder input").
+STS-B dev with 100k training vectors and 8 epochs (README "Autoencoder choices, measured"); the pair-scoring setting
+(input "whiten", init "auto", select "holdout", lr 3e-4) later, on the shipped student.
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ class AEConfig:
 
     epochs: int = 8
     batch_size: int = 256
-    lr: float = 3e-4  # chosen on STS-B dev with the whitened input (1e-3, the earlier default, scored lower at 512 bits)
+    lr: float = 1e-3  # 3e-4 with input "whiten" (BENCHMARKS.md "Whitened autoencoder input")
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
-    init: str = "auto"  # encoder start: "random" = the centered random projection, "pca" = the top principal axes
+    init: str = "random"  # encoder start: "random" = the centered random projection, "pca" = the top principal axes
     # (then random rows past dim), "xavier" = torch default, "auto" = random or pca, whichever keeps the held-out
     # similarity order better (see holdout_order)
-    select: str = "holdout"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
+    select: str = "last"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
     # whose codes keep the held-out similarity order best
     holdout: float = 0.05  # fraction of the vectors held out of training for init "auto" / select "holdout"
     # (at most HOLDOUT_MAX vectors)
-    input: str = "whiten"  # what the encoder sees: "standardize" = (h - mean) / one global scale (the paper's
+    input: str = "standardize"  # what the encoder sees: "standardize" = (h - mean) / one global scale (the paper's
     # geometry: similarity is the raw vectors' cosine), "whiten" = the top principal components holding
     # whiten_variance of the variance, each scaled to unit variance (similarity is the whitened vectors' cosine)
     whiten_variance: float = 0.99
