@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/binarize_epochs.py --bundle pretrained --bits 64 256 --epochs 8
 
 For each width: the random and PCA codes, then the autoencoder (`--method ae` or `ae-sp`; `--hyper` sets its
-options, default init "auto"; select is always "last": each epoch's own codes) after each epoch (one training run, continued epoch by epoch through its checkpoint).
-Every row has the STS-B dev Spearman of the codes and three measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine
-and Hamming similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout"
-criterion), the same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10; with
---teacher-recall also of the packaged teacher's cosine top-10 (the neighbours a semantic search should find). Dev split
-only: this is for choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
+options, default init "auto"; select is always "last", each epoch's own codes) after each epoch (one training run,
+continued epoch by epoch through its checkpoint). Every row has the STS-B dev Spearman of the codes and three
+measures on held-out vectors of the fit corpus (never trained on): the Spearman between cosine and Hamming
+similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout" criterion), the
+same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10; with --teacher-recall also
+of the packaged teacher's cosine top-10 (the neighbours a semantic search should find). Dev split only: this is for
+choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
 """
 
 from __future__ import annotations

@@ -228,7 +228,6 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         perm0 = np.random.default_rng([seed, 13]).permutation(x.shape[0])
         xval = np.asarray(x[np.sort(perm0[:n_val])], dtype=np.float32)
         x = np.asarray(x[np.sort(perm0[n_val:])])
-        pairs = order_pairs(xval, seed)
     n, dim = x.shape
     if cfg.input == "whiten":  # T (dim, k): the encoder sees k whitened principal components
         mean, T = whitening(x, cfg.whiten_variance)
@@ -246,13 +245,13 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
 
     xs = torch.from_numpy(np.concatenate([to_input(x[s : s + 32768]) for s in range(0, n, 32768)]))
     in_dim = xs.shape[1]
-    # Eq. 6's cosines are taken in the geometry the codes should keep: the raw vectors, or the whitened ones
-    h_raw = xs if T is not None else torch.from_numpy(np.array(x, dtype=np.float32))
+    # Eq. 6's cosines and the held-out pairs are taken in the geometry the codes should keep: raw or whitened
+    h_sim = xs if T is not None else torch.from_numpy(np.array(x, dtype=np.float32))
 
     if held:  # transformed once, like the training input; each judgement is then one matrix product
-        xval = to_input(xval)
-        if T is not None:
-            pairs = order_pairs(xval, seed)  # judged in the whitened geometry too
+        judged = to_input(xval)
+        pairs = order_pairs(judged if T is not None else xval, seed)
+        xval = judged
 
     def order_of(w: np.ndarray, k: np.ndarray) -> float:  # held-out order kept by encoder weights (bits, dim), bias
         return holdout_order(xval @ w.T + k > 0, pairs)
@@ -319,7 +318,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             rec = torch.nn.functional.mse_loss(model.decoder(_decoder_in(b, cfg.decoder_input)), xb)
             loss = rec
             if sp and cfg.sp_lambda > 0:
-                hb = h_raw[idx]
+                hb = h_sim[idx]
                 trip = sample_triplets(hb, cfg.sp_triplets, cfg.sp_sampling, gen)
                 spl = sp_loss(hb, p if cfg.sp_relax == "expected" else b, trip, cfg.sp_relax,
                               "gap" if cfg.sp_sampling == "gap" else "uniform")
