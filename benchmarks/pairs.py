@@ -380,7 +380,8 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
         cfg, w = load_head_weights(Path(a.bundle) / "fp32")
         out["head_weights"] = "trained: " + a.bundle
     else:
-        cfg = DiPairHeadConfig(in_dim=1024, n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn)
+        cfg = DiPairHeadConfig(in_dim=1024, n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn,
+                               vec_dim=384 if a.pooled_slot else 0)
         torch.manual_seed(0)
         w = {f"proj.{k}": v.numpy() for k, v in build_projection(cfg).state_dict().items()}
         w.update({k: v.numpy() for k, v in build_head(cfg).state_dict().items()})
@@ -407,7 +408,8 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
                       "x_cross_encoder": round(a.pairs / t / ce["pairs_per_s"], 1), "onnx_bytes": len(data)}
     out["head"] = rows
     out["shape"] = {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
-                    "head_parameters_without_projection": int(sum(v.size for k, v in w.items() if not k.startswith("proj."))),
+                    "pooled_slot": cfg.pooled,
+                    "head_parameters_without_projection": int(sum(v.size for k, v in w.items() if not k.startswith(("proj.", "vproj.")))),
                     "cache_bytes_per_item_int8": cfg.cache_bytes(True), "cache_bytes_per_item_fp32": cfg.cache_bytes(False)}
     return out
 
@@ -509,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--bundle", default=None, help="`ondevice pairs dipair-export --precision both` folder (default: random head)")
     for flag, default in (("--n", 8), ("--m", 8), ("--d", 128), ("--layers", 2), ("--heads", 1), ("--ffn", 256)):
         ds.add_argument(flag, type=int, default=default)
+    ds.add_argument("--pooled-slot", action="store_true", help="random head with a pooled slot (384-d sentence vectors)")
     ds.add_argument("--pairs", type=int, default=100000, help="cached items one query is scored against")
     ds.add_argument("--batch", type=int, default=4096)
     ds.add_argument("--ce-pairs", type=int, default=256)

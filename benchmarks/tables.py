@@ -503,7 +503,7 @@ def dipair_quality(*paths: str) -> str:
             c, dv, sra = r["config"], r["dev"], r["sra_cosine"]
             aug = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
                    if c["augment_random"] or c["augment_neighbors"] else "none")
-            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} | {c['select']} | "
+            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
                          f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")

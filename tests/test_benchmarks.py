@@ -39,7 +39,7 @@ TINY = {
     # Its quality/speed modes need a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise
     # what they drive); dipair-speed runs with a random head of the given shape and the same-cost packaged MiniLM.
     "pairs": ["dipair-speed", "--n", "4", "--m", "4", "--d", "32", "--ffn", "64", "--pairs", "500", "--batch", "256",
-              "--ce-pairs", "8", "--repeats", "1"],
+              "--ce-pairs", "8", "--repeats", "1", "--pooled-slot"],
     # needs the tiny pair fixtures: test_pairs_suite_runs_with_tiny_models below runs it end to end
     "pairs_suite": ["--help"],
     "jvm_core": ["--quick"],

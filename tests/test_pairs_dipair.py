@@ -135,3 +135,59 @@ def test_cache_size_at_defaults_is_at_most_1kb():
 def test_bad_head_config(kw, msg):
     with pytest.raises(OndeviceError, match=msg):
         _cfg(**kw).validate()
+
+
+def test_pooled_head_matches_numpy_reference_and_never_masks_the_comparison_slot():
+    import torch
+
+    cfg = _cfg(heads=2, outputs=2, vec_dim=5)
+    assert cfg.pooled and cfg.slots == 4 + 3 + 1 and cfg.cache_bytes(True) == 3 * 8
+    torch.manual_seed(0)
+    head = build_head(cfg).eval()
+    w = {k: v.numpy() for k, v in head.state_dict().items()}
+    assert w["position"].shape == (8, 8) and w["compare.weight"].shape == (8, 32)
+    rng = np.random.default_rng(2)
+    sa, sb = np.tanh(rng.normal(size=(5, 4, 8))).astype(np.float32), np.tanh(rng.normal(size=(5, 3, 8))).astype(np.float32)
+    sa[:, 2:] = 0
+    sb[1:, 1:] = 0  # only the pooled slot left on side b
+    with torch.no_grad():
+        got = head(torch.from_numpy(sa), torch.from_numpy(sb)).numpy()
+    ref = head_forward_numpy(cfg, w, sa, sb)
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+    # the comparison slot reads the two pooled slots: changing a token slot's state moves the logits, and so does
+    # changing a pooled slot; a comparison slot that happens to sum to zero is still attended to (never masked)
+    sb2 = sb.copy()
+    sb2[:, 0] = -sb2[:, 0]
+    assert np.abs(head_forward_numpy(cfg, w, sa, sb2) - ref).max() > 1e-3
+    w0 = dict(w, **{"compare.weight": np.zeros_like(w["compare.weight"]), "compare.bias": np.zeros_like(w["compare.bias"])})
+    w1 = dict(w0, position=w["position"].copy())
+    w1["position"][0] += 3.0
+    assert np.abs(head_forward_numpy(cfg, w1, sa, sb) - head_forward_numpy(cfg, w0, sa, sb)).max() > 1e-3
+
+
+def test_pooled_side_states_hold_the_sentence_vector_then_tokens():
+    import torch
+
+    from ondevice.pairs.dipair import build_vector_projection, side_states
+    from ondevice.student import StudentConfig, build_model
+
+    scfg = StudentConfig(vocab_size=20, embedding_dim=4, hidden_size=3, pooling="max", output_dim=5, max_tokens=16)
+    torch.manual_seed(3)
+    model = build_model(scfg).eval()
+    cfg = _cfg(in_dim=6, n=4, vec_dim=5)
+    proj, vproj = build_projection(cfg), build_vector_projection(cfg)
+    lengths = np.array([1, 3, 9], np.int64)
+    ids = np.zeros((3, 9), np.int64)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = np.arange(2, 2 + n)
+    with torch.no_grad():
+        vec, out = encoder_outputs(model, torch.from_numpy(ids), torch.from_numpy(lengths))
+        s = side_states(proj, vproj, vec, out, torch.from_numpy(lengths), 4, "first").numpy()
+    ref = states_numpy(out.numpy(), lengths, 4, "first", proj.weight.detach().numpy(), proj.bias.detach().numpy(),
+                       vec.numpy(), vproj.weight.detach().numpy(), vproj.bias.detach().numpy())
+    np.testing.assert_allclose(s, ref, atol=1e-6)
+    np.testing.assert_allclose(s[:, 0], np.tanh(vec.numpy() @ vproj.weight.detach().numpy().T + vproj.bias.detach().numpy()), atol=1e-6)
+    for row, n in enumerate(lengths):  # pooled slot + min(n, 3) token rows, the rest zero
+        assert (np.abs(s[row]).sum(-1) > 0).sum() == 1 + min(n, 3) and (s[row, 1 + min(n, 3):] == 0).all()
+    with pytest.raises(OndeviceError, match="--pooled-slot"):
+        _cfg(n=1, vec_dim=5).validate()

@@ -19,14 +19,14 @@ from ondevice.pairs.dipair_export import (
 from ondevice.runtime import Bundle
 
 
-@pytest.fixture(scope="module")
-def dipair_env(pair_env, tmp_path_factory):
+@pytest.fixture(scope="module", params=[False, True], ids=["tokens", "pooled-slot"])
+def dipair_env(pair_env, tmp_path_factory, request):
     from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
 
     root = tmp_path_factory.mktemp("dipair")
     cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
                        n=4, m=5, d=8, ffn=16, select="firstlast", stage1_epochs=1, stage2_epochs=1, batch_size=16,
-                       sra_weight=0.0, augment_random=20)
+                       sra_weight=0.0, augment_random=20, pooled_slot=request.param)
     train_dipair(cfg, root / "run", progress=False)
     export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)
     return root / "run", root / "bundle"
@@ -40,10 +40,11 @@ def _states(rng, b, n, d, pad=True):
     return s
 
 
-def test_head_graph_equals_torch_and_reference():
+@pytest.mark.parametrize("vec_dim", [0, 5])
+def test_head_graph_equals_torch_and_reference(vec_dim):
     import torch
 
-    cfg = DiPairHeadConfig(in_dim=6, n=3, m=4, d=8, layers=2, heads=2, ffn=12, outputs=3, kind="classes")
+    cfg = DiPairHeadConfig(in_dim=6, n=3, m=4, d=8, layers=2, heads=2, ffn=12, outputs=3, kind="classes", vec_dim=vec_dim)
     torch.manual_seed(0)
     head = build_head(cfg).eval()
     w = {k: v.numpy() for k, v in head.state_dict().items()}
@@ -72,8 +73,9 @@ def test_bundle_states_scores_and_rerank(dipair_env):
         sa, sb = dp.states(texts, "a"), dp.states(texts, "b")
         assert sa.shape == (4, 4, 8) and sb.shape == (4, 5, 8)
         lengths = [len(bundle.tokenizer.ids(t)) for t in texts]
-        for row, n in enumerate(lengths):  # short sentences: exactly min(length, slots) non-zero rows
-            assert (np.abs(sb[row]).sum(-1) > 0).sum() == min(n, 5)
+        pooled = int(block["head"]["pooled_slot"])
+        for row, n in enumerate(lengths):  # short sentences: exactly min(length, token slots) non-zero token rows
+            assert (np.abs(sb[row]).sum(-1) > 0).sum() == pooled + min(n, 5 - pooled)
         q = dp.states(texts, "b", int8=True)
         assert q.dtype == np.int8 and q.nbytes == 4 * 5 * 8
         np.testing.assert_array_equal(q, np.clip(np.rint(sb * 127), -127, 127).astype(np.int8))

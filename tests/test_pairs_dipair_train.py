@@ -84,6 +84,31 @@ def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_tea
     assert json.loads((tmp_path / "part" / "dipair_config.json").read_text())["stage2_epochs"] == 2
 
 
+def test_pooled_slot_run_trains_resumes_exactly_and_reloads(pair_env, tiny_teacher, tmp_path):
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.dipair import head_forward_numpy, load_head_weights
+
+    cfg = _cfg(pair_env, tiny_teacher, seed=2, pooled_slot=True, stage1_epochs=1, stage2_epochs=1)
+    train_dipair(cfg, tmp_path / "full", progress=False)
+    part = _cfg(pair_env, tiny_teacher, seed=2, pooled_slot=True, stage1_epochs=1, stage2_epochs=0)
+    train_dipair(part, tmp_path / "part", progress=False)
+    train_dipair(cfg, tmp_path / "part", resume=True, progress=False)  # a finished run trained on into stage 2
+    assert (tmp_path / "full" / "checkpoint" / "model.safetensors").read_bytes() == \
+        (tmp_path / "part" / "checkpoint" / "model.safetensors").read_bytes()
+    hcfg, w = load_head_weights(tmp_path / "full")
+    assert hcfg.pooled and hcfg.vec_dim == 16 and {"vproj.weight", "compare.weight"} <= set(w)
+    ds = DiPairStudent.load(tmp_path / "full")
+    dev = load_pairs("stsb", "dev", pair_env.data)
+    sa, sb = ds.states(dev.a[:12], "a"), ds.states(dev.b[:12], "b")
+    assert sa.shape == (12, 4, 8) and (np.abs(sa[:, 0]).sum(-1) > 0).all()
+    np.testing.assert_allclose(ds.logits(dev.a[:12], dev.b[:12]), head_forward_numpy(hcfg, w, sa, sb), atol=1e-4)
+    published = json.loads((tmp_path / "full" / "dev.json").read_text())
+    assert abs(ds.evaluate(dev)["spearman"] - published["spearman"]) < 0.01
+    with pytest.raises(OndeviceError, match="different settings"):  # the pooled slot cannot be switched on resume
+        train_dipair(_cfg(pair_env, tiny_teacher, seed=2, stage1_epochs=1, stage2_epochs=1), tmp_path / "part",
+                     resume=True, progress=False)
+
+
 def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):
     for kw, msg in (({"n": 0}, "--n"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"), ({"teacher": ""}, "--teacher"),
                     ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature"),

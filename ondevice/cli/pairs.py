@@ -133,6 +133,9 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--heads", type=int, default=d.heads)
     s.add_argument("--ffn", type=int, default=d.ffn)
     s.add_argument("--select", default=d.select, choices=["first", "firstlast"], help="first N, or first N/2 + last N/2")
+    s.add_argument("--pooled-slot", action=argparse.BooleanOptionalAction, default=d.pooled_slot,
+                   help="slot 0 of each side is the projected sentence vector, and the head compares the two pooled "
+                        "slots (DSE features) in a slot of its own; tokens fill the other slots")
     s.add_argument("--stage1-epochs", type=int, default=d.stage1_epochs, help="head + projection, encoder frozen")
     s.add_argument("--stage2-epochs", type=int, default=d.stage2_epochs,
                    help="everything, plus the SRA loss (may grow on --resume: the run trains on)")
@@ -178,7 +181,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
                 raise OndeviceError(f"{flag} {path} is not a folder; pass the folder `ondevice {'distill' if flag == '--student' else 'pairs teacher'}` wrote")
         cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
-                           stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
+                           pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
                            lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
                            augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)

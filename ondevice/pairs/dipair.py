@@ -11,6 +11,11 @@ Pieces, each with a numpy reference the ONNX graphs and tests are checked agains
 - the head: x = [states_a; states_b] + position embedding + segment embedding; L post-LN transformer layers
   (1 head by default, ReLU FFN), attention keys masked where a slot is a zero row (padding); logits from the
   first slot's output. The mask is read off the states themselves, so a cache holds nothing but the states.
+- `vec_dim > 0` (the "pooled slot"): slot 0 of each side is tanh(V u + c), u the student's sentence vector, and the
+  token positions fill slots 1..N-1 (the cache stays N x D). The head prepends a comparison slot
+  C [p_a, p_b, p_a * p_b, |p_a - p_b|] + c_0 built from the two pooled slots (the DSE head's features, which a
+  head trained from scratch on a few thousand pairs does not learn to form by attention) and reads the logits
+  off that slot; it is never masked.
 """
 
 from __future__ import annotations
@@ -50,7 +55,18 @@ class DiPairHeadConfig:
     gold_low: float = 0.0
     gold_high: float = 1.0
     threshold: float | None = None
+    vec_dim: int = 0  # > 0: slot 0 of each side is the projected sentence vector (this wide), see the module docstring
     format_version: int = 1
+
+    @property
+    def pooled(self) -> bool:
+        """Whether slot 0 of each side holds the projected sentence vector (and the head has a comparison slot)."""
+        return self.vec_dim > 0
+
+    @property
+    def slots(self) -> int:
+        """Input slots of the transformer: the comparison slot (pooled heads), then N of side a and M of side b."""
+        return self.n + self.m + (1 if self.pooled else 0)
 
     def validate(self) -> None:
         """One-line errors for impossible shapes."""
@@ -58,7 +74,9 @@ class DiPairHeadConfig:
                   (self.layers >= 1, "--layers must be >= 1"), (self.heads >= 1, "--heads must be >= 1"),
                   (self.d % max(self.heads, 1) == 0, f"--d ({self.d}) must be divisible by --heads ({self.heads})"),
                   (self.ffn >= 1, "--ffn must be >= 1"), (self.mode in MODES, f"--select must be one of {', '.join(MODES)}"),
-                  (self.n <= 512 and self.m <= 512, "--n and --m must be <= 512"), (self.d <= 4096, "--d must be <= 4096")]
+                  (self.n <= 512 and self.m <= 512, "--n and --m must be <= 512"), (self.d <= 4096, "--d must be <= 4096"),
+                  (self.vec_dim >= 0, "vec_dim must be >= 0"),
+                  (not self.pooled or min(self.n, self.m) >= 2, "--pooled-slot needs --n and --m >= 2 (slot 0 is the sentence vector)")]
         for ok, msg in checks:
             if not ok:
                 raise OndeviceError(msg)
@@ -84,8 +102,13 @@ def select_positions(lengths: np.ndarray, n: int, mode: str) -> tuple[np.ndarray
     return np.where(valid, idx, 0).astype(np.int64), valid
 
 
-def states_numpy(out: np.ndarray, lengths: np.ndarray, n: int, mode: str, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Reference token states (B, n, D) from BiLSTM outputs (B, T, 2H): tanh(W x + b) on kept slots, 0 elsewhere."""
+def states_numpy(out: np.ndarray, lengths: np.ndarray, n: int, mode: str, weight: np.ndarray, bias: np.ndarray,
+                 vec: np.ndarray | None = None, vweight: np.ndarray | None = None, vbias: np.ndarray | None = None) -> np.ndarray:
+    """Reference states (B, n, D) from BiLSTM outputs (B, T, 2H): tanh(W x + b) on kept slots, 0 elsewhere; with
+    `vec` (B, out) and its projection, slot 0 is tanh(V vec + c) and the tokens fill slots 1..n-1."""
+    if vec is not None:
+        first = np.tanh(np.asarray(vec, np.float64) @ np.asarray(vweight, np.float64).T + vbias)[:, None]
+        return np.concatenate([first.astype(np.float32), states_numpy(out, lengths, n - 1, mode, weight, bias)], axis=1)
     idx, valid = select_positions(lengths, n, mode)
     picked = np.take_along_axis(np.asarray(out, np.float64), idx[:, :, None], axis=1)
     s = np.tanh(picked @ np.asarray(weight, np.float64).T + bias)
@@ -111,11 +134,18 @@ def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
 def head_forward_numpy(cfg: DiPairHeadConfig, w: dict[str, np.ndarray], sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
     """Reference head in float64: states_a (B, N, D), states_b (B, M, D) -> logits (B, outputs)."""
     f = {k: np.asarray(v, np.float64) for k, v in w.items()}
-    s = np.concatenate([np.asarray(sa, np.float64), np.asarray(sb, np.float64)], axis=1)
+    sa, sb = np.asarray(sa, np.float64), np.asarray(sb, np.float64)
+    parts = [sa, sb]
+    if cfg.pooled:
+        pa, pb = sa[:, 0], sb[:, 0]
+        feats = np.concatenate([pa, pb, pa * pb, np.abs(pa - pb)], axis=1)
+        parts.insert(0, (feats @ f["compare.weight"].T + f["compare.bias"])[:, None])
+    s = np.concatenate(parts, axis=1)
     B, S, D = s.shape
     keep = np.abs(s).sum(-1) > 0  # (B, S)
-    seg = np.concatenate([np.zeros(cfg.n, np.int64), np.ones(cfg.m, np.int64)])
-    x = s + f["position"][None, :S] + f["segment"][seg][None]
+    if cfg.pooled:
+        keep[:, 0] = True
+    x = s + f["position"][None, :S] + f["segment"][segment_ids(cfg)][None]
     h, dh = cfg.heads, D // cfg.heads
     add = np.where(keep, 0.0, MASK_NEG)[:, None, None, :]  # (B, 1, 1, S)
     for i in range(cfg.layers):
@@ -133,6 +163,11 @@ def head_forward_numpy(cfg: DiPairHeadConfig, w: dict[str, np.ndarray], sa: np.n
         ff = np.maximum(x @ f[p + "ff1.weight"].T + f[p + "ff1.bias"], 0.0) @ f[p + "ff2.weight"].T + f[p + "ff2.bias"]
         x = _layer_norm(x + ff, f[p + "ln2.weight"], f[p + "ln2.bias"])
     return (x[:, 0] @ f["out.weight"].T + f["out.bias"]).astype(np.float32)
+
+
+def segment_ids(cfg: DiPairHeadConfig) -> np.ndarray:
+    """Segment of every input slot: 0 for the comparison slot and side a, 1 for side b."""
+    return np.concatenate([np.zeros(cfg.slots - cfg.m, np.int64), np.ones(cfg.m, np.int64)])
 
 
 def _torch():
@@ -169,17 +204,24 @@ def build_head(cfg: DiPairHeadConfig, dropout: float = 0.0):
     class DiPairHead(nn.Module):
         def __init__(self):
             super().__init__()
-            self.position = nn.Parameter(torch.randn(cfg.n + cfg.m, cfg.d) * 0.02)
+            self.position = nn.Parameter(torch.randn(cfg.slots, cfg.d) * 0.02)
             self.segment = nn.Parameter(torch.randn(2, cfg.d) * 0.02)
+            if cfg.pooled:
+                self.compare = nn.Linear(4 * cfg.d, cfg.d)
             self.layers = nn.ModuleList(Layer() for _ in range(cfg.layers))
             self.out = nn.Linear(cfg.d, cfg.outputs)
             self.drop = nn.Dropout(dropout)
-            self.register_buffer("seg_ids", torch.cat([torch.zeros(cfg.n, dtype=torch.long),
-                                                       torch.ones(cfg.m, dtype=torch.long)]), persistent=False)
+            self.register_buffer("seg_ids", torch.from_numpy(segment_ids(cfg)), persistent=False)
 
         def forward(self, sa, sb):
-            s = torch.cat([sa, sb], dim=1)
+            parts = [sa, sb]
+            if cfg.pooled:
+                pa, pb = sa[:, 0], sb[:, 0]
+                parts.insert(0, self.compare(torch.cat([pa, pb, pa * pb, (pa - pb).abs()], dim=-1))[:, None])
+            s = torch.cat(parts, dim=1)
             keep = s.abs().sum(-1) > 0
+            if cfg.pooled:
+                keep = torch.cat([torch.ones_like(keep[:, :1]), keep[:, 1:]], dim=1)
             add = torch.where(keep, 0.0, MASK_NEG)[:, None, None, :].to(s.dtype)
             x = self.drop(s + self.position[None] + self.segment[self.seg_ids][None])
             for layer in self.layers:
@@ -193,6 +235,11 @@ def build_head(cfg: DiPairHeadConfig, dropout: float = 0.0):
 def build_projection(cfg: DiPairHeadConfig):
     """The shared projection 2H -> D (tanh applied by `token_states`)."""
     return _torch().nn.Linear(cfg.in_dim, cfg.d)
+
+
+def build_vector_projection(cfg: DiPairHeadConfig):
+    """The pooled slot's projection of the sentence vector, out -> D (None for heads without a pooled slot)."""
+    return _torch().nn.Linear(cfg.vec_dim, cfg.d) if cfg.pooled else None
 
 
 def encoder_outputs(model, ids, lengths):
@@ -227,12 +274,22 @@ def token_states(proj, out, lengths, n: int, mode: str):
     return torch.tanh(proj(picked)) * torch.from_numpy(valid).to(out.device)[:, :, None].to(out.dtype)
 
 
-def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig) -> None:
-    """Write dipair_head.safetensors (projection + head, fp32) and dipair_head.json."""
+def side_states(proj, vproj, vec, out, lengths, slots: int, mode: str):
+    """A side's states (B, slots, D): token states, or with `vproj` the pooled slot tanh(vproj(vec)) then slots - 1 tokens."""
+    if vproj is None:
+        return token_states(proj, out, lengths, slots, mode)
+    torch = _torch()
+    return torch.cat([torch.tanh(vproj(vec))[:, None], token_states(proj, out, lengths, slots - 1, mode)], dim=1)
+
+
+def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=None) -> None:
+    """Write dipair_head.safetensors (projections + head, fp32) and dipair_head.json."""
     st = require("safetensors.torch", "train")
     from ondevice.student import check_finite
 
     tensors = {f"proj.{k}": v for k, v in proj.state_dict().items()}
+    if vproj is not None:
+        tensors.update({f"vproj.{k}": v for k, v in vproj.state_dict().items()})
     tensors.update(head.state_dict())
     check_finite(tensors, "the DiPair head")
     with atomic_path(Path(directory) / HEAD_WEIGHTS) as tmp:
@@ -254,7 +311,9 @@ def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str
         weights = load_file(str(directory / HEAD_WEIGHTS))
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt files
         raise OndeviceError(f"cannot read {directory / HEAD_WEIGHTS}: {str(exc)[:200]}; re-create it") from None
-    expected = {"proj.weight": (cfg.d, cfg.in_dim), "position": (cfg.n + cfg.m, cfg.d), "out.weight": (cfg.outputs, cfg.d)}
+    expected = {"proj.weight": (cfg.d, cfg.in_dim), "position": (cfg.slots, cfg.d), "out.weight": (cfg.outputs, cfg.d)}
+    if cfg.pooled:
+        expected.update({"vproj.weight": (cfg.d, cfg.vec_dim), "compare.weight": (cfg.d, 4 * cfg.d)})
     for k, shape in expected.items():
         if k not in weights or tuple(weights[k].shape) != shape:
             raise OndeviceError(f"{directory / HEAD_WEIGHTS} does not match {HEAD_CONFIG} ({k}); the folder is inconsistent")
@@ -262,5 +321,5 @@ def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str
 
 
 def head_weights(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The head's tensors without the projection."""
-    return {k: v for k, v in weights.items() if not k.startswith("proj.")}
+    """The head's tensors without the projections."""
+    return {k: v for k, v in weights.items() if not k.startswith(("proj.", "vproj."))}

@@ -1,7 +1,8 @@
 """DiPair on device: token-state outputs added to the bundle's `encoder.onnx`, `dipair_head.onnx`, golden pairs.
 
 `encoder.onnx` gains outputs `token_states_a` (float32 [batch, N, D]) and `token_states_b` ([batch, M, D]): the
-BiLSTM's outputs at the kept positions (`dipair.select_positions`), projected, tanh, zero rows for padding; with
+BiLSTM's outputs at the kept positions (`dipair.select_positions`), projected, tanh, zero rows for padding (a head
+with a pooled slot: slot 0 is tanh(V embedding + c), the tokens fill the rest); with
 `int8_states`, also `token_states_a_int8` / `token_states_b_int8` = round(127 x) as int8 (what a catalog caches:
 M x D bytes per item). The nodes are appended to the exported graph (fp32 LSTM or int8 DynamicQuantizeLSTM), so
 `embedding` and `code` are computed exactly as before. `dipair_head.onnx` runs the head on states (no tokenizer):
@@ -27,6 +28,7 @@ from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     head_forward_numpy,
     head_weights,
+    segment_ids,
 )
 from ondevice.pairs.export import quantize_matmuls, save_npy, seal_bundle
 
@@ -90,8 +92,10 @@ def _hidden_size(graph, lstm) -> int:
     return size - ANCHOR_UNITS if _real_units(graph, lstm) != lstm.output[0] else size
 
 
-def add_token_outputs(model, cfg: DiPairHeadConfig, proj_weight: np.ndarray, proj_bias: np.ndarray, int8_states: bool = False):
-    """A copy of encoder ModelProto `model` with the token-state outputs appended (see the module docstring)."""
+def add_token_outputs(model, cfg: DiPairHeadConfig, proj_weight: np.ndarray, proj_bias: np.ndarray, int8_states: bool = False,
+                      vproj: tuple[np.ndarray, np.ndarray] | None = None):
+    """A copy of encoder ModelProto `model` with the token-state outputs appended (see the module docstring);
+    `vproj` (weight, bias) is the pooled slot's projection of the `embedding` output (heads with `cfg.pooled`)."""
     onnx = require("onnx", "export")
     TP = onnx.TensorProto
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -106,11 +110,23 @@ def add_token_outputs(model, cfg: DiPairHeadConfig, proj_weight: np.ndarray, pro
     wt = b.const("proj_weight_t", np.ascontiguousarray(proj_weight.T, np.float32))
     bias = b.const("proj_bias", proj_bias.astype(np.float32))
     outputs = []
+    if cfg.pooled != (vproj is not None):
+        raise OndeviceError("the DiPair head's pooled slot and the projection passed for it disagree; re-export the run")
+    pooled = None
+    if vproj is not None:
+        vz = b.node("Add", [b.node("MatMul", ["embedding", b.const("vproj_weight_t", np.ascontiguousarray(vproj[0].T, np.float32))],
+                                   "pooled_proj"), b.const("vproj_bias", vproj[1].astype(np.float32))], "pooled_proj_bias")
+        pooled = b.node("Unsqueeze", [b.node("Tanh", [vz], "pooled_tanh"), b.const("axes1b", np.array([1], np.int64))], "pooled_slot")
     for role, n in (("a", cfg.n), ("b", cfg.m)):
-        picked, valid3 = _selected(b, out, lengths2, n, cfg.mode, role)
+        tokens = n - 1 if pooled else n
+        picked, valid3 = _selected(b, out, lengths2, tokens, cfg.mode, role)
         z = b.node("Add", [b.node("MatMul", [picked, wt], f"{role}_proj"), bias], f"{role}_proj_bias")
         name = f"token_states_{role}"
-        b.node("Mul", [b.node("Tanh", [z], f"{role}_tanh"), valid3], f"{role}_states", out=name)
+        if pooled:
+            tok = b.node("Mul", [b.node("Tanh", [z], f"{role}_tanh"), valid3], f"{role}_token_states")
+            b.node("Concat", [pooled, tok], f"{role}_states", out=name, axis=1)
+        else:
+            b.node("Mul", [b.node("Tanh", [z], f"{role}_tanh"), valid3], f"{role}_states", out=name)
         outputs.append(onnx.helper.make_tensor_value_info(name, TP.FLOAT, ["batch", n, cfg.d]))
         if int8_states:
             r = b.node("Round", [b.node("Mul", [name, b.const(f"{role}_scale", np.array(127.0, np.float32))], f"{role}_scaled")],
@@ -134,14 +150,26 @@ def build_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
     b = _Builder("")
     D, h = cfg.d, cfg.heads
     dh = D // h
-    s = b.node("Concat", ["states_a", "states_b"], "states", axis=1)
+    parts = ["states_a", "states_b"]
+    if cfg.pooled:
+        slot0 = b.const("slot0_in", np.array(0, np.int64))
+        pa = b.node("Gather", ["states_a", slot0], "pooled_a", axis=1)
+        pb = b.node("Gather", ["states_b", slot0], "pooled_b", axis=1)
+        feats = b.node("Concat", [pa, pb, b.node("Mul", [pa, pb], "pooled_product"),
+                                  b.node("Abs", [b.node("Sub", [pa, pb], "pooled_difference")], "pooled_abs_difference")],
+                       "compare_features", axis=-1)
+        cmp = b.node("Add", [b.node("MatMul", [feats, b.const("compare_wt", np.ascontiguousarray(w["compare.weight"].T))], "compare_matmul"),
+                             b.const("compare_b", w["compare.bias"])], "compare_bias")
+        parts.insert(0, b.node("Unsqueeze", [cmp, b.const("axes_1c", np.array([1], np.int64))], "compare_slot"))
+    s = b.node("Concat", parts, "states", axis=1)
     keep = b.node("Greater", [b.node("ReduceSum", [b.node("Abs", [s], "abs"), b.const("axes_last", np.array([-1], np.int64))],
                                      "row_sum", keepdims=0), b.const("zero_f", np.array(0.0, np.float32))], "keep")
+    if cfg.pooled:  # the comparison slot is always attended to
+        keep = b.node("Or", [keep, b.const("always_keep", (np.arange(cfg.slots) == 0)[None, :])], "keep_compare")
     add = b.node("Where", [keep, b.const("mask_keep", np.array(0.0, np.float32)), b.const("mask_pad", np.array(MASK_NEG, np.float32))],
                  "mask_add")
     add = b.node("Unsqueeze", [add, b.const("axes_12", np.array([1, 2], np.int64))], "mask_add4")  # (B, 1, 1, S)
-    seg = np.concatenate([np.zeros(cfg.n, np.int64), np.ones(cfg.m, np.int64)])
-    x = b.node("Add", [s, b.const("embed_add", (w["position"] + w["segment"][seg]).astype(np.float32))], "embedded")
+    x = b.node("Add", [s, b.const("embed_add", (w["position"] + w["segment"][segment_ids(cfg)]).astype(np.float32))], "embedded")
     split = b.const("shape_heads", np.array([0, 0, h, dh], np.int64))
     merge = b.const("shape_merge", np.array([0, 0, D], np.int64))
 
@@ -218,7 +246,8 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
     if not hidden or 2 * _hidden_size(encoder.graph, hidden[0]) != cfg.in_dim:
         raise OndeviceError(f"the DiPair head takes {cfg.in_dim}-wide token outputs, which this bundle's encoder does not "
                             "make; export the encoder of the same DiPair run")
-    extended = add_token_outputs(encoder, cfg, weights["proj.weight"], weights["proj.bias"], int8_states)
+    vproj = (weights["vproj.weight"], weights["vproj.bias"]) if cfg.pooled else None
+    extended = add_token_outputs(encoder, cfg, weights["proj.weight"], weights["proj.bias"], int8_states, vproj)
     with atomic_path(path / ONNX_FILE) as tmp:
         tmp.write_bytes(extended.SerializeToString())
     fp32_head = build_head_graph(cfg, weights)
@@ -271,6 +300,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
         "file": HEAD_ONNX, "weights": HEAD_WEIGHTS, "precision": precision,
         "head": {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
                  "outputs": cfg.outputs, "in_dim": cfg.in_dim, "select": cfg.mode, "activation": "relu",
+                 "vec_dim": cfg.vec_dim, "pooled_slot": cfg.pooled,
                  "layer_norm": "post-LN, eps 1e-5", "mask": "slots whose state row is all zero are padding (keys masked)"},
         "encoder_outputs": outputs, "inputs": {"states_a": outputs["token_states_a"], "states_b": outputs["token_states_b"]},
         "cache": {"per_item_bytes_int8": cfg.cache_bytes(True), "per_item_bytes_fp32": cfg.cache_bytes(False),

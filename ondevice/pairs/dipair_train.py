@@ -30,10 +30,11 @@ from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     build_head,
     build_projection,
+    build_vector_projection,
     encoder_outputs,
     load_head_weights,
     save_head,
-    token_states,
+    side_states,
 )
 from ondevice.pairs.runloop import CHECKPOINT, check_resume
 from ondevice.student import Student
@@ -59,6 +60,7 @@ class DiPairConfig:
     heads: int = 1
     ffn: int = 256
     select: str = "first"  # first | firstlast
+    pooled_slot: bool = False  # slot 0 of each side = the projected sentence vector, plus a comparison slot in the head
     stage1_epochs: int = 2
     stage2_epochs: int = 2
     batch_size: int = 32
@@ -75,11 +77,12 @@ class DiPairConfig:
     split_seed: int = 0
     threads: int = 0
 
-    def head_config(self, in_dim: int, spec) -> DiPairHeadConfig:
-        """The head's config for a student of token width `in_dim` and task `spec`."""
+    def head_config(self, in_dim: int, spec, vec_dim: int = 0) -> DiPairHeadConfig:
+        """The head's config for a student of token width `in_dim`, sentence-vector width `vec_dim` and task `spec`."""
         return DiPairHeadConfig(in_dim=in_dim, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads,
                                 ffn=self.ffn, mode=self.select, outputs=spec.num_outputs, task=spec.name, kind=spec.kind,
-                                labels=list(spec.labels), gold_low=spec.low, gold_high=spec.high)
+                                labels=list(spec.labels), gold_low=spec.low, gold_high=spec.high,
+                                vec_dim=vec_dim if self.pooled_slot else 0)
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
@@ -95,10 +98,10 @@ class DiPairConfig:
                   (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
         first_failure(checks)
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
-                         mode=self.select).validate()
+                         mode=self.select, vec_dim=2 if self.pooled_slot else 0).validate()
 
 
-_RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "stage1_epochs", "stage2_epochs", "batch_size",
+_RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "pooled_slot", "stage1_epochs", "stage2_epochs", "batch_size",
                 "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits",
                 "max_train_pairs", "seed", "split_seed")
 
@@ -117,8 +120,9 @@ def soft_label_loss(logits, teacher, kind: str, temperature: float):
 class DiPairStudent:
     """A trained DiPair run: encoder + projection + head in torch (the training-side reference)."""
 
-    def __init__(self, student: Student, cfg: DiPairHeadConfig, proj, head):
+    def __init__(self, student: Student, cfg: DiPairHeadConfig, proj, head, vproj=None):
         self.student, self.cfg, self.proj, self.head = student, cfg, proj.eval(), head.eval()
+        self.vproj = vproj.eval() if vproj is not None else None
 
     @classmethod
     def load(cls, directory: str | Path) -> DiPairStudent:
@@ -127,15 +131,17 @@ class DiPairStudent:
         directory = Path(directory)
         student = Student.load(directory / STUDENT)
         cfg, w = load_head_weights(directory)
-        proj, head = build_projection(cfg), build_head(cfg)
+        proj, head, vproj = build_projection(cfg), build_head(cfg), build_vector_projection(cfg)
         proj.load_state_dict({"weight": torch.from_numpy(w["proj.weight"]), "bias": torch.from_numpy(w["proj.bias"])})
-        head.load_state_dict({k: torch.from_numpy(v) for k, v in w.items() if not k.startswith("proj.")})
-        return cls(student, cfg, proj, head)
+        if vproj is not None:
+            vproj.load_state_dict({"weight": torch.from_numpy(w["vproj.weight"]), "bias": torch.from_numpy(w["vproj.bias"])})
+        head.load_state_dict({k: torch.from_numpy(v) for k, v in w.items() if not k.startswith(("proj.", "vproj."))})
+        return cls(student, cfg, proj, head, vproj)
 
     def states(self, texts: Sequence[str], role: str = "b", batch_size: int = 256) -> np.ndarray:
         """Token states float32 (len(texts), N or M, D) of sentences in role 'a' (N slots) or 'b' (M slots)."""
         ids = [np.asarray(self.student.tokenizer.ids(t), np.int64) for t in texts]
-        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg, batch_size)
+        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg, batch_size, self.vproj)
         return (sa if role == "a" else sb).numpy()
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
@@ -153,7 +159,7 @@ class DiPairStudent:
         uniq = list(dict.fromkeys([*a, *b]))
         pos = {s: i for i, s in enumerate(uniq)}
         ids = [np.asarray(self.student.tokenizer.ids(t), np.int64) for t in uniq]
-        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg)
+        _, sa, sb = _encode_all(self.student.model, self.proj, ids, self.cfg, vproj=self.vproj)
         return self.logits_from_states(sa.numpy()[[pos[s] for s in a]], sb.numpy()[[pos[s] for s in b]])
 
     def evaluate(self, data) -> dict:
@@ -164,7 +170,7 @@ class DiPairStudent:
         return evaluate_scores(task_spec(data.task), self.logits(data.a, data.b), data.gold, self.cfg.threshold)
 
 
-def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, batch: int = 256):
+def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, batch: int = 256, vproj=None):
     """(vectors, states_a, states_b) of all id rows, no grad."""
     torch = require("torch", "train")
     encoder.eval()
@@ -174,8 +180,8 @@ def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, bat
             x, lens = pad_ids(ids[s : s + batch])
             v, out = encoder_outputs(encoder, torch.from_numpy(x), torch.from_numpy(lens))
             vec.append(v)
-            sa.append(token_states(proj, out, torch.from_numpy(lens), cfg.n, cfg.mode))
-            sb.append(token_states(proj, out, torch.from_numpy(lens), cfg.m, cfg.mode))
+            sa.append(side_states(proj, vproj, v, out, torch.from_numpy(lens), cfg.n, cfg.mode))
+            sb.append(side_states(proj, vproj, v, out, torch.from_numpy(lens), cfg.m, cfg.mode))
     return torch.cat(vec), torch.cat(sa), torch.cat(sb)
 
 
@@ -245,11 +251,15 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)) if sra else None
     dev_t_vec = np.asarray(cached_vectors(sra, dev_texts, progress=progress), np.float32) if sra else None
 
-    head_cfg = config.head_config(2 * student.config.hidden_size, spec)
+    head_cfg = config.head_config(2 * student.config.hidden_size, spec, student.config.output_dim)
     torch.manual_seed(config.seed)
     proj, head = build_projection(head_cfg), build_head(head_cfg, config.dropout)
+    vproj = build_vector_projection(head_cfg)
     holder = type("Holder", (), {})()
-    holder.model = torch.nn.ModuleDict({"encoder": student.model, "proj": proj, "head": head})
+    parts = {"encoder": student.model, "proj": proj, "head": head}
+    if vproj is not None:
+        parts["vproj"] = vproj
+    holder.model = torch.nn.ModuleDict(parts)
 
     def optimizer(stage: int):
         student.model.requires_grad_(stage == 2)
@@ -284,7 +294,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
 
     def publish(metrics: dict, threshold: float | None, cosine: float | None) -> None:
         head_cfg.threshold = threshold
-        save_head(out, proj, head, head_cfg)
+        save_head(out, proj, head, head_cfg, vproj)
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
         before = read_json(out / "data.json", "data summary").get("sra_dev_cosine_before")
@@ -316,8 +326,8 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                 else:
                     vec, tok = encoder_outputs(student.model, x_t, lens_t)
                 ia, ib = torch.from_numpy(inv[: len(rows)]), torch.from_numpy(inv[len(rows):])
-                sa = token_states(proj, tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
-                sb = token_states(proj, tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
+                sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
+                sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
                 loss = soft_label_loss(head(sa, sb), target_t[torch.from_numpy(rows)], spec.kind, config.temperature)
                 if stage == 2 and t_vec is not None:
                     from ondevice.student import cosine_loss
@@ -331,7 +341,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                 if len(losses) % 20 == 0:
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
             bar.close()
-            vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg)
+            vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
             head.eval()
             with torch.inference_mode():
                 dl = head(dsa[torch.from_numpy(da)], dsb[torch.from_numpy(db)]).numpy()

@@ -8,7 +8,9 @@ import java.util.Map;
  * masked out of attention), read from the fp32 {@code dipair_head.safetensors} that the manifest's {@code dipair}
  * block names (size and SHA-256 verified on read). The same maths as {@code ondevice.pairs.dipair.head_forward_numpy};
  * sums run in double. Token states come from the encoder graph ({@code token_states_a/b} outputs); this class does
- * not compute them.
+ * not compute them. A head with a pooled slot ({@code vec_dim > 0}) reads slot 0 of each side as the projected sentence
+ * vector and prepends a comparison slot {@code C [pa, pb, pa * pb, |pa - pb|] + c} (never masked) whose output gives
+ * the logits.
  */
 public final class DiPairHead {
     public final int n;
@@ -18,9 +20,13 @@ public final class DiPairHead {
     public final int heads;
     public final int ffn;
     public final int outputs;
+    /** Whether slot 0 of each side is the pooled sentence vector (and the head has a comparison slot). */
+    public final boolean pooled;
     /** "regression", "binary" or "classes". */
     public final String kind;
-    private final float[] embedAdd; // [(n + m)][d]: position + segment embedding
+    private final float[] embedAdd; // [slots][d]: position + segment embedding
+    private final float[] compareW; // [d][4 d] (pooled heads only)
+    private final float[] compareB;
     private final float[][][] w; // per layer: q.w, q.b, k.w, k.b, v.w, v.b, o.w, o.b, ln1.g, ln1.b, ff1.w, ff1.b, ff2.w, ff2.b, ln2.g, ln2.b
     private final float[] outW;
     private final float[] outB;
@@ -29,7 +35,7 @@ public final class DiPairHead {
     private static final String[] NAMES = {"q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias", "o.weight",
         "o.bias", "ln1.weight", "ln1.bias", "ff1.weight", "ff1.bias", "ff2.weight", "ff2.bias", "ln2.weight", "ln2.bias"};
 
-    private DiPairHead(int[] dims, String kind, float[] embedAdd, float[][][] w, float[] outW, float[] outB) {
+    private DiPairHead(int[] dims, String kind, float[] embedAdd, float[][][] w, float[] outW, float[] outB, float[][] compare) {
         this.n = dims[0];
         this.m = dims[1];
         this.d = dims[2];
@@ -37,6 +43,9 @@ public final class DiPairHead {
         this.heads = dims[4];
         this.ffn = dims[5];
         this.outputs = dims[6];
+        this.pooled = compare != null;
+        this.compareW = compare == null ? null : compare[0];
+        this.compareB = compare == null ? null : compare[1];
         this.kind = kind;
         this.embedAdd = embedAdd;
         this.w = w;
@@ -63,13 +72,21 @@ public final class DiPairHead {
         if (dims[4] < 1 || d % dims[4] != 0) {
             throw new BundleException("manifest.json: DiPair width " + d + " is not divisible by its " + dims[4] + " heads");
         }
+        boolean pooled = head.containsKey("vec_dim") && Json.getLong(head, "vec_dim", where) > 0;
+        int first = pooled ? 1 : 0;
+        int slots = first + n + m;
         String file = Json.getString(block, "weights", "manifest.json dipair");
         SafeTensors st = SafeTensors.parse(bundle.read(file), file);
-        float[] pos = st.get("position", file).requireShape(file, n + m, d).floats();
+        float[] pos = st.get("position", file).requireShape(file, slots, d).floats();
         float[] seg = st.get("segment", file).requireShape(file, 2, d).floats();
-        float[] embedAdd = new float[(n + m) * d];
-        for (int s = 0; s < n + m; s++) {
-            int g = s < n ? 0 : 1;
+        float[][] compare = null;
+        if (pooled) {
+            compare = new float[][] {st.get("compare.weight", file).requireShape(file, d, 4 * d).floats(),
+                st.get("compare.bias", file).requireShape(file, d).floats()};
+        }
+        float[] embedAdd = new float[slots * d];
+        for (int s = 0; s < slots; s++) {
+            int g = s < first + n ? 0 : 1;
             for (int i = 0; i < d; i++) {
                 embedAdd[s * d + i] = pos[s * d + i] + seg[g * d + i];
             }
@@ -96,7 +113,7 @@ public final class DiPairHead {
         int outputs = dims[6];
         float[] outW = st.get("out.weight", file).requireShape(file, outputs, d).floats();
         float[] outB = st.get("out.bias", file).requireShape(file, outputs).floats();
-        return new DiPairHead(dims, Json.getString(block, "task_type", "manifest.json dipair"), embedAdd, w, outW, outB);
+        return new DiPairHead(dims, Json.getString(block, "task_type", "manifest.json dipair"), embedAdd, w, outW, outB, compare);
     }
 
     private static double[] linear(double[] x, int rows, int in, float[] wt, float[] b, int out) {
@@ -140,13 +157,31 @@ public final class DiPairHead {
             throw new IllegalArgumentException("DiPair head takes " + n + "x" + d + " and " + m + "x" + d + " states, got "
                     + a.length + " and " + b.length + " values");
         }
-        int s = n + m;
+        int first = pooled ? 1 : 0;
+        int s = first + n + m;
         double[] x = new double[s * d];
         boolean[] keep = new boolean[s];
-        for (int r = 0; r < s; r++) {
-            double abs = 0;
+        if (pooled) { // comparison slot from the two pooled slots (slot 0 of each side)
+            double[] feats = new double[4 * d];
             for (int i = 0; i < d; i++) {
-                double v = r < n ? a[r * d + i] : b[(r - n) * d + i];
+                double pa = a[i];
+                double pb = b[i];
+                feats[i] = pa;
+                feats[d + i] = pb;
+                feats[2 * d + i] = pa * pb;
+                feats[3 * d + i] = Math.abs(pa - pb);
+            }
+            double[] c = linear(feats, 1, 4 * d, compareW, compareB, d);
+            for (int i = 0; i < d; i++) {
+                x[i] = c[i] + embedAdd[i];
+            }
+            keep[0] = true;
+        }
+        for (int r = first; r < s; r++) {
+            double abs = 0;
+            int t = r - first;
+            for (int i = 0; i < d; i++) {
+                double v = t < n ? a[t * d + i] : b[(t - n) * d + i];
                 abs += Math.abs(v);
                 x[r * d + i] = v + embedAdd[r * d + i];
             }
