@@ -369,7 +369,13 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
     (its cost does not depend on the weights)."""
     import torch
 
-    from ondevice.pairs.dipair import DiPairHeadConfig, build_head, build_projection, load_head_weights
+    from ondevice.pairs.dipair import (
+        DiPairHeadConfig,
+        build_head,
+        build_projection,
+        head_weights,
+        load_head_weights,
+    )
     from ondevice.pairs.dipair_export import build_head_graph, build_int8_head_graph
 
     torch.set_num_threads(a.threads)
@@ -409,7 +415,7 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
     out["head"] = rows
     out["shape"] = {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
                     "pooled_slot": cfg.pooled,
-                    "head_parameters_without_projection": int(sum(v.size for k, v in w.items() if not k.startswith(("proj.", "vproj.")))),
+                    "head_parameters_without_projection": int(sum(v.size for v in head_weights(w).values())),
                     "cache_bytes_per_item_int8": cfg.cache_bytes(True), "cache_bytes_per_item_fp32": cfg.cache_bytes(False)}
     return out
 

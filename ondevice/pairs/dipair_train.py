@@ -32,6 +32,7 @@ from ondevice.pairs.dipair import (
     build_projection,
     build_vector_projection,
     encoder_outputs,
+    head_weights,
     load_head_weights,
     save_head,
     side_states,
@@ -135,7 +136,7 @@ class DiPairStudent:
         proj.load_state_dict({"weight": torch.from_numpy(w["proj.weight"]), "bias": torch.from_numpy(w["proj.bias"])})
         if vproj is not None:
             vproj.load_state_dict({"weight": torch.from_numpy(w["vproj.weight"]), "bias": torch.from_numpy(w["vproj.bias"])})
-        head.load_state_dict({k: torch.from_numpy(v) for k, v in w.items() if not k.startswith(("proj.", "vproj."))})
+        head.load_state_dict({k: torch.from_numpy(v) for k, v in head_weights(w).items()})
         return cls(student, cfg, proj, head, vproj)
 
     def states(self, texts: Sequence[str], role: str = "b", batch_size: int = 256) -> np.ndarray:
