@@ -175,18 +175,27 @@ def plan_threads(n: int, nbytes: int, nq: int = 1, threads: int | None = None) -
 
 @contextlib.contextmanager
 def _numba_threads(threads: int) -> Iterator[None]:
+    """Numba's thread count for a parallel search, restored after it; torch's OpenMP thread count is restored too.
+
+    numba's OpenMP layer shares libgomp with torch, and a parallel launch raises the calling thread's OpenMP thread
+    count, which torch's ops then use: a `--threads 1` training run that searched codes in process (DSE/DiPair
+    augmentation) ran every later op on two spinning threads. Only parallel searches come here, so the two calls
+    on torch (when it is imported at all) never touch the serial hot path."""
     import numba
 
+    torch = sys.modules.get("torch")
+    torch_before = torch.get_num_threads() if torch is not None else 0
     before = numba.get_num_threads()
     want = max(1, min(threads, default_threads()))
-    if want == before:  # setting costs a few microseconds, which matters for small databases
-        yield
-        return
-    numba.set_num_threads(want)
+    if want != before:  # setting costs a few microseconds, which matters for small databases
+        numba.set_num_threads(want)
     try:
         yield
     finally:
-        numba.set_num_threads(before)
+        if want != before:
+            numba.set_num_threads(before)
+        if torch is not None and torch.get_num_threads() != torch_before:
+            torch.set_num_threads(torch_before)
 
 
 _SCRATCH = threading.local()

@@ -7,10 +7,7 @@ resumes and loads on a machine without one.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import sys
-from collections.abc import Iterator
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
@@ -41,19 +38,3 @@ def resolve_device(spec: str) -> str:
     if index >= torch.cuda.device_count():
         raise OndeviceError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) here; use cuda:0..")
     return spec
-
-
-@contextlib.contextmanager
-def keep_torch_threads() -> Iterator[None]:
-    """Give torch back its intra-op thread count after the block (a no-op when torch is not imported).
-
-    numba's OpenMP threading layer shares libgomp with torch, and its first parallel launch can raise the OpenMP
-    thread count of the calling thread: a training run started with `--threads 1` then ran every torch op on two
-    spinning threads after the Hamming-neighbour search of its augmentation (seen as half a core lost per job)."""
-    torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None else None
-    try:
-        yield
-    finally:
-        if torch is not None and torch.get_num_threads() != before:
-            torch.set_num_threads(before)

@@ -368,3 +368,19 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_parallel_search_leaves_torch_thread_count_alone():
+    """numba's OpenMP layer shares libgomp with torch; a parallel search must not raise torch's thread count."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    codes = np.random.default_rng(0).integers(0, 256, (20000, 32), dtype=np.uint8)
+    try:
+        torch.set_num_threads(1)
+        d, _ = H.knn(codes, codes[:64], 5, threads=2)
+        assert torch.get_num_threads() == 1
+        assert (d[:, 0] == 0).all()
+        H.range_search(codes, codes[:64], 3, threads=2)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

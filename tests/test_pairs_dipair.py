@@ -74,6 +74,29 @@ def test_head_matches_numpy_reference_and_masks_padding():
     np.testing.assert_allclose(head_forward_numpy(cfg, w2, sa2, sb2)[1:], head_forward_numpy(cfg, w, sa2, sb2)[1:], atol=1e-5)
 
 
+@pytest.mark.parametrize("vec_dim", [0, 6])
+def test_last_layer_on_slot_zero_only_equals_the_full_last_layer(vec_dim):
+    """The head runs its last layer for slot 0 only (the logits read nothing else): same logits as over all slots."""
+    import torch
+
+    cfg = _cfg(heads=2, outputs=3, vec_dim=vec_dim)
+    torch.manual_seed(1)
+    head = build_head(cfg).eval()
+    rng = np.random.default_rng(1)
+    sa = torch.from_numpy(np.tanh(rng.normal(size=(4, cfg.n, cfg.d))).astype(np.float32))
+    sb = torch.from_numpy(np.tanh(rng.normal(size=(4, cfg.m, cfg.d))).astype(np.float32))
+    widths: list[int] = []
+    last = head.layers[-1]
+    last.register_forward_hook(lambda mod, args, out: widths.append(out.shape[1]))
+    with torch.no_grad():
+        short = head(sa, sb)
+        layer_forward = last.forward
+        last.forward = lambda x, add, first_only=False: layer_forward(x, add, first_only=False)
+        full = head(sa, sb)
+    assert widths == [1, cfg.slots]
+    np.testing.assert_allclose(short.numpy(), full.numpy(), atol=1e-6)
+
+
 def test_dropout_acts_in_training_only():
     import torch
 

@@ -1,10 +1,11 @@
-"""Teacher logits cache: keyed by content, computed once, resumable after a crash."""
+"""Teacher logits cache: keyed by content, computed once, resumable after a crash, never keeps non-finite rows."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from ondevice.errors import OndeviceError
 from ondevice.pairs.logits import cached_logits, pairs_sha256
 
 
@@ -43,3 +44,21 @@ def test_resumes_after_a_crash(tmp_path):
     assert calls == [10, 10, 10, 10]  # two chunks before the crash, two after: nothing recomputed
     assert np.array_equal(out, _fn([])(a, b))
     assert (next(tmp_path.iterdir()) / "identity.json").is_file()
+
+
+def test_non_finite_logits_are_refused_and_never_marked_done(tmp_path):
+    a, b = [f"s{i}" for i in range(30)], [f"t{i}" for i in range(30)]
+    calls: list[int] = []
+    good = _fn(calls)
+
+    def bad_second_chunk(x, y):
+        out = good(x, y)
+        if len(calls) == 2:
+            out[3, 1] = np.nan
+        return out
+
+    with pytest.raises(OndeviceError, match="non-finite logits for pairs 10..19"):
+        cached_logits({"t": 1}, a, b, bad_second_chunk, 2, chunk=10, root=tmp_path, progress=False)
+    out = cached_logits({"t": 1}, a, b, good, 2, chunk=10, root=tmp_path, progress=False)
+    assert calls == [10, 10, 10, 10]  # the bad chunk was not kept: computed again, then the last one
+    assert np.isfinite(out).all() and np.array_equal(out, _fn([])(a, b))

@@ -53,7 +53,6 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
 
     if config.neighbors > 0 and encode is not None and len(sentences) > 1:
         from ondevice.binarize import Binarizer
-        from ondevice.devices import keep_torch_threads
         from ondevice.index import HammingIndex
 
         vectors = np.asarray(encode(sentences), np.float32)
@@ -61,8 +60,7 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
         index = HammingIndex(bits=config.bits)
         index.add(codes)
         k = min(len(sentences), config.neighbors + 1)
-        with keep_torch_threads():
-            _, ids = index.search(codes, k)
+        _, ids = index.search(codes, k)
         for i, row in enumerate(ids):
             for j in [int(j) for j in row if j >= 0 and j != i][: config.neighbors]:
                 add(sentences[i], sentences[j])

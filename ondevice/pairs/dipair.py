@@ -151,14 +151,16 @@ def head_forward_numpy(cfg: DiPairHeadConfig, w: dict[str, np.ndarray], sa: np.n
     for i in range(cfg.layers):
         p = f"layers.{i}."
         def heads_of(t):
-            return t.reshape(B, S, h, dh).transpose(0, 2, 1, 3)
-        q = heads_of(x @ f[p + "q.weight"].T + f[p + "q.bias"])
+            return t.reshape(B, t.shape[1], h, dh).transpose(0, 2, 1, 3)
         k = heads_of(x @ f[p + "k.weight"].T + f[p + "k.bias"])
         v = heads_of(x @ f[p + "v.weight"].T + f[p + "v.bias"])
+        if i == cfg.layers - 1:  # only slot 0 reaches the logits: the last layer's queries and FFN need no other slot
+            x = x[:, :1]
+        q = heads_of(x @ f[p + "q.weight"].T + f[p + "q.bias"])
         a = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh) + add
         a = np.exp(a - a.max(-1, keepdims=True))
         a = a / a.sum(-1, keepdims=True)
-        ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, S, D)
+        ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, x.shape[1], D)
         x = _layer_norm(x + ctx @ f[p + "o.weight"].T + f[p + "o.bias"], f[p + "ln1.weight"], f[p + "ln1.bias"])
         ff = np.maximum(x @ f[p + "ff1.weight"].T + f[p + "ff1.bias"], 0.0) @ f[p + "ff2.weight"].T + f[p + "ff2.bias"]
         x = _layer_norm(x + ff, f[p + "ln2.weight"], f[p + "ln2.bias"])
@@ -190,14 +192,17 @@ def build_head(cfg: DiPairHeadConfig, dropout: float = 0.0):
             self.ff1, self.ff2 = nn.Linear(cfg.d, cfg.ffn), nn.Linear(cfg.ffn, cfg.d)
             self.drop = nn.Dropout(dropout)
 
-        def forward(self, x, add):
-            B, S, D = x.shape
+        def forward(self, x, add, first_only: bool = False):
+            B, _, D = x.shape
             dh = D // cfg.heads
 
             def heads_of(t):
-                return t.reshape(B, S, cfg.heads, dh).transpose(1, 2)
-            a = heads_of(self.q(x)) @ heads_of(self.k(x)).transpose(-1, -2) / float(np.sqrt(dh)) + add
-            ctx = (torch.softmax(a, -1) @ heads_of(self.v(x))).transpose(1, 2).reshape(B, S, D)
+                return t.reshape(B, t.shape[1], cfg.heads, dh).transpose(1, 2)
+            k, v = heads_of(self.k(x)), heads_of(self.v(x))
+            if first_only:  # the caller reads slot 0 only: skip the other slots' queries, outputs and FFN
+                x = x[:, :1]
+            a = heads_of(self.q(x)) @ k.transpose(-1, -2) / float(np.sqrt(dh)) + add
+            ctx = (torch.softmax(a, -1) @ v).transpose(1, 2).reshape(B, x.shape[1], D)
             x = self.ln1(x + self.drop(self.o(ctx)))
             return self.ln2(x + self.drop(self.ff2(torch.relu(self.ff1(x)))))
 
@@ -224,8 +229,8 @@ def build_head(cfg: DiPairHeadConfig, dropout: float = 0.0):
                 keep = torch.cat([torch.ones_like(keep[:, :1]), keep[:, 1:]], dim=1)
             add = torch.where(keep, 0.0, MASK_NEG)[:, None, None, :].to(s.dtype)
             x = self.drop(s + self.position[None] + self.segment[self.seg_ids][None])
-            for layer in self.layers:
-                x = layer(x, add)
+            for i, layer in enumerate(self.layers):
+                x = layer(x, add, first_only=i == len(self.layers) - 1)
             return self.out(x[:, 0])
 
     cfg.validate()

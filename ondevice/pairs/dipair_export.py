@@ -179,9 +179,12 @@ def build_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
 
     for i in range(cfg.layers):
         p = f"layers.{i}."
-        q = b.node("Transpose", [b.node("Reshape", [linear(x, p + "q"), split], f"{p}q_heads")], f"{p}q_t", perm=[0, 2, 1, 3])
         k = b.node("Transpose", [b.node("Reshape", [linear(x, p + "k"), split], f"{p}k_heads")], f"{p}k_t", perm=[0, 2, 3, 1])
         v = b.node("Transpose", [b.node("Reshape", [linear(x, p + "v"), split], f"{p}v_heads")], f"{p}v_t", perm=[0, 2, 1, 3])
+        if i == cfg.layers - 1:  # only slot 0 reaches the logits: the last layer's queries, outputs and FFN need no other slot
+            x = b.node("Slice", [x, b.const(f"{p}first_start", np.array([0], np.int64)), b.const(f"{p}first_end", np.array([1], np.int64)),
+                                 b.const(f"{p}first_axis", np.array([1], np.int64))], f"{p}first_slot_only")
+        q = b.node("Transpose", [b.node("Reshape", [linear(x, p + "q"), split], f"{p}q_heads")], f"{p}q_t", perm=[0, 2, 1, 3])
         sc = b.node("Mul", [b.node("MatMul", [q, k], f"{p}scores"), b.const(f"{p}scale", np.array(1.0 / np.sqrt(dh), np.float32))],
                     f"{p}scores_scaled")
         pr = b.node("Softmax", [b.node("Add", [sc, add], f"{p}scores_masked")], f"{p}attention", axis=-1)

@@ -55,7 +55,10 @@ def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
         with tqdm(total=n, initial=done, desc="teacher logits", unit="pair", disable=not progress) as bar:
             while done < n:
                 stop = min(n, done + chunk)
-                arr[done:stop] = np.asarray(fn(list(a[done:stop]), list(b[done:stop])), np.float32).reshape(stop - done, outputs)
+                rows = np.asarray(fn(list(a[done:stop]), list(b[done:stop])), np.float32).reshape(stop - done, outputs)
+                if not np.isfinite(rows).all():  # never mark rows done that hold bad values
+                    raise OndeviceError(f"the teacher gave non-finite logits for pairs {done}..{stop - 1}; check its weights")
+                arr[done:stop] = rows
                 arr.flush()
                 done = stop
                 write_json(state_path, {"done": done, "n": n})

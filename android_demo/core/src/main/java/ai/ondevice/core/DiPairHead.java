@@ -191,14 +191,16 @@ public final class DiPairHead {
         double scale = 1.0 / Math.sqrt(dh);
         for (int l = 0; l < layers; l++) {
             float[][] p = w[l];
-            double[] q = linear(x, s, d, p[0], p[1], d);
+            // only slot 0 reaches the logits: the last layer's queries, outputs and FFN need no other slot
+            int rows = l == layers - 1 ? 1 : s;
             double[] k = linear(x, s, d, p[2], p[3], d);
             double[] v = linear(x, s, d, p[4], p[5], d);
-            double[] ctx = new double[s * d];
+            double[] q = linear(x, rows, d, p[0], p[1], d);
+            double[] ctx = new double[rows * d];
             double[] att = new double[s];
             for (int h = 0; h < heads; h++) {
                 int off = h * dh;
-                for (int i = 0; i < s; i++) {
+                for (int i = 0; i < rows; i++) {
                     double max = Double.NEGATIVE_INFINITY;
                     for (int j = 0; j < s; j++) {
                         double dot = 0;
@@ -221,20 +223,20 @@ public final class DiPairHead {
                     }
                 }
             }
-            double[] o = linear(ctx, s, d, p[6], p[7], d);
-            for (int i = 0; i < x.length; i++) {
+            double[] o = linear(ctx, rows, d, p[6], p[7], d);
+            for (int i = 0; i < o.length; i++) {
                 x[i] += o[i];
             }
-            layerNorm(x, s, d, p[8], p[9]);
-            double[] h1 = linear(x, s, d, p[10], p[11], ffn);
+            layerNorm(x, rows, d, p[8], p[9]);
+            double[] h1 = linear(x, rows, d, p[10], p[11], ffn);
             for (int i = 0; i < h1.length; i++) {
                 h1[i] = h1[i] > 0 ? h1[i] : 0;
             }
-            double[] h2 = linear(h1, s, ffn, p[12], p[13], d);
-            for (int i = 0; i < x.length; i++) {
+            double[] h2 = linear(h1, rows, ffn, p[12], p[13], d);
+            for (int i = 0; i < h2.length; i++) {
                 x[i] += h2[i];
             }
-            layerNorm(x, s, d, p[14], p[15]);
+            layerNorm(x, rows, d, p[14], p[15]);
         }
         float[] out = new float[outputs];
         for (int c = 0; c < outputs; c++) {
