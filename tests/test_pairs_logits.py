@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,22 @@ def test_resumes_after_a_crash(tmp_path):
     out = cached_logits({"t": 1}, a, b, good, 2, chunk=10, root=tmp_path, progress=False)
     assert calls == [10, 10, 10, 10]  # two chunks before the crash, two after: nothing recomputed
     assert np.array_equal(out, _fn([])(a, b))
-    assert (next(tmp_path.iterdir()) / "identity.json").is_file()
+    assert (next(tmp_path.iterdir()) / "key.json").is_file()
+
+
+def test_a_folder_of_the_earlier_layout_is_adopted_without_recomputing(tmp_path):
+    a, b = [f"s{i}" for i in range(25)], [f"t{i}" for i in range(25)]
+    calls: list[int] = []
+    first = cached_logits({"t": 1}, a, b, _fn(calls), 2, chunk=10, root=tmp_path, progress=False)
+    folder = next(tmp_path.iterdir())
+    # rewrite it as the earlier layout left it: logits.npy, identity.json, a finished prefix of 20 rows
+    (folder / "vectors.npy").rename(folder / "logits.npy")
+    (folder / "key.json").rename(folder / "identity.json")
+    (folder / "state.json").write_text(json.dumps({"done": 20, "n": 25}))
+    out = cached_logits({"t": 1}, a, b, _fn(calls), 2, chunk=10, root=tmp_path, progress=False)
+    assert calls == [10, 10, 5, 5]  # only the unfinished last chunk is computed again
+    assert np.array_equal(out, first) and not (folder / "logits.npy").exists()
+    assert cached_logits({"t": 1}, [], [], _fn(calls), 2, root=tmp_path, progress=False).shape == (0, 2)
 
 
 def test_non_finite_logits_are_refused_and_never_marked_done(tmp_path):
@@ -57,7 +74,7 @@ def test_non_finite_logits_are_refused_and_never_marked_done(tmp_path):
             out[3, 1] = np.nan
         return out
 
-    with pytest.raises(OndeviceError, match="non-finite logits for pairs 10..19"):
+    with pytest.raises(OndeviceError, match="chunk 1: the teacher gave non-finite logits"):
         cached_logits({"t": 1}, a, b, bad_second_chunk, 2, chunk=10, root=tmp_path, progress=False)
     out = cached_logits({"t": 1}, a, b, good, 2, chunk=10, root=tmp_path, progress=False)
     assert calls == [10, 10, 10, 10]  # the bad chunk was not kept: computed again, then the last one

@@ -1,8 +1,9 @@
 """Teacher logits cached on disk by content: teacher identity + the exact pair list, like the teacher-vector cache.
 
-`cache_dir()/pair_logits/<key>/` holds `logits.npy` (float32 (n, outputs), memory-mapped while filling),
-`identity.json` (what the key was made of) and `state.json` (rows done), so an interrupted run resumes and a
-second run computes nothing. No pickle.
+`cache_dir()/pair_logits/<key>/` is a `vector_cache.VectorCache` (the one disk cache of ondevice): `vectors.npy`
+(float32 (n, outputs), memory-mapped while filling), `key.json` (what the key was made of) and `state.json` (the
+finished chunks, each checked finite before it is marked), so an interrupted run resumes and a second run computes
+nothing. Folders of the earlier layout (`logits.npy`, `identity.json`) are adopted in place. No pickle.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ondevice.errors import OndeviceError
-from ondevice.io import cache_dir, read_json, write_json
+from ondevice.io import cache_dir
+from ondevice.vector_cache import VectorCache
 
 
 def pairs_sha256(a: Sequence[str], b: Sequence[str]) -> str:
@@ -27,6 +29,18 @@ def pairs_sha256(a: Sequence[str], b: Sequence[str]) -> str:
     return h.hexdigest()
 
 
+def _check_logits(rows: np.ndarray, what: str) -> None:
+    if not np.isfinite(rows).all():
+        raise OndeviceError(f"{what}: the teacher gave non-finite logits; check its weights")
+
+
+def _adopt_old_layout(folder: Path) -> None:
+    """Rename a folder of the earlier pair-logit layout to the VectorCache names (its state format is read as is)."""
+    for old, new in (("logits.npy", "vectors.npy"), ("identity.json", "key.json")):
+        if (folder / old).is_file() and not (folder / new).exists():
+            (folder / old).rename(folder / new)
+
+
 def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
                   fn: Callable[[list[str], list[str]], np.ndarray], outputs: int, chunk: int = 1024,
                   root: Path | None = None, progress: bool = True) -> np.ndarray:
@@ -36,35 +50,22 @@ def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
     if len(a) != len(b):
         raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
     n = len(a)
+    if n == 0:
+        return np.zeros((0, outputs), np.float32)
     key_src = {"teacher": identity, "pairs_sha256": pairs_sha256(a, b), "n": n, "outputs": outputs}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     folder = (root or cache_dir() / "pair_logits") / key
-    folder.mkdir(parents=True, exist_ok=True)
-    path, state_path = folder / "logits.npy", folder / "state.json"
-    done = 0
-    if state_path.is_file() and path.is_file():
-        done = int(read_json(state_path, "logit cache state")["done"])
-        arr = np.lib.format.open_memmap(path, mode="r+")
-        if arr.shape != (n, outputs):
-            raise OndeviceError(f"logit cache {folder} has shape {arr.shape}, expected {(n, outputs)}; delete that folder")
-    else:
-        write_json(folder / "identity.json", key_src)
-        arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, outputs))
-        write_json(state_path, {"done": 0, "n": n})
-    if done < n:
+    _adopt_old_layout(folder)
+    cache = VectorCache(folder, n, outputs, chunk, key_src, check=_check_logits)
+    pending = cache.pending()
+    if pending:
+        done = n - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
         with tqdm(total=n, initial=done, desc="teacher logits", unit="pair", disable=not progress) as bar:
-            while done < n:
-                stop = min(n, done + chunk)
-                rows = np.asarray(fn(list(a[done:stop]), list(b[done:stop])), np.float32).reshape(stop - done, outputs)
-                if not np.isfinite(rows).all():  # never mark rows done that hold bad values
-                    raise OndeviceError(f"the teacher gave non-finite logits for pairs {done}..{stop - 1}; check its weights")
-                arr[done:stop] = rows
-                arr.flush()
-                done = stop
-                write_json(state_path, {"done": done, "n": n})
-                bar.update(stop - bar.n)
-    del arr
-    return np.array(np.load(path, mmap_mode="r"))
+            for c in pending:
+                lo, hi = cache.bounds(c)
+                cache.write(c, np.asarray(fn(list(a[lo:hi]), list(b[lo:hi])), np.float32).reshape(hi - lo, outputs))
+                bar.update(hi - lo)
+    return np.array(cache.result())
 
 
 def teacher_logits(teacher, a: Sequence[str], b: Sequence[str], progress: bool = True, root: Path | None = None) -> np.ndarray:
