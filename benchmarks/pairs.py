@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         ds.add_argument(flag, type=int, default=default)
     ds.add_argument("--pooled-slot", action="store_true", help="random head with a pooled slot (384-d sentence vectors)")
     ds.add_argument("--pairs", type=int, default=100000, help="cached items one query is scored against")
-    ds.add_argument("--batch", type=int, default=4096)
+    ds.add_argument("--batch", type=int, default=256, help="pairs per head call (256 keeps the activations in cache)")
     ds.add_argument("--ce-pairs", type=int, default=256)
     ds.add_argument("--repeats", type=int, default=3)
     ds.add_argument("--threads", type=int, default=1)

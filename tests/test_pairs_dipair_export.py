@@ -41,10 +41,11 @@ def _states(rng, b, n, d, pad=True):
 
 
 @pytest.mark.parametrize("vec_dim", [0, 5])
-def test_head_graph_equals_torch_and_reference(vec_dim):
+@pytest.mark.parametrize("heads,layers", [(2, 2), (1, 2), (1, 1)])  # one head: the graph has no head axis
+def test_head_graph_equals_torch_and_reference(vec_dim, heads, layers):
     import torch
 
-    cfg = DiPairHeadConfig(in_dim=6, n=3, m=4, d=8, layers=2, heads=2, ffn=12, outputs=3, kind="classes", vec_dim=vec_dim)
+    cfg = DiPairHeadConfig(in_dim=6, n=3, m=4, d=8, layers=layers, heads=heads, ffn=12, outputs=3, kind="classes", vec_dim=vec_dim)
     torch.manual_seed(0)
     head = build_head(cfg).eval()
     w = {k: v.numpy() for k, v in head.state_dict().items()}

@@ -168,28 +168,36 @@ def build_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
         keep = b.node("Or", [keep, b.const("always_keep", (np.arange(cfg.slots) == 0)[None, :])], "keep_compare")
     add = b.node("Where", [keep, b.const("mask_keep", np.array(0.0, np.float32)), b.const("mask_pad", np.array(MASK_NEG, np.float32))],
                  "mask_add")
-    add = b.node("Unsqueeze", [add, b.const("axes_12", np.array([1, 2], np.int64))], "mask_add4")  # (B, 1, 1, S)
+    # one head (the default) needs no head axis: 3-D attention, no Reshape/Transpose (a quarter of the int8 time)
+    add = b.node("Unsqueeze", [add, b.const("axes_12", np.array([1] if h == 1 else [1, 2], np.int64))], "mask_add_b")
     x = b.node("Add", [s, b.const("embed_add", (w["position"] + w["segment"][segment_ids(cfg)]).astype(np.float32))], "embedded")
-    split = b.const("shape_heads", np.array([0, 0, h, dh], np.int64))
-    merge = b.const("shape_merge", np.array([0, 0, D], np.int64))
+    if h > 1:
+        split = b.const("shape_heads", np.array([0, 0, h, dh], np.int64))
+        merge = b.const("shape_merge", np.array([0, 0, D], np.int64))
 
-    def linear(inp: str, name: str) -> str:
-        mm = b.node("MatMul", [inp, b.const(f"{name}_wt", np.ascontiguousarray(w[f"{name}.weight"].T))], f"{name}_matmul")
-        return b.node("Add", [mm, b.const(f"{name}_b", w[f"{name}.bias"])], f"{name}_bias")
+    def linear(inp: str, name: str, scale: float = 1.0) -> str:
+        wt, bias = w[f"{name}.weight"].T * np.float32(scale), w[f"{name}.bias"] * np.float32(scale)
+        mm = b.node("MatMul", [inp, b.const(f"{name}_wt", np.ascontiguousarray(wt, np.float32))], f"{name}_matmul")
+        return b.node("Add", [mm, b.const(f"{name}_b", bias.astype(np.float32))], f"{name}_bias")
+
+    def heads(t: str, name: str, perm: list[int]) -> str:
+        return t if h == 1 else b.node("Transpose", [b.node("Reshape", [t, split], f"{name}_heads")], f"{name}_t", perm=perm)
 
     for i in range(cfg.layers):
         p = f"layers.{i}."
-        k = b.node("Transpose", [b.node("Reshape", [linear(x, p + "k"), split], f"{p}k_heads")], f"{p}k_t", perm=[0, 2, 3, 1])
-        v = b.node("Transpose", [b.node("Reshape", [linear(x, p + "v"), split], f"{p}v_heads")], f"{p}v_t", perm=[0, 2, 1, 3])
+        k = heads(linear(x, p + "k"), p + "k", [0, 2, 3, 1])
+        if h == 1:
+            k = b.node("Transpose", [k], f"{p}k_t", perm=[0, 2, 1])
+        v = heads(linear(x, p + "v"), p + "v", [0, 2, 1, 3])
         if i == cfg.layers - 1:  # only slot 0 reaches the logits: the last layer's queries, outputs and FFN need no other slot
             x = b.node("Slice", [x, b.const(f"{p}first_start", np.array([0], np.int64)), b.const(f"{p}first_end", np.array([1], np.int64)),
                                  b.const(f"{p}first_axis", np.array([1], np.int64))], f"{p}first_slot_only")
-        q = b.node("Transpose", [b.node("Reshape", [linear(x, p + "q"), split], f"{p}q_heads")], f"{p}q_t", perm=[0, 2, 1, 3])
-        sc = b.node("Mul", [b.node("MatMul", [q, k], f"{p}scores"), b.const(f"{p}scale", np.array(1.0 / np.sqrt(dh), np.float32))],
-                    f"{p}scores_scaled")
-        pr = b.node("Softmax", [b.node("Add", [sc, add], f"{p}scores_masked")], f"{p}attention", axis=-1)
-        ctx = b.node("Reshape", [b.node("Transpose", [b.node("MatMul", [pr, v], f"{p}context")], f"{p}context_t", perm=[0, 2, 1, 3]),
-                                 merge], f"{p}context_merged")
+        q = heads(linear(x, p + "q", scale=1.0 / np.sqrt(dh)), p + "q", [0, 2, 1, 3])  # the 1/sqrt(dh) folded into q
+        pr = b.node("Softmax", [b.node("Add", [b.node("MatMul", [q, k], f"{p}scores"), add], f"{p}scores_masked")],
+                    f"{p}attention", axis=-1)
+        ctx = b.node("MatMul", [pr, v], f"{p}context")
+        if h > 1:
+            ctx = b.node("Reshape", [b.node("Transpose", [ctx], f"{p}context_t", perm=[0, 2, 1, 3]), merge], f"{p}context_merged")
         x = b.node("Add", [x, linear(ctx, p + "o")], f"{p}residual1")
         x = b.node("LayerNormalization", [x, b.const(f"{p}ln1_g", w[p + "ln1.weight"]), b.const(f"{p}ln1_b", w[p + "ln1.bias"])],
                    f"{p}ln1", axis=-1, epsilon=LN_EPS)

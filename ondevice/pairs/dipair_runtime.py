@@ -74,7 +74,7 @@ class DiPairScorer(HeadScorer):
             raise OndeviceError(f"{what} must be float32 or int8 states, got {arr.dtype}")
         return np.ascontiguousarray(arr, np.float32)
 
-    def logits(self, sa: np.ndarray, sb: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+    def logits(self, sa: np.ndarray, sb: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Head logits (n, outputs) of state pairs (sa[i], sb[i]), float32 or int8; a single sa row is broadcast."""
         sa, sb = self._states(sa, self.n, "states_a"), self._states(sb, self.m, "states_b")
         if len(sa) == 1 and len(sb) > 1:
