@@ -490,7 +490,7 @@ def distill_speed(path: str) -> str:
 
 def dipair_quality(*paths: str) -> str:
     """DiPair runs (benchmarks/pairs.py dipair-quality) against their cross-encoder and DSE run: one row per run."""
-    lines = [("| DiPair run | N / M / D | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
+    lines = [("| DiPair run | N / M / D / layers | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
               "test | DSE test | DiPair - DSE | x cross-encoder | SRA cosine before -> after |"),
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     header = lines[:]
@@ -503,7 +503,7 @@ def dipair_quality(*paths: str) -> str:
             c, dv, sra = r["config"], r["dev"], r["sra_cosine"]
             aug = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
                    if c["augment_random"] or c["augment_neighbors"] else "none")
-            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
+            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
                          f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
