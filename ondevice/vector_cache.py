@@ -66,9 +66,10 @@ class VectorCache:
                                     f"{np.dtype(dtype)} {(n, dim)}; delete that folder")
             if "chunks" in state:
                 self.chunk, self.done = int(state["chunk"]), {int(c) for c in state["chunks"]}
-            else:  # format of earlier versions: a finished prefix of `done` rows
+            else:  # format of earlier versions: a finished prefix of `done` rows, rewritten as chunks (donors read those)
                 prefix = int(state["done"])
                 self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
+                write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
         else:
             write_json(folder / "key.json", key_src)
             self.vectors = np.lib.format.open_memmap(self.vec_path, mode="w+", dtype=dtype, shape=(n, dim))
@@ -161,16 +162,18 @@ class Donors:
 def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequence[str],
                 fn: Callable[[list[str]], np.ndarray], chunk: int = 2048, check: Check | None = None,
                 progress: bool = False, desc: str = "encoding", dim: int | None = None,
-                dtype: Any = np.float32) -> tuple[np.ndarray, bool]:
+                dtype: Any = np.float32, key: tuple[str, dict[str, Any]] | None = None,
+                unit: str = "sent") -> tuple[np.ndarray, bool]:
     """(fn(texts) as a read-only memmap, whether anything was computed), from the cache under `root`.
 
-    The folder is keyed by `{field: identity}` + the exact text list. Rows are computed chunk by chunk
-    (finished chunks survive an interruption) and rows other caches of the same identity already hold are
-    copied, not recomputed. Without `dim` the row width and dtype come from the first computed chunk.
+    The folder is keyed by `{field: identity}` + the exact text list (or by `key`, a (folder name, key source)
+    whose source holds `{field: identity}`). Rows are computed chunk by chunk (finished chunks survive an
+    interruption) and rows other caches of the same identity already hold are copied, not recomputed. Without
+    `dim` the row width and dtype come from the first computed chunk.
     """
     from tqdm.auto import tqdm
 
-    name, key_src = cache_key(field, identity, texts)
+    name, key_src = key or cache_key(field, identity, texts)
     folder = root / name
     n = len(texts)
     cache = None
@@ -209,7 +212,7 @@ def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequenc
             np.save(fh, hashes)
     pending = cache.pending()
     done_rows = n - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
-    with tqdm(total=n, initial=done_rows, desc=desc, unit="sent", disable=not progress) as bar:
+    with tqdm(total=n, initial=done_rows, desc=desc, unit=unit, disable=not progress) as bar:
         for c in pending:
             lo, hi = cache.bounds(c)
             rows = first if (first is not None and c == 0) else compute(lo, hi, cache.vectors[:1])

@@ -79,3 +79,18 @@ def test_non_finite_logits_are_refused_and_never_marked_done(tmp_path):
     out = cached_logits({"t": 1}, a, b, good, 2, chunk=10, root=tmp_path, progress=False)
     assert calls == [10, 10, 10, 10]  # the bad chunk was not kept: computed again, then the last one
     assert np.isfinite(out).all() and np.array_equal(out, _fn([])(a, b))
+
+
+def test_pairs_another_list_already_scored_are_copied_not_scored_again(tmp_path):
+    a, b = [f"s{i}" for i in range(40)], [f"t{i}" for i in range(40)]
+    calls: list[int] = []
+    cached_logits({"t": 1}, a[:30], b[:30], _fn(calls), 2, chunk=8, root=tmp_path, progress=False)
+    calls.clear()
+    # pairs 20..39, then pair 0 with its sides swapped (another pair: a teacher's logit is not symmetric)
+    a2, b2 = a[20:] + [b[0]], b[20:] + [a[0]]
+    out = cached_logits({"t": 1}, a2, b2, _fn(calls), 2, chunk=8, root=tmp_path, progress=False)
+    assert sum(calls) == 11  # pairs 30..39 and the swapped pair
+    assert np.array_equal(out, _fn([])(a2, b2))
+    calls.clear()
+    cached_logits({"t": 2}, a2, b2, _fn(calls), 2, chunk=8, root=tmp_path, progress=False)
+    assert sum(calls) == 21  # another teacher's cache is never a donor

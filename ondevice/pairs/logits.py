@@ -1,9 +1,10 @@
 """Teacher logits cached on disk by content: teacher identity + the exact pair list, like the teacher-vector cache.
 
-`cache_dir()/pair_logits/<key>/` is a `vector_cache.VectorCache` (the one disk cache of ondevice): `vectors.npy`
-(float32 (n, outputs), memory-mapped while filling), `key.json` (what the key was made of) and `state.json` (the
-finished chunks, each checked finite before it is marked), so an interrupted run resumes and a second run computes
-nothing. Folders of the earlier layout (`logits.npy`, `identity.json`) are adopted in place. No pickle.
+`cache_dir()/pair_logits/<key>/` is a `vector_cache` folder (the one disk cache of ondevice): `vectors.npy`
+(float32 (n, outputs), memory-mapped while filling), `key.json` (what the key was made of), `state.json` (the
+finished chunks, each checked finite before it is marked) and `rows.npy` (a hash per pair), so an interrupted run
+resumes, a second run computes nothing, and a pair another list already holds is copied, not scored again.
+Folders of the earlier layout (`logits.npy`, `identity.json`) are adopted in place. No pickle.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from ondevice.errors import OndeviceError
 from ondevice.io import cache_dir
-from ondevice.vector_cache import VectorCache
+from ondevice.vector_cache import cached_rows
 
 
 def pairs_sha256(a: Sequence[str], b: Sequence[str]) -> str:
@@ -44,9 +45,10 @@ def _adopt_old_layout(folder: Path) -> None:
 def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
                   fn: Callable[[list[str], list[str]], np.ndarray], outputs: int, chunk: int = 1024,
                   root: Path | None = None, progress: bool = True) -> np.ndarray:
-    """`fn(a, b)` (float32 (n, outputs)) for the pairs, computed once per (identity, pairs) and resumable by chunk."""
-    from tqdm.auto import tqdm
+    """`fn(a, b)` (float32 (n, outputs)) for the pairs, computed once per (identity, pair) and resumable by chunk.
 
+    Pairs that another pair list of the same teacher already scored (the training pairs inside a DiPair run's
+    list, the augmentation pairs DSE scores on their own) are copied from that cache, not scored again."""
     if len(a) != len(b):
         raise OndeviceError(f"got {len(a)} first and {len(b)} second sentences; pairs need equal counts")
     n = len(a)
@@ -54,18 +56,18 @@ def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
         return np.zeros((0, outputs), np.float32)
     key_src = {"teacher": identity, "pairs_sha256": pairs_sha256(a, b), "n": n, "outputs": outputs}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
-    folder = (root or cache_dir() / "pair_logits") / key
-    _adopt_old_layout(folder)
-    cache = VectorCache(folder, n, outputs, chunk, key_src, check=_check_logits)
-    pending = cache.pending()
-    if pending:
-        done = n - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
-        with tqdm(total=n, initial=done, desc="teacher logits", unit="pair", disable=not progress) as bar:
-            for c in pending:
-                lo, hi = cache.bounds(c)
-                cache.write(c, np.asarray(fn(list(a[lo:hi]), list(b[lo:hi])), np.float32).reshape(hi - lo, outputs))
-                bar.update(hi - lo)
-    return np.array(cache.result())
+    root = root or cache_dir() / "pair_logits"
+    _adopt_old_layout(root / key)
+    # a pair is one text to the row cache (its donor hash): the JSON of [a, b], order kept (a teacher's logit is not symmetric)
+    texts = [json.dumps([x, y], ensure_ascii=False) for x, y in zip(a, b)]
+
+    def score(pairs: list[str]) -> np.ndarray:
+        xy = [json.loads(t) for t in pairs]
+        return np.asarray(fn([x for x, _ in xy], [y for _, y in xy]), np.float32).reshape(len(xy), outputs)
+
+    rows, _ = cached_rows(root, "teacher", identity, texts, score, chunk=chunk, check=_check_logits, progress=progress,
+                          desc="teacher logits", dim=outputs, dtype=np.float32, key=(key, key_src), unit="pair")
+    return np.array(rows)
 
 
 def teacher_logits(teacher, a: Sequence[str], b: Sequence[str], progress: bool = True, root: Path | None = None) -> np.ndarray:
