@@ -365,7 +365,7 @@ def _ce_pairs_per_s(a: argparse.Namespace, task: str) -> tuple[dict, str]:
 
 def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
     """DiPair head pairs/s (onnxruntime, fp32 and int8 graphs, one query's states against P cached items) vs the
-    cross-encoder; head and per-item cache sizes. Without --bundle the head has random weights of the given shape
+    cross-encoder; head and per-item cache sizes. Without --run the head has random weights of the given shape
     (its cost does not depend on the weights)."""
     import torch
 
@@ -382,9 +382,9 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
     out = {**_meta(argv, a.threads)}
     ce, task = _ce_pairs_per_s(a, a.task)
     out["task"], out["cross_encoder"] = task, ce
-    if a.bundle:
-        cfg, w = load_head_weights(Path(a.bundle) / "fp32")
-        out["head_weights"] = "trained: " + a.bundle
+    if a.run:
+        cfg, w = load_head_weights(a.run)
+        out["head_weights"] = "trained: " + a.run
     else:
         cfg = DiPairHeadConfig(in_dim=1024, n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn,
                                vec_dim=384 if a.pooled_slot else 0)
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     ds = sub.add_parser("dipair-speed")
     ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")
     ds.add_argument("--task", default="stsb")
-    ds.add_argument("--bundle", default=None, help="`ondevice pairs dipair-export --precision both` folder (default: random head)")
+    ds.add_argument("--run", default=None, help="`ondevice pairs dipair` run folder whose trained head to time (default: a random head)")
     for flag, default in (("--n", 8), ("--m", 8), ("--d", 128), ("--layers", 2), ("--heads", 1), ("--ffn", 256)):
         ds.add_argument(flag, type=int, default=default)
     ds.add_argument("--pooled-slot", action="store_true", help="random head with a pooled slot (384-d sentence vectors)")

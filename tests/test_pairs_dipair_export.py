@@ -25,7 +25,7 @@ def dipair_env(pair_env, tmp_path_factory, request):
 
     root = tmp_path_factory.mktemp("dipair")
     cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
-                       n=4, m=5, d=8, ffn=16, select="firstlast", stage1_epochs=1, stage2_epochs=1, batch_size=16,
+                       n=4, m=5, d=8, ffn=16, layers=2, select="firstlast", stage1_epochs=1, stage2_epochs=1, batch_size=16,
                        sra_weight=0.0, augment_random=20, pooled_slot=request.param)
     train_dipair(cfg, root / "run", progress=False)
     export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)

@@ -14,7 +14,7 @@ from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent, soft_label_
 def _cfg(pair_env, tiny_teacher, **kw):
     base = {"task": "stsb", "data": str(pair_env.data), "student": str(pair_env.student), "teacher": str(pair_env.teacher()),
             "sra_teacher": str(tiny_teacher), "n": 4, "m": 4, "d": 8, "ffn": 16, "stage1_epochs": 2, "stage2_epochs": 1,
-            "batch_size": 16, "lr1": 3e-3, "lr2": 1e-3, "augment_random": 30}
+            "batch_size": 16, "lr1": 3e-3, "lr2": 1e-3, "augment_random": 30, "layers": 2, "pooled_slot": False}
     base.update(kw)
     return DiPairConfig(**base)
 

@@ -304,7 +304,8 @@ def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=No
 
 
 def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str, np.ndarray]]:
-    """Config and fp32 numpy weights (projection as proj.weight / proj.bias) of a DiPair run or bundle folder."""
+    """Config and fp32 numpy weights (projection as proj.weight / proj.bias) of a DiPair run folder (a bundle keeps
+    its head's config in manifest.json instead: `DiPairScorer`, the Java `DiPairHead`)."""
     from safetensors.numpy import load_file
 
     directory = Path(directory)
