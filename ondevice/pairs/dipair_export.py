@@ -185,9 +185,8 @@ def build_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray]):
 
     for i in range(cfg.layers):
         p = f"layers.{i}."
-        k = heads(linear(x, p + "k"), p + "k", [0, 2, 3, 1])
-        if h == 1:
-            k = b.node("Transpose", [k], f"{p}k_t", perm=[0, 2, 1])
+        k = linear(x, p + "k")  # keys go in transposed: (B, S, D) -> (B, D, S), per head when there are several
+        k = b.node("Transpose", [k], f"{p}k_t", perm=[0, 2, 1]) if h == 1 else heads(k, p + "k", [0, 2, 3, 1])
         v = heads(linear(x, p + "v"), p + "v", [0, 2, 1, 3])
         if i == cfg.layers - 1:  # only slot 0 reaches the logits: the last layer's queries, outputs and FFN need no other slot
             x = b.node("Slice", [x, b.const(f"{p}first_start", np.array([0], np.int64)), b.const(f"{p}first_end", np.array([1], np.int64)),

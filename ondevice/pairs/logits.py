@@ -21,11 +21,16 @@ from ondevice.io import cache_dir
 from ondevice.vector_cache import cached_rows
 
 
-def pairs_sha256(a: Sequence[str], b: Sequence[str]) -> str:
-    """Hex sha256 of the pair list (each pair as 'a<TAB>b<LF>', with tabs and newlines escaped)."""
+def pair_texts(a: Sequence[str], b: Sequence[str]) -> list[str]:
+    """Each pair as one text, the JSON of [a, b]: unambiguous, and order kept (a teacher's logit is not symmetric)."""
+    return [json.dumps([x, y], ensure_ascii=False) for x, y in zip(a, b)]
+
+
+def pairs_sha256(a: Sequence[str], b: Sequence[str], texts: Sequence[str] | None = None) -> str:
+    """Hex sha256 of the pair list: its `pair_texts` (pass them when already made), one per line."""
     h = hashlib.sha256()
-    for x, y in zip(a, b):
-        h.update(json.dumps([x, y], ensure_ascii=False).encode("utf-8"))
+    for t in pair_texts(a, b) if texts is None else texts:
+        h.update(t.encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 
@@ -54,12 +59,11 @@ def cached_logits(identity: dict, a: Sequence[str], b: Sequence[str],
     n = len(a)
     if n == 0:
         return np.zeros((0, outputs), np.float32)
-    key_src = {"teacher": identity, "pairs_sha256": pairs_sha256(a, b), "n": n, "outputs": outputs}
+    texts = pair_texts(a, b)  # a pair is one text to the row cache: its key and its donor hash
+    key_src = {"teacher": identity, "pairs_sha256": pairs_sha256(a, b, texts), "n": n, "outputs": outputs}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24]
     root = root or cache_dir() / "pair_logits"
     _adopt_old_layout(root / key)
-    # a pair is one text to the row cache (its donor hash): the JSON of [a, b], order kept (a teacher's logit is not symmetric)
-    texts = [json.dumps([x, y], ensure_ascii=False) for x, y in zip(a, b)]
 
     def score(pairs: list[str]) -> np.ndarray:
         xy = [json.loads(t) for t in pairs]
