@@ -32,6 +32,7 @@ the ablation table; vs the cross-encoder and a DSE run; SRA cosine before/after)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -439,11 +440,16 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     head = spec.metric
     if a.teacher:
         out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
-    if a.dse_run:
-        run = Path(a.dse_run)
+    dse = []
+    for d in a.dse_run or []:
+        run = Path(d)
         if (run / "selection.json").is_file():
             run = run / json.loads((run / "selection.json").read_text())["chosen_dir"]
-        out["dse"] = {"run": str(run), "test": PairStudent.load(run).evaluate(test)}
+        dse.append({"run": str(run), "test": PairStudent.load(run).evaluate(test)})
+    if dse:
+        # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
+        out["dse"] = dse[0] if len(dse) == 1 else {"run": dse[0]["run"], "runs": dse, "test": {
+            head: round(float(np.mean([d["test"][head] for d in dse])), 2)}}
     rows = []
     for r in a.runs:
         ds = DiPairStudent.load(r)
@@ -461,12 +467,27 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
         rows.append(row)
     out["dipair"] = rows
+    if len(rows) > 1 or len(dse) > 1:
+        out["summary"] = dipair_summary(head, [r["test"][head] for r in rows], [d["test"][head] for d in dse],
+                                        out.get("cross_encoder", {}).get(head))
     return out
+
+
+def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_encoder: float | None) -> dict:
+    """Mean and spread of the DiPair runs' and the DSE runs' test metric, the difference of means, the mean's ratio."""
+    summary = {"metric": metric, "dipair": _spread(dipair)}
+    if dse:
+        summary["dse"] = _spread(dse)
+        summary["difference_of_means"] = round(summary["dipair"]["mean"] - summary["dse"]["mean"], 3)
+    if cross_encoder:
+        summary["mean_ratio_to_cross_encoder"] = round(summary["dipair"]["mean"] / cross_encoder, 4)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from ondevice.corpus import WIKI_RELPATH, default_data_dir
+    from ondevice.pairs.dipair_train import DiPairConfig  # dipair-speed's random head: `pairs dipair`'s shape
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -515,9 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")
     ds.add_argument("--task", default="stsb")
     ds.add_argument("--run", default=None, help="`ondevice pairs dipair` run folder whose trained head to time (default: a random head)")
-    for flag, default in (("--n", 8), ("--m", 8), ("--d", 128), ("--layers", 2), ("--heads", 1), ("--ffn", 256)):
-        ds.add_argument(flag, type=int, default=default)
-    ds.add_argument("--pooled-slot", action="store_true", help="random head with a pooled slot (384-d sentence vectors)")
+    shape = {f.name: f.default for f in dataclasses.fields(DiPairConfig)}
+    for name in ("n", "m", "d", "layers", "heads", "ffn"):
+        ds.add_argument(f"--{name}", type=int, default=shape[name])
+    ds.add_argument("--pooled-slot", action=argparse.BooleanOptionalAction, default=shape["pooled_slot"],
+                    help="random head with a pooled slot (384-d sentence vectors)")
     ds.add_argument("--pairs", type=int, default=100000, help="cached items one query is scored against")
     ds.add_argument("--batch", type=int, default=256, help="pairs per head call (256 keeps the activations in cache)")
     ds.add_argument("--ce-pairs", type=int, default=256)
@@ -526,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     dq = sub.add_parser("dipair-quality")
     dq.add_argument("--task", required=True)
     dq.add_argument("--teacher", default=None)
-    dq.add_argument("--dse-run", default=None, help="DSE run to compare with (selection.json parent or an alpha folder)")
+    dq.add_argument("--dse-run", nargs="+", default=None,
+                    help="DSE run(s) to compare with (selection.json parent or an alpha folder); several (seeds): their mean")
     dq.add_argument("--runs", nargs="+", required=True, help="DiPair run folders (several: the N, M, D ablation table)")
     dq.add_argument("--skip-hamming", action="store_true", help="leave out the STS-B cosine/Hamming of each encoder")
     dq.add_argument("--corpus", default=None)

@@ -507,10 +507,23 @@ def dipair_quality(*paths: str) -> str:
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
                          f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
-        note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} "
-                f"(`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run); "
+        runs = b["dse"].get("runs", [b["dse"]])
+        what = (f"`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run" if len(runs) == 1 else
+                f"DSE test is the mean of {len(runs)} runs: " + ", ".join(
+                    f"`{Path(d['run']).parent.name}` {d['test'][key]:.2f}" for d in runs))
+        note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}); "
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
         lines += ["", note, ""]
+        if "summary" in b:
+            sm = b["summary"]
+
+            def ms(x: dict) -> str:
+                return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
+            lines += [f"Mean ± sample std over the runs: DiPair {ms(sm['dipair'])} ({sm['dipair']['n']} runs)"
+                      + (f", DSE {ms(sm['dse'])} ({sm['dse']['n']} runs), difference of means "
+                         f"{sm['difference_of_means']:+.2f}" if "dse" in sm else "")
+                      + (f"; DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
+                         if "mean_ratio_to_cross_encoder" in sm else "") + ".", ""]
     return "\n".join(lines).rstrip()
 
 

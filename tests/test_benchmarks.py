@@ -162,3 +162,39 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     per_seed = [out["runs"]["dvbert"][k]["test"]["spearman"] - out["runs"]["dse"][k]["test"]["spearman"] for k in ("0", "1")]
     assert out["dvbert_minus_dse"]["per_seed"]["mean"] == pytest.approx(np.mean(per_seed), abs=2e-3)
     assert out["dvbert_teachers"] == [teacher, teacher + ":ba"] and teacher in out["teachers_test"]
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dipair_quality_summary_over_seeds_renders(tmp_path):
+    # Several DiPair and DSE runs (seeds): mean, sample std and the difference of means, as the README table states them.
+    pairs, tables = _script("pairs"), _script("tables")
+    dipair, dse = [79.58, 77.86, 78.57], [78.03, 77.5]
+    sm = pairs.dipair_summary("spearman", dipair, dse, 83.54)
+    assert sm["dipair"]["std"] == pytest.approx(np.std(dipair, ddof=1), abs=1e-3)
+    assert sm["difference_of_means"] == pytest.approx(np.mean(dipair) - np.mean(dse), abs=1e-3)
+    assert sm["mean_ratio_to_cross_encoder"] == pytest.approx(np.mean(dipair) / 83.54, abs=1e-4)
+    assert "dse" not in pairs.dipair_summary("spearman", dipair, [], None)
+    cfg = {"n": 8, "m": 8, "d": 128, "layers": 1, "select": "first", "pooled_slot": True, "stage1_epochs": 3,
+           "stage2_epochs": 4, "augment_random": 30000, "augment_neighbors": 1}
+    rows = [{"run": f"/r/dipair-s{i}", "config": cfg, "dev": {"epoch": 5, "stage": 2, "spearman": 83.0},
+             "test": {"spearman": v}, "minus_dse_points": round(v - float(np.mean(dse)), 2),
+             "ratio_to_cross_encoder": v / 83.54, "sra_cosine": {"before": 0.747, "after": 0.78}} for i, v in enumerate(dipair)]
+    runs = [{"run": f"/r/dse-s{i}/alpha-1", "test": {"spearman": v}} for i, v in enumerate(dse)]
+    blob = {"task": "stsb", "date": "2026-11-24T00:00:00", "commit": "0" * 40, "cross_encoder": {"spearman": 83.54},
+            "dse": {"run": runs[0]["run"], "runs": runs, "test": {"spearman": round(float(np.mean(dse)), 2)}},
+            "dipair": rows, "summary": sm}
+    path = tmp_path / "q.json"
+    path.write_text(__import__("json").dumps(blob))
+    text = tables.dipair_quality(str(path))
+    assert text.count("| dipair-s") == 3
+    assert "DSE test is the mean of 2 runs: `dse-s0` 78.03, `dse-s1` 77.50" in text
+    assert f"DiPair {np.mean(dipair):.2f} ± {np.std(dipair, ddof=1):.2f} (3 runs)" in text
+    assert f"difference of means {np.mean(dipair) - np.mean(dse):+.2f}" in text
