@@ -467,20 +467,29 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
         rows.append(row)
     out["dipair"] = rows
-    if len(rows) > 1 or len(dse) > 1:
-        out["summary"] = dipair_summary(head, [r["test"][head] for r in rows], [d["test"][head] for d in dse],
-                                        out.get("cross_encoder", {}).get(head))
+    # DiPair runs that differ only in their seed are seeds of one setting: their mean and spread are a result (the
+    # rows of an ablation are not).
+    settings = {json.dumps({k: v for k, v in r["config"].items() if k not in ("seed", "threads")}, sort_keys=True)
+                for r in rows}
+    seeds = len(rows) > 1 and len(settings) == 1
+    if seeds or len(dse) > 1:
+        out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],
+                                        [d["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
     return out
 
 
 def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_encoder: float | None) -> dict:
-    """Mean and spread of the DiPair runs' and the DSE runs' test metric, the difference of means, the mean's ratio."""
-    summary = {"metric": metric, "dipair": _spread(dipair)}
+    """Mean and spread of the DiPair seeds' and the DSE runs' test metric, the difference of means, the mean's ratio
+    to the cross-encoder (each part where its runs were given)."""
+    summary: dict = {"metric": metric}
+    if dipair:
+        summary["dipair"] = _spread(dipair)
+        if cross_encoder:
+            summary["mean_ratio_to_cross_encoder"] = round(summary["dipair"]["mean"] / cross_encoder, 4)
     if dse:
         summary["dse"] = _spread(dse)
+    if dipair and dse:
         summary["difference_of_means"] = round(summary["dipair"]["mean"] - summary["dse"]["mean"], 3)
-    if cross_encoder:
-        summary["mean_ratio_to_cross_encoder"] = round(summary["dipair"]["mean"] / cross_encoder, 4)
     return summary
 
 
