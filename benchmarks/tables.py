@@ -520,7 +520,7 @@ def dipair_quality(*paths: str) -> str:
             def ms(x: dict) -> str:
                 return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
             parts = [f"DiPair {ms(sm['dipair'])} ({sm['dipair']['n']} seeds)"] if "dipair" in sm else []
-            parts += [f"DSE {ms(sm['dse'])} ({sm['dse']['n']} runs)"] if "dse" in sm else []
+            parts += [f"DSE {ms(sm['dse'])} ({sm['dse']['n']} run{'s' if sm['dse']['n'] != 1 else ''})"] if "dse" in sm else []
             parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
             parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
                       ] if "mean_ratio_to_cross_encoder" in sm else []
