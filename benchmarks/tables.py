@@ -407,6 +407,11 @@ def distill_students(*paths: str) -> str:
     return "\n".join(lines)
 
 
+def _mean_std(x: dict) -> str:
+    """'mean ± std' of a benchmarks/pairs.py spread (the mean alone for one run)."""
+    return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
+
+
 def pairs_seeds(path: str) -> str:
     """DvBERT vs DSE over seeds (benchmarks/pairs.py seeds): per seed dev and test, then mean, std and the difference."""
     b = _load(path)
@@ -418,10 +423,7 @@ def pairs_seeds(path: str) -> str:
         lines.append(f"| {k} | {d['dev'][metric]:.2f} | {v['dev'][metric]:.2f} | {d['test'][metric]:.2f} | "
                      f"{v['test'][metric]:.2f} | {v['test'][metric] - d['test'][metric]:+.2f} |")
     dev, test, diff = b["summary_dev"], b["summary"], b["dvbert_minus_dse"]
-
-    def ms(x: dict) -> str:
-        return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
-
+    ms = _mean_std
     lines.append(f"| mean ± std | {ms(dev['dse'][metric])} | {ms(dev['dvbert'][metric])} | {ms(test['dse'][metric])} | "
                  f"{ms(test['dvbert'][metric])} | {ms(diff['per_seed'])} |")
     teachers = b.get("teachers_test") or {}
@@ -515,10 +517,7 @@ def dipair_quality(*paths: str) -> str:
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
         lines += ["", note, ""]
         if "summary" in b:
-            sm = b["summary"]
-
-            def ms(x: dict) -> str:
-                return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
+            sm, ms = b["summary"], _mean_std
             parts = [f"DiPair {ms(sm['dipair'])} ({sm['dipair']['n']} seeds)"] if "dipair" in sm else []
             parts += [f"DSE {ms(sm['dse'])} ({sm['dse']['n']} run{'s' if sm['dse']['n'] != 1 else ''})"] if "dse" in sm else []
             parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -193,7 +194,7 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
             "dse": {"run": runs[0]["run"], "runs": runs, "test": {"spearman": round(float(np.mean(dse)), 2)}},
             "dipair": rows, "summary": sm}
     path = tmp_path / "q.json"
-    path.write_text(__import__("json").dumps(blob))
+    path.write_text(json.dumps(blob))
     text = tables.dipair_quality(str(path))
     assert text.count("| dipair-s") == 3
     assert "DSE test is the mean of 2 runs: `dse-s0` 78.03, `dse-s1` 77.50" in text
