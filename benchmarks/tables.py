@@ -505,6 +505,8 @@ def dipair_quality(*paths: str) -> str:
             c, dv, sra = r["config"], r["dev"], r["sra_cosine"]
             aug = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
                    if c["augment_random"] or c["augment_neighbors"] else "none")
+            if c.get("augment_tasks"):
+                aug += f" + {c['augment_tasks']} train text (<= {c['augment_tasks_max']:,} sentences)"
             lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "

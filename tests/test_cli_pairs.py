@@ -53,6 +53,10 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
             "--teacher", str(pair_env.teacher()), "--quiet"]
     assert "--n" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--n", "0"])
     assert "divisible" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--d", "6", "--heads", "4"])
+    assert "--augment-tasks takes tasks from" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"),
+                                                                         "--augment-tasks", "sick,snli"])
+    assert "--augment-tasks-max" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--augment-tasks", "sick",
+                                                             "--augment-tasks-max", "0"])
     assert "not a folder" in _one_line_error(capsys, ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data),
                                                       "--student", str(tmp_path / "nope"), "--teacher", "t", "--out", "o"])
     assert "--sra-teacher" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o2")])  # tiny student names none

@@ -47,3 +47,30 @@ def test_random_pairs_are_seeded_and_counted():
     c = augmentation_pairs(train, None, AugmentConfig(random_pairs=25, neighbors=0, seed=2))
     assert len(a) == 25 and a.a == b.a and a.b == b.b and a.a != c.a
     assert all(x != y for x, y in zip(a.a, a.b))
+
+
+
+def test_extra_sentences_pair_with_their_nearest_training_or_extra_sentence():
+    train = _train()
+    own = training_sentences(train)
+    extra = [f"moon sun red dog {i}" for i in range(100, 140)] + [own[0]]  # a training sentence is not extra
+    cfg = AugmentConfig(random_pairs=5, neighbors=1, bits=64, seed=3, extra_max=30)
+    base = augmentation_pairs(train, _encode, cfg)
+    aug = augmentation_pairs(train, _encode, cfg, extra)
+    assert aug.a[: len(base)] == base.a and aug.b[: len(base)] == base.b  # extras come after, nothing else moves
+    pool = extra[:40]
+    drawn = [pool[i] for i in np.sort(np.random.default_rng(3).permutation(40)[:30])]  # the seeded draw of 30
+    both = own + drawn
+    vec = _encode(both)
+    codes = Binarizer.fit(vec, method="random", bits=64, seed=3).transform(vec)
+    d = hamming_reference(codes, codes).astype(float)
+    np.fill_diagonal(d, np.inf)
+    pos = {s: i for i, s in enumerate(both)}
+    new = list(zip(aug.a[len(base):], aug.b[len(base):]))
+    assert 0 < len(new) <= 30 and {x for x, _ in new} <= set(drawn)
+    for x, y in new:  # each drawn extra sentence with its Hamming nearest among training + drawn extra sentences
+        assert d[pos[x], pos[y]] == d[pos[x]].min()
+    keys = [frozenset(p) for p in zip(aug.a, aug.b)]
+    for x in drawn:  # every drawn sentence got a pair with a nearest one (or its mutual nearest took it first)
+        assert any(x in k and d[pos[x], pos[next(iter(k - {x}))]] == d[pos[x]].min() for k in keys if x in k)
+    assert len(keys) == len(set(keys)) and not set(keys) & {frozenset(p) for p in zip(train.a, train.b)}

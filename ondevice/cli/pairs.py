@@ -26,6 +26,14 @@ def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _augment_tasks_flags(s: argparse.ArgumentParser, d) -> None:
+    s.add_argument("--augment-tasks", default=d.augment_tasks,
+                   help="other tasks' train-split text as extra augmentation: each sentence paired with its Hamming "
+                        "nearest, scored by the teacher (e.g. sick,mrpc,qqp; dev/test text is never used)")
+    s.add_argument("--augment-tasks-max", type=int, default=d.augment_tasks_max,
+                   help="at most this many of those sentences (a seeded draw)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.pairs.crossencoder import CrossEncoderConfig
     from ondevice.pairs.single import SentenceHeadConfig
@@ -73,6 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors,
                    help="Hamming nearest-neighbour pairs per training sentence")
     s.add_argument("--augment-bits", type=int, default=d.augment_bits, help="code bits for the neighbour search")
+    _augment_tasks_flags(s, d)
     s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
@@ -148,6 +157,7 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--augment-random", type=int, default=d.augment_random)
     s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
     s.add_argument("--augment-bits", type=int, default=d.augment_bits)
+    _augment_tasks_flags(s, d)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--seed", type=int, default=d.seed)
@@ -184,6 +194,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
                            pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
                            lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
                            augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
+                           augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
@@ -300,6 +311,7 @@ def run(a: argparse.Namespace) -> int:
         cfg = DSEConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, head_hidden=a.head_hidden,
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
                         augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
+                           augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
                         split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))

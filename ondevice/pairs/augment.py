@@ -4,7 +4,10 @@ Two kinds, both seeded and deduplicated (unordered) against the training pairs a
 - random pairings of two distinct training sentences (mostly unrelated: teaches the low end of the scale);
 - nearest-neighbour pairings: every training sentence with its nearest other sentence by Hamming distance of
   the SRA student's binary codes (`HammingIndex`, random-projection codes), i.e. the hard near-duplicates a
-  search would return, which is exactly what the head later reranks.
+  search would return, which is exactly what the head later reranks;
+- optionally, extra unlabeled sentences (other tasks' train-split text, `--augment-tasks`): each paired with its
+  nearest sentence among the training and extra ones, so the teacher labels hard pairs beyond the task's own
+  few thousand sentences (DiPair's transfer set is retrieved neighbours, paper 002 Sec. 4.3).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ class AugmentConfig:
     neighbors: int = 1  # nearest-neighbour pairings per training sentence
     bits: int = 256
     seed: int = 0
+    extra_max: int = 50000  # extra sentences drawn (seeded) when the caller passes more
+
+
+def _codes(vectors: np.ndarray, config: AugmentConfig) -> np.ndarray:
+    from ondevice.binarize import Binarizer
+
+    return Binarizer.fit(vectors, method="random", bits=config.bits, seed=config.seed).transform(vectors)
 
 
 def training_sentences(train: PairData) -> list[str]:
@@ -37,8 +47,9 @@ def _key(x: str, y: str) -> tuple[str, str]:
 
 
 def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray] | None,
-                       config: AugmentConfig) -> PairData:
-    """Random and Hamming-nearest-neighbour pairs of training sentences (gold = NaN: no label)."""
+                       config: AugmentConfig, extra: list[str] | None = None) -> PairData:
+    """Random and Hamming-nearest-neighbour pairs of training sentences, then each of up to `config.extra_max`
+    `extra` sentences with its nearest training-or-extra sentence (gold = NaN: no label)."""
     sentences = training_sentences(train)
     seen = {_key(x, y) for x, y in zip(train.a, train.b)}
     a: list[str] = []
@@ -52,11 +63,10 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
             b.append(y)
 
     if config.neighbors > 0 and encode is not None and len(sentences) > 1:
-        from ondevice.binarize import Binarizer
         from ondevice.index import HammingIndex
 
         vectors = np.asarray(encode(sentences), np.float32)
-        codes = Binarizer.fit(vectors, method="random", bits=config.bits, seed=config.seed).transform(vectors)
+        codes = _codes(vectors, config)
         index = HammingIndex(bits=config.bits)
         index.add(codes)
         k = min(len(sentences), config.neighbors + 1)
@@ -71,4 +81,41 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
         i, j = rng.integers(0, len(sentences), 2)
         tries += 1
         add(sentences[int(i)], sentences[int(j)])
+    if extra:
+        if encode is None:
+            raise ValueError("extra sentences are paired by their neighbours: pass the student's encode")
+        from ondevice.index import HammingIndex
+
+        own = set(sentences)
+        pool = [x for x in dict.fromkeys(extra) if x not in own]
+        keep = np.sort(np.random.default_rng(config.seed).permutation(len(pool))[: config.extra_max])
+        pool = [pool[i] for i in keep]
+        both = sentences + pool
+        codes = _codes(np.asarray(encode(both), np.float32), config)
+        index = HammingIndex(bits=config.bits)
+        index.add(codes)
+        _, ids = index.search(codes[len(sentences):], min(len(both), 2))
+        for x, row in zip(pool, ids):
+            near = [int(j) for j in row if j >= 0 and both[int(j)] != x]
+            if near:
+                add(x, both[near[0]])
     return PairData(train.task, "augment", a, b, np.full(len(a), np.nan))
+
+
+def extra_task_sentences(tasks: str, data_dir: str, split_seed: int) -> list[str] | None:
+    """Train-split text of the comma-separated `tasks` for `--augment-tasks` (dev, test and evaluation text held
+    out by `unlabeled_train_sentences`); None when no task is named."""
+    from ondevice.pairs.data import unlabeled_train_sentences
+
+    names = tuple(t for t in tasks.split(",") if t)
+    return unlabeled_train_sentences(data_dir, names, split_seed) if names else None
+
+
+def extra_task_checks(tasks: str, most: int) -> list[tuple[bool, str]]:
+    """Validation rows of `--augment-tasks` / `--augment-tasks-max` for `first_failure`."""
+    from ondevice.pairs.data import UNLABELED_TASKS
+
+    names = [t for t in tasks.split(",") if t]
+    bad = [t for t in names if t not in UNLABELED_TASKS]
+    return [(not bad, f"--augment-tasks takes tasks from {','.join(UNLABELED_TASKS)}; unknown task {bad[0]!r}" if bad else ""),
+            (most >= 1, "--augment-tasks-max must be >= 1")]

@@ -232,12 +232,12 @@ def load_pairs(task: str, split: str, data_dir: str | Path, seed: int = 0) -> Pa
 UNLABELED_TASKS = ("stsb", "sick", "mrpc", "qqp")  # whose train-split text `--train-splits` may add to a corpus
 
 
-def check_unlabeled_tasks(tasks: tuple[str, ...]) -> None:
+def check_unlabeled_tasks(tasks: tuple[str, ...], flag: str = "--train-splits") -> None:
     """One-line error unless `tasks` names at least one task whose train text may join a corpus."""
     unknown = [t for t in tasks if t not in UNLABELED_TASKS]
     if unknown or not tasks:
         what = f"unknown task {unknown[0]!r}" if unknown else "no task given"
-        raise OndeviceError(f"--train-splits takes tasks from {','.join(UNLABELED_TASKS)}; {what}")
+        raise OndeviceError(f"{flag} takes tasks from {','.join(UNLABELED_TASKS)}; {what}")
 
 
 def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("stsb",), seed: int = 0) -> list[str]:
