@@ -132,9 +132,9 @@ def lr_at(config: DistillConfig, step: int, total: int) -> float:
 
 def train_split_tasks(value: bool | str) -> tuple[str, ...]:
     """The tasks of a `train_splits` setting: True is STS-B alone (what the flag always meant), else a comma list."""
-    if value is True:
-        return ("stsb",)
-    return tuple(dict.fromkeys(t.strip().lower() for t in str(value).split(",") if t.strip()))
+    from ondevice.pairs.data import task_list
+
+    return ("stsb",) if value is True else task_list(str(value))
 
 
 def read_sentences(config: DistillConfig) -> list[str]:

@@ -49,7 +49,6 @@ def test_random_pairs_are_seeded_and_counted():
     assert all(x != y for x, y in zip(a.a, a.b))
 
 
-
 def test_extra_sentences_pair_with_their_nearest_training_or_extra_sentence():
     train = _train()
     own = training_sentences(train)

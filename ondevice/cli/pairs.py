@@ -311,7 +311,7 @@ def run(a: argparse.Namespace) -> int:
         cfg = DSEConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, head_hidden=a.head_hidden,
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
                         augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
-                           augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
+                        augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
                         split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))

@@ -105,17 +105,16 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
 def extra_task_sentences(tasks: str, data_dir: str, split_seed: int) -> list[str] | None:
     """Train-split text of the comma-separated `tasks` for `--augment-tasks` (dev, test and evaluation text held
     out by `unlabeled_train_sentences`); None when no task is named."""
-    from ondevice.pairs.data import unlabeled_train_sentences
+    from ondevice.pairs.data import task_list, unlabeled_train_sentences
 
-    names = tuple(t for t in tasks.split(",") if t)
+    names = task_list(tasks)
     return unlabeled_train_sentences(data_dir, names, split_seed) if names else None
 
 
 def extra_task_checks(tasks: str, most: int) -> list[tuple[bool, str]]:
-    """Validation rows of `--augment-tasks` / `--augment-tasks-max` for `first_failure`."""
-    from ondevice.pairs.data import UNLABELED_TASKS
+    """Validation rows of `--augment-tasks` ("" = none) / `--augment-tasks-max` for `first_failure`."""
+    from ondevice.pairs.data import task_list, unlabeled_tasks_problem
 
-    names = [t for t in tasks.split(",") if t]
-    bad = [t for t in names if t not in UNLABELED_TASKS]
-    return [(not bad, f"--augment-tasks takes tasks from {','.join(UNLABELED_TASKS)}; unknown task {bad[0]!r}" if bad else ""),
-            (most >= 1, "--augment-tasks-max must be >= 1")]
+    names = task_list(tasks)
+    problem = unlabeled_tasks_problem(names, "--augment-tasks") if names else ""
+    return [(not problem, problem), (most >= 1, "--augment-tasks-max must be >= 1")]

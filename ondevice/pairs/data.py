@@ -232,12 +232,25 @@ def load_pairs(task: str, split: str, data_dir: str | Path, seed: int = 0) -> Pa
 UNLABELED_TASKS = ("stsb", "sick", "mrpc", "qqp")  # whose train-split text `--train-splits` may add to a corpus
 
 
-def check_unlabeled_tasks(tasks: tuple[str, ...], flag: str = "--train-splits") -> None:
-    """One-line error unless `tasks` names at least one task whose train text may join a corpus."""
+def task_list(value: str) -> tuple[str, ...]:
+    """The tasks of a comma-separated flag value, trimmed, lower case, in order, without repeats."""
+    return tuple(dict.fromkeys(t.strip().lower() for t in value.split(",") if t.strip()))
+
+
+def unlabeled_tasks_problem(tasks: tuple[str, ...], flag: str = "--train-splits") -> str:
+    """The one-line problem with `tasks` as `flag`'s tasks whose train text may join a corpus ("" if none)."""
     unknown = [t for t in tasks if t not in UNLABELED_TASKS]
     if unknown or not tasks:
         what = f"unknown task {unknown[0]!r}" if unknown else "no task given"
-        raise OndeviceError(f"{flag} takes tasks from {','.join(UNLABELED_TASKS)}; {what}")
+        return f"{flag} takes tasks from {','.join(UNLABELED_TASKS)}; {what}"
+    return ""
+
+
+def check_unlabeled_tasks(tasks: tuple[str, ...]) -> None:
+    """One-line error unless `tasks` names at least one task whose train text may join a corpus."""
+    problem = unlabeled_tasks_problem(tasks)
+    if problem:
+        raise OndeviceError(problem)
 
 
 def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("stsb",), seed: int = 0) -> list[str]:

@@ -74,7 +74,7 @@ class DSEConfig:
                        device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                  *extra_task_checks(self.augment_tasks, self.augment_tasks_max)])
+                       *extra_task_checks(self.augment_tasks, self.augment_tasks_max)])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
