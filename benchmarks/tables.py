@@ -507,6 +507,8 @@ def dipair_quality(*paths: str) -> str:
                    if c["augment_random"] or c["augment_neighbors"] else "none")
             if c.get("augment_tasks"):
                 aug += f" + {c['augment_tasks']} train text (<= {c['augment_tasks_max']:,} sentences)"
+            if c.get("augment_text"):
+                aug += f" + `{Path(c['augment_text']).name}` (<= {c['augment_text_max']:,} sentences)"
             lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "

@@ -57,17 +57,23 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
                                                                          "--augment-tasks", "sick,snli"])
     assert "--augment-tasks-max" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--augment-tasks", "sick",
                                                              "--augment-tasks-max", "0"])
+    assert "--augment-text" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--augment-text",
+                                                        str(tmp_path / "missing.txt")])
     assert "not a folder" in _one_line_error(capsys, ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data),
                                                       "--student", str(tmp_path / "nope"), "--teacher", "t", "--out", "o"])
     assert "--sra-teacher" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o2")])  # tiny student names none
     assert "invalid choice" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--select", "middle"])
     assert "not a DiPair run" in _one_line_error(capsys, ["pairs", "dipair-export", "--run", str(tmp_path), "--out",
                                                           str(tmp_path / "b")])
+    mine = tmp_path / "mine.txt"
+    mine.write_text("".join(f"a red cat sleeps {i}\n" for i in range(12)))
     assert main([*base, "--out", str(tmp_path / "run"), "--sra-teacher", str(tiny_teacher), "--n", "3", "--m", "3",
                  "--d", "8", "--ffn", "8", "--stage1-epochs", "1", "--stage2-epochs", "1", "--augment-random", "10",
-                 "--seed", "3"]) == 0
+                 "--augment-text", str(mine), "--seed", "3"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "spearman" in res["dev"] and res["sra_cosine"]["before"] is not None
+    assert json.loads((tmp_path / "run" / "dipair_config.json").read_text())["augment_text_sha256"]
+    assert json.loads((tmp_path / "run" / "data.json").read_text())["augment_pairs"] > 10  # random + the file's pairs
     assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle"), "--bits", "64",
                  "--precision", "int8"]) == 0
     assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["dipair"]["head"]["n"] == 3

@@ -6,7 +6,7 @@ import numpy as np
 
 from ondevice.binarize import Binarizer
 from ondevice.bits import hamming_reference
-from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, training_sentences
+from ondevice.pairs.augment import AugmentConfig, ExtraText, augmentation_pairs, training_sentences
 from ondevice.pairs.data import PairData
 
 
@@ -53,9 +53,9 @@ def test_extra_sentences_pair_with_their_nearest_training_or_extra_sentence():
     train = _train()
     own = training_sentences(train)
     extra = [f"moon sun red dog {i}" for i in range(100, 140)] + [own[0]]  # a training sentence is not extra
-    cfg = AugmentConfig(random_pairs=5, neighbors=1, bits=64, seed=3, extra_max=30)
+    cfg = AugmentConfig(random_pairs=5, neighbors=1, bits=64, seed=3)
     base = augmentation_pairs(train, _encode, cfg)
-    aug = augmentation_pairs(train, _encode, cfg, extra)
+    aug = augmentation_pairs(train, _encode, cfg, [ExtraText(extra, 30)])
     assert aug.a[: len(base)] == base.a and aug.b[: len(base)] == base.b  # extras come after, nothing else moves
     pool = extra[:40]
     drawn = [pool[i] for i in np.sort(np.random.default_rng(3).permutation(40)[:30])]  # the seeded draw of 30
@@ -73,3 +73,43 @@ def test_extra_sentences_pair_with_their_nearest_training_or_extra_sentence():
     for x in drawn:  # every drawn sentence got a pair with a nearest one (or its mutual nearest took it first)
         assert any(x in k and d[pos[x], pos[next(iter(k - {x}))]] == d[pos[x]].min() for k in keys if x in k)
     assert len(keys) == len(set(keys)) and not set(keys) & {frozenset(p) for p in zip(train.a, train.b)}
+
+
+def test_sources_are_drawn_in_order_without_repeats():
+    train = _train()
+    own = training_sentences(train)
+    first = [f"sun moon {i}" for i in range(200, 220)]
+    second = first[:5] + [own[1]] + [f"red blue {i}" for i in range(300, 330)]
+    cfg = AugmentConfig(random_pairs=0, neighbors=0, bits=64, seed=5)
+    one = augmentation_pairs(train, _encode, cfg, [ExtraText(first, 8)])
+    two = augmentation_pairs(train, _encode, cfg, [ExtraText(first, 8), ExtraText(second, 12)])
+    draw_first = {first[i] for i in np.random.default_rng(5).permutation(20)[:8]}
+    rest = [x for x in second if x not in draw_first and x != own[1]]  # training text and earlier draws are out
+    draw_second = {rest[i] for i in np.random.default_rng(5).permutation(len(rest))[:12]}
+    assert set(one.a) <= draw_first and len(set(one.a)) >= 4  # mutual nearest pairs count once
+    assert set(two.a) <= draw_first | draw_second  # each drawn sentence is a pair's first side, nothing else is
+    assert len(set(two.a) & draw_second) >= 6 and len(set(two.a) & draw_first) >= 4
+    assert len(two) == len({frozenset(p) for p in zip(two.a, two.b)})
+
+
+def test_augment_text_leaves_out_evaluation_text_and_is_checksummed(pair_env, tmp_path):
+    from ondevice.pairs.augment import extra_checks, extra_texts
+    from ondevice.pairs.data import load_pairs
+
+    dev, test = load_pairs("stsb", "dev", pair_env.data), load_pairs("mrpc", "test", pair_env.data)
+    mine = [f"my own query number {i}" for i in range(30)]
+    path = tmp_path / "mine.txt"
+    path.write_text("\n".join(mine[:15] + [dev.a[0], test.b[0], ""] + mine[15:]) + "\n")
+    cfg = pair_env.dse_config(augment_text=str(path), augment_text_max=20)
+    assert all(ok for ok, _ in extra_checks(cfg))
+    (source,) = extra_texts(cfg)
+    assert source.sentences == mine and source.most == 20  # dev/test text (carved splits too) and blank lines out
+    sha = cfg.augment_text_sha256
+    path.write_text("\n".join(mine[:29]) + "\n")
+    again = pair_env.dse_config(augment_text=str(path), augment_text_max=20)
+    extra_texts(again)
+    assert sha and again.augment_text_sha256 != sha
+    failed = [m for ok, m in extra_checks(pair_env.dse_config(augment_text=str(tmp_path / "nope.txt"))) if not ok]
+    assert len(failed) == 1 and "--augment-text" in failed[0] and "no such file" in failed[0]
+    failed = [m for ok, m in extra_checks(pair_env.dse_config(augment_text=str(path), augment_text_max=0)) if not ok]
+    assert failed == ["--augment-text-max must be >= 1"]

@@ -97,3 +97,21 @@ def test_teacher_scores_on_the_runs_device(pair_env, tmp_path, monkeypatch):
     monkeypatch.setattr(train_mod, "resolve_device", lambda spec: "cpu:0")  # a device name no default produces
     train_dse(pair_env.dse_config(epochs=1, augment_random=4), tmp_path / "run", progress=False)
     assert seen == ["cpu:0"]
+
+
+def test_augment_text_adds_pairs_and_a_changed_file_refuses_resume(pair_env, tmp_path):
+    text = tmp_path / "mine.txt"
+    text.write_text("".join(f"a cat and a dog number {i}\n" for i in range(25)))
+    plain = pair_env.dse_config(epochs=1, augment_random=10, seed=2)
+    cfg = pair_env.dse_config(epochs=1, augment_random=10, seed=2, augment_text=str(text), augment_text_max=20)
+    train_dse(plain, tmp_path / "plain", progress=False)
+    train_dse(cfg, tmp_path / "run", progress=False)
+    n_plain = json.loads((tmp_path / "plain" / "data.json").read_text())["augment_pairs"]
+    n_text = json.loads((tmp_path / "run" / "data.json").read_text())["augment_pairs"]
+    assert n_plain < n_text <= n_plain + 20
+    saved = json.loads((tmp_path / "run" / "dse_config.json").read_text())
+    assert saved["augment_text_sha256"] == cfg.augment_text_sha256 != ""
+    text.write_text("".join(f"a cat and a dog number {i}\n" for i in range(24)))
+    with pytest.raises(OndeviceError, match="augment_text_sha256"):
+        train_dse(pair_env.dse_config(epochs=1, augment_random=10, seed=2, augment_text=str(text), augment_text_max=20),
+                  tmp_path / "run", resume=True, progress=False)

@@ -32,6 +32,11 @@ def _augment_tasks_flags(s: argparse.ArgumentParser, d) -> None:
                         "nearest, scored by the teacher (e.g. sick,mrpc,qqp; dev/test text is never used)")
     s.add_argument("--augment-tasks-max", type=int, default=d.augment_tasks_max,
                    help="at most this many of those sentences (a seeded draw)")
+    s.add_argument("--augment-text", default=d.augment_text, metavar="FILE",
+                   help="your own unlabeled sentences (one per line, .gz allowed), e.g. app queries or catalog text: "
+                        "each paired with its Hamming nearest and scored by the teacher (evaluation text is left out)")
+    s.add_argument("--augment-text-max", type=int, default=d.augment_text_max,
+                   help="at most this many --augment-text sentences (a seeded draw)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -195,6 +200,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
                            lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
                            augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                            augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
+                           augment_text=a.augment_text, augment_text_max=a.augment_text_max,
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
@@ -312,6 +318,7 @@ def run(a: argparse.Namespace) -> int:
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
                         augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                         augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
+                        augment_text=a.augment_text, augment_text_max=a.augment_text_max,
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
                         split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))

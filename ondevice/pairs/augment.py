@@ -5,15 +5,17 @@ Two kinds, both seeded and deduplicated (unordered) against the training pairs a
 - nearest-neighbour pairings: every training sentence with its nearest other sentence by Hamming distance of
   the SRA student's binary codes (`HammingIndex`, random-projection codes), i.e. the hard near-duplicates a
   search would return, which is exactly what the head later reranks;
-- optionally, extra unlabeled sentences (other tasks' train-split text, `--augment-tasks`): each paired with its
-  nearest sentence among the training and extra ones, so the teacher labels hard pairs beyond the task's own
-  few thousand sentences (DiPair's transfer set is retrieved neighbours, paper 002 Sec. 4.3).
+- optionally, extra unlabeled sentences (other tasks' train-split text, `--augment-tasks`, and a text file of the
+  user's own, `--augment-text`): each paired with its nearest sentence among the training and extra ones, so the
+  teacher labels hard pairs beyond the task's own few thousand sentences (DiPair's transfer set is retrieved
+  neighbours from unlabeled text, paper 002 Sec. 4.3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -28,7 +30,14 @@ class AugmentConfig:
     neighbors: int = 1  # nearest-neighbour pairings per training sentence
     bits: int = 256
     seed: int = 0
-    extra_max: int = 50000  # extra sentences drawn (seeded) when the caller passes more
+
+
+@dataclass
+class ExtraText:
+    """One source of extra unlabeled sentences and how many of them a run draws (seeded) at most."""
+
+    sentences: list[str]
+    most: int
 
 
 def _codes(vectors: np.ndarray, config: AugmentConfig) -> np.ndarray:
@@ -47,9 +56,9 @@ def _key(x: str, y: str) -> tuple[str, str]:
 
 
 def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray] | None,
-                       config: AugmentConfig, extra: list[str] | None = None) -> PairData:
-    """Random and Hamming-nearest-neighbour pairs of training sentences, then each of up to `config.extra_max`
-    `extra` sentences with its nearest training-or-extra sentence (gold = NaN: no label)."""
+                       config: AugmentConfig, extra: Sequence[ExtraText] = ()) -> PairData:
+    """Random and Hamming-nearest-neighbour pairs of training sentences, then each sentence drawn from the `extra`
+    sources (source by source, up to its `most`) with its nearest training-or-extra sentence (gold = NaN: no label)."""
     sentences = training_sentences(train)
     seen = {_key(x, y) for x, y in zip(train.a, train.b)}
     a: list[str] = []
@@ -81,15 +90,12 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
         i, j = rng.integers(0, len(sentences), 2)
         tries += 1
         add(sentences[int(i)], sentences[int(j)])
-    if extra:
+    pool = _draw(sentences, extra, config.seed)
+    if pool:
         if encode is None:
             raise ValueError("extra sentences are paired by their neighbours: pass the student's encode")
         from ondevice.index import HammingIndex
 
-        own = set(sentences)
-        pool = [x for x in dict.fromkeys(extra) if x not in own]
-        keep = np.sort(np.random.default_rng(config.seed).permutation(len(pool))[: config.extra_max])
-        pool = [pool[i] for i in keep]
         both = sentences + pool
         codes = _codes(np.asarray(encode(both), np.float32), config)
         index = HammingIndex(bits=config.bits)
@@ -102,19 +108,46 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
     return PairData(train.task, "augment", a, b, np.full(len(a), np.nan))
 
 
-def extra_task_sentences(tasks: str, data_dir: str, split_seed: int) -> list[str] | None:
-    """Train-split text of the comma-separated `tasks` for `--augment-tasks` (dev, test and evaluation text held
-    out by `unlabeled_train_sentences`); None when no task is named."""
-    from ondevice.pairs.data import task_list, unlabeled_train_sentences
+def _draw(own: list[str], extra: Sequence[ExtraText], seed: int) -> list[str]:
+    """The extra sentences a run pairs: from each source in order, a seeded draw of at most `most` of its distinct
+    sentences that are neither training sentences nor drawn from an earlier source, kept in source order."""
+    taken = set(own)
+    out: list[str] = []
+    for source in extra:
+        pool = [x for x in dict.fromkeys(source.sentences) if x not in taken]
+        keep = np.sort(np.random.default_rng(seed).permutation(len(pool))[: source.most])
+        pool = [pool[i] for i in keep]
+        taken.update(pool)
+        out += pool
+    return out
 
-    names = task_list(tasks)
-    return unlabeled_train_sentences(data_dir, names, split_seed) if names else None
+
+def extra_texts(config) -> list[ExtraText]:
+    """The extra sources a DSE or DiPair config names: `augment_tasks` train-split text, then the `augment_text`
+    file (evaluation text and carved dev/test splits held out); fills in `config.augment_text_sha256`."""
+    from ondevice.corpus import read_corpus
+    from ondevice.io import sha256_text
+    from ondevice.pairs.data import pair_held_out_texts, task_list, unlabeled_train_sentences
+
+    out = []
+    names = task_list(config.augment_tasks)
+    if names:
+        out.append(ExtraText(unlabeled_train_sentences(config.data, names, config.split_seed), config.augment_tasks_max))
+    if config.augment_text:
+        text = read_corpus(config.augment_text, exclude=pair_held_out_texts(config.data, config.split_seed))
+        config.augment_text_sha256 = sha256_text(text)
+        out.append(ExtraText(text, config.augment_text_max))
+    return out
 
 
-def extra_task_checks(tasks: str, most: int) -> list[tuple[bool, str]]:
-    """Validation rows of `--augment-tasks` ("" = none) / `--augment-tasks-max` for `first_failure`."""
+def extra_checks(config) -> list[tuple[bool, str]]:
+    """Validation rows of `--augment-tasks` ("" = none), `--augment-text` and their maxima, for `first_failure`."""
     from ondevice.pairs.data import task_list, unlabeled_tasks_problem
 
-    names = task_list(tasks)
+    names = task_list(config.augment_tasks)
     problem = unlabeled_tasks_problem(names, "--augment-tasks") if names else ""
-    return [(not problem, problem), (most >= 1, "--augment-tasks-max must be >= 1")]
+    text = config.augment_text
+    return [(not problem, problem), (config.augment_tasks_max >= 1, "--augment-tasks-max must be >= 1"),
+            (not text or Path(text).is_file(),
+             f"--augment-text {text}: no such file; give a text file with one sentence per line (.gz allowed)"),
+            (config.augment_text_max >= 1, "--augment-text-max must be >= 1")]

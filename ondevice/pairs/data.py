@@ -22,6 +22,7 @@ import numpy as np
 
 from ondevice.errors import OndeviceError
 from ondevice.eval.data import (
+    DataMissing,
     _bad,
     _file,
     _lines,
@@ -253,6 +254,20 @@ def check_unlabeled_tasks(tasks: tuple[str, ...]) -> None:
         raise OndeviceError(problem)
 
 
+def pair_held_out_texts(data_dir: str | Path, seed: int = 0) -> set[str]:
+    """Every evaluation sentence (`held_out_texts`) plus the dev and test splits SICK, MRPC and QQP carve with split
+    `seed`: text no unlabeled corpus of a pair run may hold (a task not in `data_dir` holds out nothing)."""
+    held = held_out_texts(data_dir, pair_train=False)
+    for task in ("sick-r", "sick-e", "mrpc", "qqp"):  # SICK-R and SICK-E carve differently
+        for split in ("dev", "test"):
+            try:
+                part = load_pairs(task, split, data_dir, seed)
+            except DataMissing:
+                continue
+            held.update(x.strip() for x in part.a + part.b)
+    return held
+
+
 def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("stsb",), seed: int = 0) -> list[str]:
     """Unique train-split sentences of `tasks` as unlabeled distillation text (no scores), STS-B's first.
 
@@ -264,11 +279,7 @@ def unlabeled_train_sentences(data_dir: str | Path, tasks: tuple[str, ...] = ("s
     others = [t for t in tasks if t != "stsb"]
     if not others:
         return list(out)
-    held = held_out_texts(data_dir, pair_train=False)
-    for task in ("sick-r", "sick-e", "mrpc", "qqp"):  # the carved dev splits (SICK-R and SICK-E carve differently)
-        for split in ("dev", "test"):
-            part = load_pairs(task, split, data_dir, seed)
-            held.update(x.strip() for x in part.a + part.b)
+    held = pair_held_out_texts(data_dir, seed)
     for task in others:
         part = load_pairs({"sick": "sick-r"}.get(task, task), "train", data_dir, seed)
         for x in part.a + part.b:

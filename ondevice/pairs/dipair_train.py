@@ -26,7 +26,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json, write_text
-from ondevice.pairs.augment import extra_task_checks
+from ondevice.pairs.augment import extra_checks
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     build_head,
@@ -77,6 +77,9 @@ class DiPairConfig:
     augment_bits: int = 256
     augment_tasks: str = ""  # other tasks' train text as extra neighbour pairs (e.g. "sick,mrpc,qqp"); "" = none
     augment_tasks_max: int = 50000
+    augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
+    augment_text_max: int = 50000
+    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
     max_train_pairs: int | None = None
     seed: int = 0
     split_seed: int = 0
@@ -100,7 +103,7 @@ class DiPairConfig:
                   (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
                   (0 <= self.dropout < 1, "--dropout must be in [0, 1)"),
                   *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                  *extra_task_checks(self.augment_tasks, self.augment_tasks_max),
+                  *extra_checks(self),
                   (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
         first_failure(checks)
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
@@ -108,8 +111,8 @@ class DiPairConfig:
 
 
 _RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "pooled_slot", "stage1_epochs", "stage2_epochs", "batch_size",
-                "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
-                "max_train_pairs", "seed", "split_seed")
+                "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits",
+                "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max", "augment_text_sha256", "max_train_pairs", "seed", "split_seed")
 
 
 def soft_label_loss(logits, teacher, kind: str, temperature: float):
@@ -214,7 +217,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
 
     from ondevice.distill import _save_checkpoint
     from ondevice.io import check_out_dir
-    from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_task_sentences
+    from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_texts
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
@@ -226,6 +229,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     torch = require("torch", "train")
     out = check_out_dir(out_dir)
     ckpt = out / CHECKPOINT
+    extra = extra_texts(config)  # before the resume check: it fills in the --augment-text checksum
     check_resume(out, config, CONFIG, "DiPair config", _RESUME_KEYS, resume, extendable=("stage2_epochs",))
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -244,10 +248,9 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
-    extra = extra_task_sentences(config.augment_tasks, config.data, config.split_seed)
     aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed,
-                                           config.augment_tasks_max), extra)
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed),
+                             extra)
     a, b = train.a + aug.a, train.b + aug.b
     targets = teacher_logits(teacher, a, b, progress=progress).astype(np.float32)
     texts, pa, pb = _index([], a, b)

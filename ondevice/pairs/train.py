@@ -22,7 +22,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
-from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_task_checks, extra_task_sentences
+from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_checks, extra_texts
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
@@ -60,6 +60,9 @@ class DSEConfig:
     augment_bits: int = 256
     augment_tasks: str = ""  # other tasks' train text as extra neighbour pairs (e.g. "sick,mrpc,qqp"); "" = none
     augment_tasks_max: int = 50000
+    augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
+    augment_text_max: int = 50000
+    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
     freeze_encoder: bool = False
     max_train_pairs: int | None = None
     seed: int = 0
@@ -74,11 +77,12 @@ class DSEConfig:
                        device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                       *extra_task_checks(self.augment_tasks, self.augment_tasks_max)])
+                       *extra_checks(self)])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
-                "augment_bits", "augment_tasks", "augment_tasks_max", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
+                "augment_bits", "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max",
+                "augment_text_sha256", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
 
 
 class PairStudent:
@@ -168,6 +172,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
+    extra = extra_texts(config) if config.alpha > 0 else []  # before the resume check: it fills in a checksum
     check_resume(out, config, "dse_config.json", "DSE config", _RESUME_KEYS, resume)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -191,10 +196,9 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     use_teacher = config.alpha > 0
     t_train = teacher_logits(teacher, train.a, train.b, progress=progress) if use_teacher else \
         np.zeros((len(train), spec.num_outputs), np.float32)
-    extra = extra_task_sentences(config.augment_tasks, config.data, config.split_seed) if use_teacher else None
     aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
                              AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
-                                           config.seed, config.augment_tasks_max), extra) if use_teacher else None
+                                           config.seed), extra) if use_teacher else None
     use_aug = aug is not None and len(aug) > 0
     t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else no_logits
 
