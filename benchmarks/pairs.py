@@ -488,6 +488,8 @@ def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_enc
             summary["mean_ratio_to_cross_encoder"] = round(summary["dipair"]["mean"] / cross_encoder, 4)
     if dse:
         summary["dse"] = _spread(dse)
+        if cross_encoder:
+            summary["dse_mean_ratio_to_cross_encoder"] = round(summary["dse"]["mean"] / cross_encoder, 4)
     if dipair and dse:
         summary["difference_of_means"] = round(summary["dipair"]["mean"] - summary["dse"]["mean"], 3)
     return summary

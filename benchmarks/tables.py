@@ -527,6 +527,7 @@ def dipair_quality(*paths: str) -> str:
             parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
             parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
                       ] if "mean_ratio_to_cross_encoder" in sm else []
+            parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
             lines += ["Mean ± sample std: " + "; ".join(parts) + ".", ""]
     return "\n".join(lines).rstrip()
 

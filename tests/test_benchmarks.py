@@ -183,7 +183,9 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
     assert sm["difference_of_means"] == pytest.approx(np.mean(dipair) - np.mean(dse), abs=1e-3)
     assert sm["mean_ratio_to_cross_encoder"] == pytest.approx(np.mean(dipair) / 83.54, abs=1e-4)
     assert "dse" not in pairs.dipair_summary("spearman", dipair, [], None)
-    assert set(pairs.dipair_summary("spearman", [], dse, 83.54)) == {"metric", "dse"}  # an ablation: DSE's spread only
+    assert sm["dse_mean_ratio_to_cross_encoder"] == pytest.approx(np.mean(dse) / 83.54, abs=1e-4)
+    assert set(pairs.dipair_summary("spearman", [], dse, 83.54)) == {"metric", "dse", "dse_mean_ratio_to_cross_encoder"}
+    assert set(pairs.dipair_summary("spearman", [], dse, None)) == {"metric", "dse"}  # an ablation: DSE's spread only
     cfg = {"n": 8, "m": 8, "d": 128, "layers": 1, "select": "first", "pooled_slot": True, "stage1_epochs": 3,
            "stage2_epochs": 4, "augment_random": 30000, "augment_neighbors": 1}
     rows = [{"run": f"/r/dipair-s{i}", "config": cfg, "dev": {"epoch": 5, "stage": 2, "spearman": 83.0},
@@ -200,3 +202,4 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
     assert "DSE test is the mean of 2 runs: `dse-s0` 78.03, `dse-s1` 77.50" in text
     assert f"DiPair {np.mean(dipair):.2f} ± {np.std(dipair, ddof=1):.2f} (3 seeds)" in text
     assert f"difference of means {np.mean(dipair) - np.mean(dse):+.2f}" in text
+    assert f"DSE mean {np.mean(dse) / 83.54:.3f}x" in text
