@@ -26,7 +26,7 @@ def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _augment_tasks_flags(s: argparse.ArgumentParser, d) -> None:
+def _augment_extra_flags(s: argparse.ArgumentParser, d) -> None:
     s.add_argument("--augment-tasks", default=d.augment_tasks,
                    help="other tasks' train-split text as extra augmentation: each sentence paired with its Hamming "
                         "nearest, scored by the teacher (e.g. sick,mrpc,qqp; dev/test text is never used)")
@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors,
                    help="Hamming nearest-neighbour pairs per training sentence")
     s.add_argument("--augment-bits", type=int, default=d.augment_bits, help="code bits for the neighbour search")
-    _augment_tasks_flags(s, d)
+    _augment_extra_flags(s, d)
     s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
@@ -162,7 +162,7 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--augment-random", type=int, default=d.augment_random)
     s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
     s.add_argument("--augment-bits", type=int, default=d.augment_bits)
-    _augment_tasks_flags(s, d)
+    _augment_extra_flags(s, d)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--seed", type=int, default=d.seed)

@@ -40,10 +40,18 @@ class ExtraText:
     most: int
 
 
-def _codes(vectors: np.ndarray, config: AugmentConfig) -> np.ndarray:
+def _nearest_ids(texts: list[str], encode: Callable[[list[str]], np.ndarray], config: AugmentConfig, first: int,
+                 k: int) -> np.ndarray:
+    """Ids of the `k` Hamming-nearest of `texts` for each of `texts[first:]`, by random-projection codes of the
+    student's vectors fitted on all of `texts` (-1 where fewer exist)."""
     from ondevice.binarize import Binarizer
+    from ondevice.index import HammingIndex
 
-    return Binarizer.fit(vectors, method="random", bits=config.bits, seed=config.seed).transform(vectors)
+    vectors = np.asarray(encode(texts), np.float32)
+    codes = Binarizer.fit(vectors, method="random", bits=config.bits, seed=config.seed).transform(vectors)
+    index = HammingIndex(bits=config.bits)
+    index.add(codes)
+    return index.search(codes[first:], k)[1]
 
 
 def training_sentences(train: PairData) -> list[str]:
@@ -72,14 +80,7 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
             b.append(y)
 
     if config.neighbors > 0 and encode is not None and len(sentences) > 1:
-        from ondevice.index import HammingIndex
-
-        vectors = np.asarray(encode(sentences), np.float32)
-        codes = _codes(vectors, config)
-        index = HammingIndex(bits=config.bits)
-        index.add(codes)
-        k = min(len(sentences), config.neighbors + 1)
-        _, ids = index.search(codes, k)
+        ids = _nearest_ids(sentences, encode, config, 0, min(len(sentences), config.neighbors + 1))
         for i, row in enumerate(ids):
             for j in [int(j) for j in row if j >= 0 and j != i][: config.neighbors]:
                 add(sentences[i], sentences[j])
@@ -94,14 +95,8 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
     if pool:
         if encode is None:
             raise ValueError("extra sentences are paired by their neighbours: pass the student's encode")
-        from ondevice.index import HammingIndex
-
         both = sentences + pool
-        codes = _codes(np.asarray(encode(both), np.float32), config)
-        index = HammingIndex(bits=config.bits)
-        index.add(codes)
-        _, ids = index.search(codes[len(sentences):], min(len(both), 2))
-        for x, row in zip(pool, ids):
+        for x, row in zip(pool, _nearest_ids(both, encode, config, len(sentences), min(len(both), 2))):
             near = [int(j) for j in row if j >= 0 and both[int(j)] != x]
             if near:
                 add(x, both[near[0]])
