@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from ondevice.results import cpu_model
+from ondevice.results import cpu_details, cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
@@ -57,7 +57,7 @@ def _meta(argv: list[str]) -> dict:
                                 capture_output=True, text=True, check=False).stdout.strip())
     return {"commit": commit + ("-dirty" if dirty else ""), "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": cpu_model(),
-            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "cpu": cpu_details(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
             "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg()}
 

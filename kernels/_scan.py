@@ -36,6 +36,9 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # slower than none at 1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json
 # vs -121946.json); on the Intel Xeon VM (same day) 512 bytes ahead took 1M x 2048-bit scans from 59% to 90% of the
 # read bound and 4M x 1024 bits from 68% to 86% (scratch A/B in separate processes; grids -190459 vs the next one).
+# On an Intel Xeon (family 6 model 207, 260 MB L3) on 2026-11-24, 4 KB ahead beat 512 bytes in every 100k-10M-code
+# cell at 1 and 2 threads (1 thread, share of the read bound: 1M x 256 bits 94% -> 101%, 1M x 2048 88% -> 106%;
+# 2048 and 1024 bytes in between; small catalogs within noise), so Intel now prefetches 4 KB ahead.
 # ONDEVICE_PREFETCH_BYTES overrides it. A compile-time constant: 0 costs nothing.
 def _default_prefetch() -> int:
     env = os.environ.get("ONDEVICE_PREFETCH_BYTES", "").strip()
@@ -49,7 +52,7 @@ def _default_prefetch() -> int:
             intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
     except OSError:
         intel = False
-    return 512 if intel else 0
+    return 4096 if intel else 0
 
 
 PREFETCH_BYTES = _default_prefetch()
@@ -74,6 +77,10 @@ SELECT_MAX_K = 32  # larger k leaves more candidates (~k x rows / sampled rows) 
 SAMPLE_WEIGHT = 1.0  # sampled blocks ~ sqrt(blocks x k x SAMPLE_WEIGHT), measured as above
 _FAR = 1 << 62  # admission threshold of a heap that is not full yet
 GROUP = 4  # queries per group in the batch kernel: each database vector is loaded once per group
+# Heap slots left empty after each chunk's in the parallel kernels, so no two threads' heaps (distances, ids, sizes)
+# share a cache line: a write to one invalidates the line in the other core, and a scan reads its heap's root at
+# every sub-tile. 8 slots are at least 64 bytes of each array.
+HEAP_PAD = 8
 
 # ---------------------------------------------------------------------------------------------- top-k heaps
 # One max-heap of (distance, id) per (chunk, query) "slot", stored flat: slot s owns [s*k, s*k + k).
@@ -134,12 +141,12 @@ def _threshold(hd, hn, slot, k, strict):
 
 
 @njit(cache=True)
-def _merge_one(hd, hi, hn, nchunks, k, q, out_d, out_i, md, mi):
-    """Merge query q's per-chunk heaps (size k) into the sorted (distance, id) row q of out_*, -1 padded."""
-    nq = out_d.shape[0]
+def _merge_one(hd, hi, hn, nchunks, sq, k, q, out_d, out_i, md, mi):
+    """Merge query q's per-chunk heaps (size k, sq slots per chunk) into the sorted (distance, id) row q of out_*,
+    -1 padded."""
     n = 0
     for c in range(nchunks):
-        slot = c * nq + q
+        slot = c * sq + q
         for j in range(hn[slot]):
             d = hd[slot * k + j]
             i = hi[slot * k + j]
@@ -172,34 +179,37 @@ def _merge_one(hd, hi, hn, nchunks, k, q, out_d, out_i, md, mi):
 
 
 @njit(parallel=True, cache=True)
-def merge(hd, hi, hn, nchunks, k, out_d, out_i):
-    """Merge every query's per-chunk heaps into sorted rows of out_d / out_i, queries in parallel."""
+def merge(hd, hi, hn, nchunks, sq, k, out_d, out_i):
+    """Merge every query's per-chunk heaps (sq slots per chunk) into sorted rows of out_d / out_i, queries in
+    parallel."""
     for q in prange(out_d.shape[0]):
-        _merge_one(hd, hi, hn, nchunks, k, q, out_d, out_i, np.empty(k, np.int64), np.empty(k, np.int64))
+        _merge_one(hd, hi, hn, nchunks, sq, k, q, out_d, out_i, np.empty(k, np.int64), np.empty(k, np.int64))
 
 
 @njit(cache=True)
-def _merge_all(hd, hi, hn, k, out_d, out_i, md, mi):
-    """As merge for a single chunk, on the calling thread (the serial kernels end with it)."""
+def _merge_all(hd, hi, hn, nchunks, sq, k, out_d, out_i, md, mi):
+    """As merge, on the calling thread: the serial kernels, and the parallel few-query ones after their parallel
+    loop, end with it, so a search is a single launch (a second parallel one for the merge cost ~8 us on the Xeon
+    VM, a twentieth of a 1M x 64-bit scan on 2 threads)."""
     for q in range(out_d.shape[0]):
-        _merge_one(hd, hi, hn, 1, k, q, out_d, out_i, md, mi)
+        _merge_one(hd, hi, hn, nchunks, sq, k, q, out_d, out_i, md, mi)
 
 
 @njit(cache=True)
-def _carve_heaps(scratch, nchunks, nq, k):
-    """Views of one int64 scratch array: heap distances and ids (slots x k each), heap sizes, then the temporaries."""
-    slots = nchunks * nq
+def _carve_heaps(scratch, nchunks, sq, k):
+    """Views of one int64 scratch array: heap distances and ids (slots x k each), heap sizes, then the temporaries;
+    sq slots per chunk."""
+    slots = nchunks * sq
     return (scratch[: slots * k], scratch[slots * k : 2 * slots * k], scratch[2 * slots * k : 2 * slots * k + slots],
             2 * slots * k + slots)
 
 
 def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
-    """int64 words of scratch a knn kernel call needs: heaps, and for the serial kernels their temporaries too."""
-    heaps = nchunks * nq * (2 * k + 1)
-    if nchunks > 1:
-        return heaps
+    """int64 words of scratch a knn kernel call needs: heaps, then each chunk's temporaries (in the caller's cached
+    buffer rather than allocated per call: a parallel search allocating 120 KB per chunk cost a few microseconds)."""
+    heaps = nchunks * (nq + (HEAP_PAD if nchunks > 1 else 0)) * (2 * k + 1)
     w = (nbytes + 7) // 8
-    return heaps + _temp_words(tile, w) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k
+    return heaps + nchunks * (_temp_words(tile, w) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k)
 
 
 def _hist_bins(w: int) -> int:
@@ -219,7 +229,9 @@ class Kernels:
     """The scan kernels compiled for one code width (bytes) and popcount path; the width is a compile-time constant.
 
     Attributes `rows`, `blocks`, `range_rows`, `rows8` are the parallel kernels, `*_serial` the one-chunk ones
-    (`rows8*` is None for widths the 8-row kernel does not handle).
+    (`rows8*` is None for widths the 8-row kernel does not handle); `one`/`one_ids` (serial) and `few_par` (parallel)
+    are the few-query fast paths of hamming.knn. The few-query kernels (`rows*`) write the sorted result themselves;
+    after the parallel `blocks`, `merge` does.
     """
 
     def __init__(self, nbytes: int, pop: int):
@@ -229,8 +241,8 @@ class Kernels:
         # scratch_words(nbytes, tile, 1, nq, k) == nq * (2k + 1 + query_words) + serial_temp + 2k, kept for speed
         self.query_words = max(self.words, rows8_query_words(nbytes // 8))
         self.serial_temp = _temp_words(self.tile_rows, self.words)
-        self.rows, self.blocks, self.range_rows, self.rows8, _, _ = _build(nbytes, pop, self.tile_rows, 1)
-        self.rows_serial, self.blocks_serial, self.range_rows_serial, self.rows8_serial, self.one, self.one_ids = \
+        self.rows, self.blocks, self.range_rows, self.rows8, _, _, self.few_par = _build(nbytes, pop, self.tile_rows, 1)
+        self.rows_serial, self.blocks_serial, self.range_rows_serial, self.rows8_serial, self.one, self.one_ids, _ = \
             _build(nbytes, pop, self.tile_rows, 0)
 
 
@@ -267,17 +279,18 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nq = queries.shape[0]
         has_ids = ids.shape[0] > 0
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
-        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        sq = nq + HEAP_PAD * PAR  # heap slots per chunk
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
         for c in prange(nchunks):
-            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             for q in range(nq):
-                hn[c * nq + q] = 0
+                hn[c * sq + q] = 0
             cand_r = tmp[C1 : C1 + TILE]
             cand_d = tmp[C2 : C2 + TILE]
             for start in range(bounds[c], bounds[c + 1], TILE):
                 stop = min(start + TILE, bounds[c + 1])
                 for q in range(nq):
-                    slot = c * nq + q
+                    slot = c * sq + q
                     thr = _threshold(hd, hn, slot, k, strict)
                     if BRANCHY:
                         for r in range(start, stop):
@@ -304,20 +317,20 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                             r = cand_r[j]
                             _offer(hd, hi, hn, slot, k, cand_d[j], ids[r] if has_ids else r)
                             thr = _threshold(hd, hn, slot, k, strict)
-        if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
-            md = scratch[tmp0 + TEMP + nq * QQ :]
-            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+        md = scratch[tmp0 + TEMP + nq * QQ :]  # chunk 0's merge buffers, free once the chunks are scanned
+        _merge_all(hd, hi, hn, bounds.shape[0] - 1, sq, k, out_d, out_i, md[:k], md[k : 2 * k])
 
     def blocks(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
         nq = queries.shape[0]
         has_ids = ids.shape[0] > 0
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
-        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        sq = nq + HEAP_PAD * PAR  # heap slots per chunk
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
         for c in prange(nchunks):
-            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qwords = tmp[QO : QO + nq * W].view(np.uint64)  # each query as W little-endian words, tail zero-padded
             for q in range(nq):
-                hn[c * nq + q] = 0
+                hn[c * sq + q] = 0
                 for w in range(FULL):
                     qwords[q * W + w] = load_word(queries, q * NB + 8 * w, 8)
                 if TAIL > 0:
@@ -343,7 +356,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 for g in range(nq // G):
                     q0 = g * G
                     for qq in range(G):
-                        gthr[qq] = _threshold(hd, hn, c * nq + q0 + qq, k, strict)
+                        gthr[qq] = _threshold(hd, hn, c * sq + q0 + qq, k, strict)
                     nc = 0
                     for b in range(nblk):
                         m = block_distances_group(buf, b * W * LANES, qwords, q0 * W, W, G, POP, gthr, 0, gd,
@@ -360,7 +373,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                             mq = (m >> (8 * qq)) & 255
                             if mq == 0:
                                 continue
-                            slot = c * nq + q0 + qq
+                            slot = c * sq + q0 + qq
                             thr = gthr[qq]
                             for lane in range(LANES):
                                 d = gd[(j * G + qq) * LANES + lane]
@@ -370,7 +383,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                     thr = _threshold(hd, hn, slot, k, strict)
                             gthr[qq] = thr
                 for q in range(nq // G * G, nq):  # the queries left over after the groups
-                    slot = c * nq + q
+                    slot = c * sq + q
                     thr = _threshold(hd, hn, slot, k, strict)
                     nc = 0
                     for b in range(nblk):  # no branch, no call: the query words stay in registers
@@ -391,7 +404,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                 thr = _threshold(hd, hn, slot, k, strict)
         if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
             md = scratch[tmp0 + TEMP + nq * QQ :]
-            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+            _merge_all(hd, hi, hn, 1, sq, k, out_d, out_i, md[:k], md[k : 2 * k])
 
     def range_rows(codes, queries, radius, ids, bounds, counts, cursor, out_d, out_i, fill):
         nq = queries.shape[0]
@@ -421,12 +434,13 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                            scratch[_carve_heaps(scratch, 1, nq, k)[3] :], out_d, out_i)):
             return  # selected by counting; it declines (False) only when its candidates overflow
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
-        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, nq, k)
+        sq = nq + HEAP_PAD * PAR  # heap slots per chunk
+        hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
         for c in prange(nchunks):
-            tmp = np.empty(TEMP + nq * QQ + 2 * k, np.int64) if PAR else scratch[tmp0:]
+            tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qpattern = tmp[QO : QO + nq * QW].view(np.uint64)  # each query's words, repeated to fill 8 lanes
             for q in range(nq):
-                hn[c * nq + q] = 0
+                hn[c * sq + q] = 0
                 for j in range(QW):
                     qpattern[q * QW + j] = load_word(queries, q * NB + 8 * (j % FULL), 8)
             cand_d = tmp[C1 : C1 + TILE]
@@ -436,7 +450,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 nrows = min(T8, bounds[c + 1] - start)
                 nblk = nrows // LANES
                 for q in range(nq):
-                    slot = c * nq + q
+                    slot = c * sq + q
                     thr = _threshold(hd, hn, slot, k, strict)
                     # Candidates are offered after the pass over a T8-row sub-tile, which keeps the scan loop small:
                     # offering each block's at once ran 10M x 256-bit scans ~18% slower, and visiting mask bits one by
@@ -484,9 +498,8 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                         if d <= thr:
                             _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
                             thr = _threshold(hd, hn, slot, k, strict)
-        if PAR == 0:  # the serial build also sorts the result: one call, no separate merge
-            md = scratch[tmp0 + TEMP + nq * QQ :]
-            _merge_all(hd, hi, hn, k, out_d, out_i, md[:k], md[k : 2 * k])
+        md = scratch[tmp0 + TEMP + nq * QQ :]  # chunk 0's merge buffers, free once the chunks are scanned
+        _merge_all(hd, hi, hn, bounds.shape[0] - 1, sq, k, out_d, out_i, md[:k], md[k : 2 * k])
 
     def select(codes, queries, k, ids, has_ids, lo, hi, tmp, out_d, out_i):
         # Top k of rows lo..hi by counting (see SELECT_MAX_BYTES); ties keep scan order, so ids must ascend. False
@@ -593,9 +606,22 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         bounds[1] = codes.shape[0]
         few(codes, queries, k, ids, strict, bounds, scratch[2:], out_d, out_i)
 
+    # The parallel fast path: a few queries over nchunks chunks in one call, the chunk bounds computed inside (as
+    # hamming._bounds), the merge done at the end of the scan (_merge_all), so no numpy work or second launch around it.
+    # Compiled without parallel=True: the parallel loop is the one in `few`.
+    def few_par(codes, queries, k, ids, strict, nchunks, scratch, out_d, out_i):
+        if codes.shape[1] != NB or POP < 0 or PAR == 0:  # never true; see `one`
+            raise ValueError("kernel built for another width")
+        n = codes.shape[0]
+        bounds = scratch[: nchunks + 1]
+        for c in range(nchunks):
+            bounds[c] = c * (n // LANES) // nchunks * LANES
+        bounds[nchunks] = n
+        few(codes, queries, k, ids, strict, bounds, scratch[nchunks + 1 :], out_d, out_i)
+
     serial_only = PAR == 0
     return (rows_j, jit(blocks), jit(range_rows), rows8_j, jit(one) if serial_only else None,
-            jit(one_ids) if serial_only else None)
+            jit(one_ids) if serial_only else None, None if serial_only else njit(cache=True)(few_par))
 
 
 _KERNELS: dict[tuple[int, int], Kernels] = {}

@@ -334,10 +334,13 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
             m = len(q)
             o_d, o_i = out_d[q0 : q0 + m], out_i[q0 : q0 + m]
             scratch = _scratch(words(nb, kern.tile_rows, nchunks, m, kk))
-            scan = kern.blocks if m >= BLOCKS_MIN_QUERIES else (kern.rows8 or kern.rows)
-            scan(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
-            hd, hi, hn = np.split(scratch[: nchunks * m * (2 * kk + 1)], [nchunks * m * kk, 2 * nchunks * m * kk])
-            merge(hd, hi, hn, nchunks, kk, o_d, o_i)
+            if m < BLOCKS_MIN_QUERIES:  # the few-query kernels sort their result themselves
+                (kern.rows8 or kern.rows)(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
+                continue
+            kern.blocks(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
+            sq = m + _scan().HEAP_PAD  # heap slots per chunk (the parallel kernels' layout)
+            hd, hi, hn = np.split(scratch[: nchunks * sq * (2 * kk + 1)], [nchunks * sq * kk, 2 * nchunks * sq * kk])
+            merge(hd, hi, hn, nchunks, sq, kk, o_d, o_i)
     return out_d, out_i
 
 
@@ -345,11 +348,11 @@ _FAST: dict = {}  # (code bytes, path) -> (Kernels, scratch words per query, fix
 
 
 def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
-    """The single-query fast path: a few queries, one chunk, well-formed arrays; None when any of that does not hold.
+    """The few-query fast path: fewer than BLOCKS_MIN_QUERIES queries, well-formed arrays; None when that does not hold.
 
     Everything knn checks is checked here too, only in the order that is cheapest for the common case; the search
-    itself is one Numba call (`one`/`one_ids`, 5-6 array arguments) into a cached per-thread scratch buffer, so
-    the only allocations are the two result arrays.
+    itself is one Numba call (`one`/`one_ids` for one chunk, 5-6 array arguments; `few_par` over several) into a
+    cached per-thread scratch buffer, so the only allocations are the two result arrays.
     """
     cs, qs = codes.shape, queries.shape
     if (len(cs) != 2 or len(qs) != 2 or codes.dtype is not _U8 or queries.dtype is not _U8 or cs[1] != qs[1]
@@ -357,9 +360,10 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
         return None
     n, nb = cs
     nq = qs[0]
-    if threads != 1 and ((threads is not None and (type(threads) is not int or threads < 1)) or not _PARALLEL_MIN_BYTES
-                         or n * nb * nq >= 2 * _PARALLEL_MIN_BYTES[0]):
-        return None  # as plan_threads: serial when the work is below two threads' worth, or threads=1
+    if threads != 1 and ((threads is not None and (type(threads) is not int or threads < 1)) or not _PARALLEL_MIN_BYTES):
+        return None
+    # as plan_threads: serial when threads=1 or the work is below two threads' worth
+    nchunks = 1 if threads == 1 or n * nb * nq < 2 * _PARALLEL_MIN_BYTES[0] else plan_threads(n, nb, nq, threads)
     if not (codes.flags.c_contiguous and queries.flags.c_contiguous):
         return None
     if ids is not None and (type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.shape != (n,)
@@ -369,6 +373,16 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
     path = host_path() if _ENV_KEY is not None and _ENV_KEY not in _ENV_DATA else resolve_path(None)
     if path == "numpy":
         return None
+    if nchunks > 1:  # one parallel launch that also merges the chunks' heaps (scratch: bounds, heaps, temporaries)
+        kern = _kernels(nb, path)
+        scratch = _scratch(nchunks + 1 + _scan().scratch_words(nb, kern.tile_rows, nchunks, nq, k))
+        out_d = np.empty((nq, k), _I32)
+        out_i = np.empty((nq, k), _I64)
+        strict = 1 if ids is None or ids_ascending else 0
+        with _numba_threads(nchunks):
+            kern.few_par(codes, queries, k, _NO_IDS if ids is None else ids, strict, nchunks, scratch,
+                                       out_d, out_i)
+        return out_d, out_i
     fast = _FAST.get((nb, path))
     if fast is None:
         kern = _kernels(nb, path)

@@ -61,6 +61,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_details() -> dict[str, Any]:
+    """Vendor, family/model/stepping and cache sizes of CPU 0 (Linux; {} elsewhere): VMs report one "model name"
+    for CPUs of different generations, whose cache sizes and bandwidth differ (seen: 2.5x)."""
+    out: dict[str, Any] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("vendor_id", "cpu family", "model", "stepping") and key.replace(" ", "_") not in out:
+                out[key.replace(" ", "_")] = value.strip()
+            elif key == "flags":
+                out["avx512_vpopcntdq"] = "avx512_vpopcntdq" in value.split()
+                break
+        for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            if kind != "Instruction":
+                out[f"l{level}_cache"] = (index / "size").read_text().strip()
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def gpu_model() -> str | None:
     """The CUDA GPU torch trains on, when torch is already imported and sees one (never imports torch itself)."""
     torch = sys.modules.get("torch")
@@ -98,6 +121,7 @@ def start_run(threads: int | None = None, argv: list[str] | None = None, **setti
         "command": " ".join([Path(sys.executable).name, *(sys.argv if argv is None else argv)]),
         "versions": versions(),
         "cpu_model": cpu_model(),
+        "cpu": cpu_details(),
         "gpu_model": gpu_model(),
         "cpu_count": os.cpu_count(),
         "threads": threads,

@@ -305,6 +305,35 @@ def test_single_query_fast_path_matches_brute_force(problem):
         np.testing.assert_array_equal(fast[1], ri)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_parallel_fast_path_matches_brute_force(problem):
+    """Few queries over several chunks (`few_par`: one parallel launch, bounds and merge inside, heaps padded apart)
+    give the reference's exact results, with and without ids, ascending or not; it is really the path taken."""
+    codes, queries, ids, k, _ = problem
+    queries = queries[: H.BLOCKS_MIN_QUERIES - 1]
+    ascending = None if ids is None else bool(np.all(ids[1:] > ids[:-1]))
+    nb = codes.shape[1]
+    kern = H._kernels(nb, H.resolve_path(None))
+    calls = []
+
+    def counted(*args):
+        calls.append(args[5])  # nchunks
+        return few_par(*args)
+
+    few_par = kern.few_par
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kern, "few_par", counted)
+        fast = H._fast_knn(codes, queries, k, ids, ascending, 2)
+    if not 0 < k <= len(codes):  # k beyond n (padding) goes the general way
+        assert fast is None
+        return
+    rd, ri = reference_knn(codes, queries, k, ids)
+    np.testing.assert_array_equal(fast[0], rd)
+    np.testing.assert_array_equal(fast[1], ri)
+    assert calls == ([2] if H.plan_threads(len(codes), nb, len(queries), 2) == 2 else [])
+
+
 def test_fast_path_declines_what_it_does_not_handle():
     """Wrong dtypes, shapes, threads or strided arrays leave the fast path for knn's checks and messages."""
     codes = np.zeros((100, 4), np.uint8)
@@ -318,8 +347,8 @@ def test_fast_path_declines_what_it_does_not_handle():
         assert H._fast_knn(codes, q, 3, None, None, 0) is None
         assert H._fast_knn(codes[::2], q, 3, None, None, None) is None
         assert H._fast_knn(codes, q, 3, np.arange(100), None, None) is None  # ids without their order known
-        mp.setattr(H, "_PARALLEL_MIN_BYTES", [1])
-        assert H._fast_knn(codes, q, 3, None, None, 2) is None  # big enough for threads: the general path
+        mp.setattr(H, "_PARALLEL_MIN_BYTES", [])
+        assert H._fast_knn(codes, q, 3, None, None, 2) is None  # thread crossover not loaded yet: the general path
         assert H._fast_knn(codes, q, 3, None, None, 1) is not None
     with pytest.raises(ValueError, match="threads"):
         H.knn(codes, q, 1, threads=0)
@@ -337,7 +366,7 @@ def test_prefetch_distance_follows_env_and_vendor(monkeypatch):
     with pytest.raises(ValueError, match="ONDEVICE_PREFETCH_BYTES must be a whole number"):
         _scan._default_prefetch()
     monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
-    assert _scan._default_prefetch() in (0, 512)
+    assert _scan._default_prefetch() in (0, 4096)
 
 
 def test_other_prefetch_build_matches_brute_force(tmp_path):

@@ -15,6 +15,8 @@ def test_metadata_and_one_file_per_run(tmp_path) -> None:
     assert meta["command"].endswith("bench.py --n 5") and meta["threads"] == 2 and meta["settings"] == {"n": 5}
     assert meta["cpu_model"] and meta["cpu_count"] >= 1 and len(meta["load_average_start"]) == 3
     assert meta["versions"]["numpy"] and meta["versions"]["python"]
+    if Path("/proc/cpuinfo").exists():  # Linux: the CPU generation and caches beside the model name
+        assert meta["cpu"]["vendor_id"] and meta["cpu"]["model"].isdigit() and meta["cpu"]["l1_cache"]
     if (ROOT / ".git").exists():  # inside a git checkout (not an exported source tree)
         assert len(meta["commit"].removesuffix("+dirty")) == 40
     first = write_result("bench", {"value": 1}, meta, root=tmp_path)
