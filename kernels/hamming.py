@@ -7,8 +7,9 @@ How the scan is organised (the reasons are in BENCHMARKS.md):
 - Small searches run on the calling thread with no thread pool (serial kernels): below a few megabytes of work,
   starting a parallel region costs more than it saves. `plan_threads` picks the thread count from the work size;
   the crossover is measured per machine by `calibrate()` (a default is used until then).
-- Larger databases are cut into one contiguous chunk per thread; each chunk keeps its own top-k heap per query and
-  the heaps are merged at the end, so threads never share state.
+- Larger databases are cut into one contiguous chunk per thread; each chunk keeps its own top-k heap per query
+  (heaps padded apart, so threads never share state or a cache line) and the heaps are merged at the end: for a few
+  queries inside the same call, after the parallel loop, so a search is one Numba call and one parallel launch.
 - A chunk is scanned in L1-sized tiles and every query of the batch runs over a tile before the next tile is read,
   so a batch reads the database from memory once.
 - Few queries ("rows"/"rows8" kernels): each row's distance is one fully unrolled XOR/popcount/reduce (8 rows at a
