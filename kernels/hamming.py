@@ -381,8 +381,7 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
         out_i = np.empty((nq, k), _I64)
         strict = 1 if ids is None or ids_ascending else 0
         with _numba_threads(nchunks):
-            kern.few_par(codes, queries, k, _NO_IDS if ids is None else ids, strict, nchunks, scratch,
-                                       out_d, out_i)
+            kern.few_par(codes, queries, k, _NO_IDS if ids is None else ids, strict, nchunks, scratch, out_d, out_i)
         return out_d, out_i
     fast = _FAST.get((nb, path))
     if fast is None:
