@@ -196,6 +196,16 @@ def _merge_all(hd, hi, hn, nchunks, sq, k, out_d, out_i, md, mi):
 
 
 @njit(cache=True)
+def chunk_bounds(bounds, n):
+    """Fill bounds (nchunks + 1 entries) with the chunk edges of n rows: on multiples of 8 rows, so every chunk's
+    blocks are whole except the last one's."""
+    nchunks = bounds.shape[0] - 1
+    for c in range(nchunks):
+        bounds[c] = c * (n // LANES) // nchunks * LANES
+    bounds[nchunks] = n
+
+
+@njit(cache=True)
 def _carve_heaps(scratch, nchunks, sq, k):
     """Views of one int64 scratch array: heap distances and ids (slots x k each), heap sizes, then the temporaries;
     sq slots per chunk."""
@@ -606,17 +616,13 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         bounds[1] = codes.shape[0]
         few(codes, queries, k, ids, strict, bounds, scratch[2:], out_d, out_i)
 
-    # The parallel fast path: a few queries over nchunks chunks in one call, the chunk bounds computed inside (as
-    # hamming._bounds), the merge done at the end of the scan (_merge_all), so no numpy work or second launch around it.
+    # The parallel fast path: a few queries over nchunks chunks in one call, the chunk bounds computed inside, the merge done at the end of the scan (_merge_all), so no numpy work or second launch around it.
     # Compiled without parallel=True: the parallel loop is the one in `few`.
     def few_par(codes, queries, k, ids, strict, nchunks, scratch, out_d, out_i):
         if codes.shape[1] != NB or POP < 0 or PAR == 0:  # never true; see `one`
             raise ValueError("kernel built for another width")
-        n = codes.shape[0]
         bounds = scratch[: nchunks + 1]
-        for c in range(nchunks):
-            bounds[c] = c * (n // LANES) // nchunks * LANES
-        bounds[nchunks] = n
+        chunk_bounds(bounds, codes.shape[0])
         few(codes, queries, k, ids, strict, bounds, scratch[nchunks + 1 :], out_d, out_i)
 
     serial_only = PAR == 0

@@ -266,9 +266,8 @@ def _one_chunk(n: int) -> np.ndarray:
 def _bounds(n: int, nchunks: int) -> np.ndarray:
     if nchunks == 1:
         return _one_chunk(n)
-    # Chunk edges on multiples of 8 rows keep every chunk's blocks whole except the last one's.
-    bounds = np.arange(nchunks + 1, dtype=np.int64) * (n // LANES) // nchunks * LANES
-    bounds[-1] = n
+    bounds = np.empty(nchunks + 1, np.int64)
+    _scan().chunk_bounds(bounds, n)
     return bounds
 
 
@@ -340,7 +339,7 @@ def knn(codes: np.ndarray, queries: np.ndarray, k: int, *, ids: np.ndarray | Non
                 continue
             kern.blocks(codes, q, kk, ids, strict, bounds, scratch, o_d, o_i)
             sq = m + _scan().HEAP_PAD  # heap slots per chunk (the parallel kernels' layout)
-            hd, hi, hn = np.split(scratch[: nchunks * sq * (2 * kk + 1)], [nchunks * sq * kk, 2 * nchunks * sq * kk])
+            hd, hi, hn, _ = _scan()._carve_heaps(scratch, nchunks, sq, kk)
             merge(hd, hi, hn, nchunks, sq, kk, o_d, o_i)
     return out_d, out_i
 
