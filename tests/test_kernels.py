@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -318,20 +319,22 @@ def test_parallel_fast_path_matches_brute_force(problem):
     calls = []
 
     def counted(*args):
-        calls.append(args[5])  # nchunks
+        calls.append((args[5], numba.get_num_threads()))  # chunks, threads during the search
         return few_par(*args)
 
     few_par = kern.few_par
+    threads_before = numba.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kern, "few_par", counted)
         fast = H._fast_knn(codes, queries, k, ids, ascending, 2)
+    assert numba.get_num_threads() == threads_before  # set for the search, then restored
     if not 0 < k <= len(codes):  # k beyond n (padding) goes the general way
         assert fast is None
         return
     rd, ri = reference_knn(codes, queries, k, ids)
     np.testing.assert_array_equal(fast[0], rd)
     np.testing.assert_array_equal(fast[1], ri)
-    assert calls == ([2] if H.plan_threads(len(codes), nb, len(queries), 2) == 2 else [])
+    assert calls == ([(2, min(2, H.default_threads()))] if H.plan_threads(len(codes), nb, len(queries), 2) == 2 else [])
 
 
 def test_fast_path_declines_what_it_does_not_handle():
@@ -411,5 +414,7 @@ def test_parallel_search_leaves_torch_thread_count_alone():
         assert (d[:, 0] == 0).all()
         H.range_search(codes, codes[:64], 3, threads=2)
         assert torch.get_num_threads() == 1
+        d, _ = H.knn(codes, codes[:1], 5, threads=2)  # the few-query path (one parallel call, threads set inline)
+        assert torch.get_num_threads() == 1 and d[0, 0] == 0
     finally:
         torch.set_num_threads(before)
