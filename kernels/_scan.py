@@ -616,7 +616,8 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         bounds[1] = codes.shape[0]
         few(codes, queries, k, ids, strict, bounds, scratch[2:], out_d, out_i)
 
-    # The parallel fast path: a few queries over nchunks chunks in one call, the chunk bounds computed inside, the merge done at the end of the scan (_merge_all), so no numpy work or second launch around it.
+    # The parallel fast path: a few queries over nchunks chunks in one call, the chunk bounds computed inside, the
+    # merge done at the end of the scan (_merge_all), so no numpy work or second launch around it.
     # Compiled without parallel=True: the parallel loop is the one in `few`.
     def few_par(codes, queries, k, ids, strict, nchunks, scratch, out_d, out_i):
         if codes.shape[1] != NB or POP < 0 or PAR == 0:  # never true; see `one`

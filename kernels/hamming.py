@@ -188,14 +188,14 @@ def _thread_count_functions():
     return raw if all(callable(f) for f in raw) else (numba.get_num_threads, numba.set_num_threads)
 
 
-@contextlib.contextmanager
-def _numba_threads(threads: int) -> Iterator[None]:
-    """Numba's thread count for a parallel search, restored after it; torch's OpenMP thread count is restored too.
+def _enter_threads(threads: int) -> tuple:
+    """Set Numba's thread count for a parallel search; returns what _leave_threads needs to restore it (and torch's).
 
     numba's OpenMP layer shares libgomp with torch, and a parallel launch raises the calling thread's OpenMP thread
     count, which torch's ops then use: a `--threads 1` training run that searched codes in process (DSE/DiPair
     augmentation) ran every later op on two spinning threads. Only parallel searches come here, so the two calls
-    on torch (when it is imported at all) never touch the serial hot path."""
+    on torch (when it is imported at all) never touch the serial hot path. A plain pair of calls rather than only
+    a context manager: the generator costs ~1 us, which the few-query path (_fast_knn) does not pay."""
     get_threads, set_threads = _thread_count_functions()
     torch = sys.modules.get("torch")
     torch_before = torch.get_num_threads() if torch is not None else 0
@@ -203,13 +203,26 @@ def _numba_threads(threads: int) -> Iterator[None]:
     want = max(1, min(threads, default_threads()))
     if want != before:  # setting costs a few microseconds, which matters for small databases
         set_threads(want)
+    return before, want, torch, torch_before
+
+
+def _leave_threads(state: tuple) -> None:
+    """Restore the thread counts _enter_threads changed."""
+    before, want, torch, torch_before = state
+    if want != before:
+        _thread_count_functions()[1](before)
+    if torch is not None and torch.get_num_threads() != torch_before:
+        torch.set_num_threads(torch_before)
+
+
+@contextlib.contextmanager
+def _numba_threads(threads: int) -> Iterator[None]:
+    """Numba's thread count for a parallel search, restored after it (see _enter_threads)."""
+    state = _enter_threads(threads)
     try:
         yield
     finally:
-        if want != before:
-            set_threads(before)
-        if torch is not None and torch.get_num_threads() != torch_before:
-            torch.set_num_threads(torch_before)
+        _leave_threads(state)
 
 
 _SCRATCH = threading.local()
@@ -394,27 +407,15 @@ def _fast_knn(codes, queries, k, ids, ids_ascending, threads):
             plan = _FAST_PAR[nb, path, nq, k, nchunks] = (
                 kern, nchunks + 1 + _scan().scratch_words(nb, kern.tile_rows, nchunks, nq, k))
         kern, words = plan
-        scratch = getattr(_SCRATCH, "array", None)
-        if scratch is None or scratch.shape[0] < words:
-            scratch = _scratch(words)
+        scratch = _scratch(words)
         out_d = np.empty((nq, k), _I32)
         out_i = np.empty((nq, k), _I64)
         strict = 1 if ids is None or ids_ascending else 0
-        # _numba_threads inlined (a third of its ~2.6 us is the context manager; this search takes ~150 us at 1M x 64 bits)
-        get_threads, set_threads = _thread_count_functions()
-        torch = sys.modules.get("torch")
-        torch_before = torch.get_num_threads() if torch is not None else 0
-        before = get_threads()
-        want = max(1, min(nchunks, default_threads()))
-        if want != before:
-            set_threads(want)
+        state = _enter_threads(nchunks)
         try:
             kern.few_par(codes, queries, k, _NO_IDS if ids is None else ids, strict, nchunks, scratch, out_d, out_i)
         finally:
-            if want != before:
-                set_threads(before)
-            if torch is not None and torch.get_num_threads() != torch_before:
-                torch.set_num_threads(torch_before)
+            _leave_threads(state)
         return out_d, out_i
     fast = _FAST.get((nb, path))
     if fast is None:
