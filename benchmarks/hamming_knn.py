@@ -10,8 +10,10 @@ and also with its default, threads=None, chosen from the work size). Plus: a 100
 (2 threads), the machine's read bandwidth (a Numba parallel sum over 512 MB, per thread count) and its popcount
 peak (XOR + popcount over an L1-resident buffer, per thread count).
 
-Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). At 1 thread all
-libraries share one worker and take turns block by block, side by side. At 2+ threads each library has its own
+Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). At 1 thread
+ondevice, FAISS and the read sum share one worker and take turns block by block, side by side; numpy has a worker
+of its own (its temporaries, hundreds of MB per call, evicted the catalog from the cache before the next library's
+turn). At 2+ threads each library has its own
 worker (FAISS's OpenMP threads keep spinning after a call and would slow whatever ran next in the same process),
 in reversed order every other round (ondevice, FAISS, numpy; numpy, FAISS, ondevice; ...), so a swing of the VM's
 core speed does not land on one library only. Within a worker each cell is
@@ -447,9 +449,15 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(a.rounds):
             workers = []
             if single:
-                # 1 thread: every library in one process, in turns call block by call block (A B C A B C): side by
+                # 1 thread: the libraries in one process, in turns call block by call block (A B C A B C): side by
                 # side on the same memory in the same minute. No OpenMP team exists at 1 thread, so nothing spins.
-                workers.append({**base, "threads": single, "libs": a.libs, "batch_n": None if multi else batch_n})
+                # numpy runs in a process of its own: its temporaries (hundreds of MB per call at 1M codes) pushed
+                # the catalog out of the cache before every block of the library after it, which was always
+                # ondevice (2026-11-25, 1M x 256 bits: 2.00 ms per search with numpy in the rotation, 1.09 without;
+                # the read sum, whose block follows ondevice's, 1.14 either way).
+                shared = [lib for lib in a.libs if lib != "numpy"]
+                workers += [{**base, "threads": single, "libs": libs, "batch_n": None if multi else batch_n}
+                            for libs in (shared, ["numpy"] if "numpy" in a.libs else []) if libs]
             # 2+ threads: one process per library, as FAISS's OpenMP threads spin after each call and would slow
             # whatever runs next in the same process; the libraries take turns, reversed every other round.
             workers += [{**base, "threads": multi, "libs": [lib], "batch_n": batch_n}

@@ -159,6 +159,37 @@ def test_rows8_single_query(nb):
             np.testing.assert_array_equal(i, ri)
 
 
+@pytest.mark.parametrize("nwords", [1, 2, 4])
+@pytest.mark.parametrize("pop", [0, 1])
+def test_rows8x4_mask_marks_exactly_the_rows_within_the_threshold(nwords, pop):
+    """The 32-row test sets bit 8j+l exactly when row l of block j is within the threshold, whatever the threshold:
+    below 0, 0, around the mean distance, at the widest distance and "infinite"; dense and sparse (tied) codes."""
+    from numba import njit
+    from ondevice.kernels.intrinsics import rows8_query_words, rows8x4_mask
+
+    nw, pp = nwords, pop  # closure constants: the intrinsic takes its sizes as compile-time literals
+
+    @njit
+    def masks(codes, qpattern, thr):
+        out = np.empty(codes.shape[0] // (32 * 8 * nw), np.int64)
+        for b in range(out.shape[0]):
+            out[b] = rows8x4_mask(codes, b * 32 * 8 * nw, qpattern, 0, nw, pp, thr)
+        return out
+
+    nb = 8 * nwords
+    rng = np.random.default_rng(nwords)
+    for density in (0.5, 0.03):
+        codes = np.packbits(rng.random((32 * 40, nb * 8)) < density, axis=1, bitorder="little")
+        codes[5] = ~codes[7]  # a row at the widest distance from another
+        for query in (codes[7], codes[100]):
+            qpattern = np.tile(query.view(np.uint64), rows8_query_words(nwords) // nwords)
+            dist = hamming_reference(query[None], codes)[0].reshape(-1, 32)
+            for thr in (-3, -1, 0, 1, nb * 4 - 6, nb * 4, nb * 8 - 1, nb * 8, 1 << 62):
+                got = masks(codes.reshape(-1), qpattern, thr)
+                bits = (got[:, None] >> np.arange(32)) & 1
+                np.testing.assert_array_equal(bits, (dist <= thr).astype(np.int64), err_msg=f"thr={thr}")
+
+
 @pytest.mark.parametrize("nb", [8, 32])
 def test_counting_select_small_catalogs(nb):
     """Serial scans of small catalogs of 64/256-bit codes select by counting (SELECT_MAX_BYTES): results equal brute
