@@ -10,13 +10,12 @@ and also with its default, threads=None, chosen from the work size). Plus: a 100
 (2 threads), the machine's read bandwidth (a Numba parallel sum over 512 MB, per thread count) and its popcount
 peak (XOR + popcount over an L1-resident buffer, per thread count).
 
-Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). At 1 thread
-ondevice, FAISS and the read sum share one worker and take turns block by block, side by side; numpy has a worker
-of its own (its temporaries, hundreds of MB per call, evicted the catalog from the cache before the next library's
-turn). At 2+ threads each library has its own
-worker (FAISS's OpenMP threads keep spinning after a call and would slow whatever ran next in the same process),
-in reversed order every other round (ondevice, FAISS, numpy; numpy, FAISS, ondevice; ...), so a swing of the VM's
-core speed does not land on one library only. Within a worker each cell is
+Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). Each library has
+its own worker per thread setting (at 2+ threads FAISS's OpenMP threads keep spinning after a call and would slow
+whatever ran next in the same process; at 1 thread FAISS's copy of the catalog and numpy's temporaries evicted the
+catalog from the cache before the next library's turn), in reversed order every other round (ondevice, FAISS, numpy;
+numpy, FAISS, ondevice; ...), so a swing of the VM's core speed does not land on one library only. The read bound
+of a cell is timed in ondevice's worker, in turns with it over the same bytes. Within a worker each cell is
 the median of its repeats after one warm-up call (repeats adapt to the cell's time: --budget seconds per cell and
 round, at least 3); the reported cell is the median over rounds, and every round's cell is kept in the JSON. The
 run writes one results JSON (commit, command, CPU model, library versions, load averages) and, with --plot, a plot
@@ -448,20 +447,19 @@ def main(argv: list[str] | None = None) -> int:
         batch_n = a.batch_n if bits == 1024 else None
         for r in range(a.rounds):
             workers = []
+            order = a.libs if r % 2 == 0 else a.libs[::-1]  # turns reversed every other round
+            # One process per library and thread setting, the libraries taking turns. At 2+ threads FAISS's OpenMP
+            # threads spin after each call and would slow whatever ran next in the same process. At 1 thread, in
+            # one shared rotation whichever block followed FAISS's (its own copy of the catalog) or numpy's
+            # (temporaries of hundreds of MB per call at 1M codes) found the catalog pushed out of the cache
+            # (2026-11-25: 1M x 256 bits, ondevice 2.00 ms per search after numpy's blocks, 1.09 ms without; 10M x
+            # 64 bits, the read sum 5.2 ms after FAISS's blocks, ondevice 3.1 ms after the read sum's). The read
+            # sum runs in ondevice's process, in turns with it over the same bytes, so both find them alike.
             if single:
-                # 1 thread: the libraries in one process, in turns call block by call block (A B C A B C): side by
-                # side on the same memory in the same minute. No OpenMP team exists at 1 thread, so nothing spins.
-                # numpy runs in a process of its own: its temporaries (hundreds of MB per call at 1M codes) pushed
-                # the catalog out of the cache before every block of the library after it, which was always
-                # ondevice (2026-11-25, 1M x 256 bits: 2.00 ms per search with numpy in the rotation, 1.09 without;
-                # the read sum, whose block follows ondevice's, 1.14 either way).
-                shared = [lib for lib in a.libs if lib != "numpy"]
-                workers += [{**base, "threads": single, "libs": libs, "batch_n": None if multi else batch_n}
-                            for libs in (shared, ["numpy"] if "numpy" in a.libs else []) if libs]
-            # 2+ threads: one process per library, as FAISS's OpenMP threads spin after each call and would slow
-            # whatever runs next in the same process; the libraries take turns, reversed every other round.
+                workers += [{**base, "threads": single, "libs": [lib], "batch_n": None if multi else batch_n}
+                            for lib in order]
             workers += [{**base, "threads": multi, "libs": [lib], "batch_n": batch_n}
-                        for lib in (a.libs if r % 2 == 0 else a.libs[::-1]) if multi and lib != "numpy"]  # 1 thread only
+                        for lib in order if multi and lib != "numpy"]  # numpy: 1 thread only
             for cfg in workers:
                 res = run_worker(cfg)
                 round_cells += [{**c, "round": r} for c in res["cells"]]

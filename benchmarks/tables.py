@@ -511,10 +511,12 @@ def dipair_quality(*paths: str) -> str:
                 aug += f" + `{Path(c['augment_text']).name}` (<= {c['augment_text_max']:,} sentences)"
             lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
-                         f"{dv[key]:.2f} | {r['test'][key]:.2f} | {b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | "
-                         f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
-        runs = b["dse"].get("runs", [b["dse"]])
-        what = (f"`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run" if len(runs) == 1 else
+                         f"{dv[key]:.2f} | {r['test'][key]:.2f} | "
+                         + (f"{b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | " if "dse" in b else "- | - | ")
+                         + f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
+        runs = b["dse"].get("runs", [b["dse"]]) if "dse" in b else []
+        what = ("no DSE run in this file" if not runs else
+                f"`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run" if len(runs) == 1 else
                 f"DSE test is the mean of {len(runs)} runs: " + ", ".join(
                     f"`{Path(d['run']).parent.name}` {d['test'][key]:.2f}" for d in runs))
         note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}); "

@@ -88,8 +88,9 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         blob = json.loads(grid.read_text())
         cells = blob["cells"]
         assert {c["n"] for c in cells if c["lib"] == "read"} == {20000}
-        # 1 thread: the libraries side by side in one worker; 2 threads: one worker per library
+        # one worker per library and thread setting; numpy at 1 thread only
         assert {c["threads"] for c in cells if c["lib"] == "faiss"} == {1, 2}
+        assert {c["threads"] for c in cells if c["lib"] == "numpy"} == {1}
         assert {c["lib"] for c in cells if c["threads"] == 2} >= {"ondevice", "ondevice-auto", "faiss"}
         # each reported cell is the median of its rounds, and both rounds ran every library
         assert {(c["lib"], c["round"]) for c in blob["round_cells"]} == {(c["lib"], r) for c in cells for r in (0, 1)}
