@@ -131,7 +131,8 @@ def _median(fn, repeats: int) -> float:
 
 
 def worker(cfg: dict) -> dict:
-    """One width: every size, thread count and library, interleaved; returns {"cells": [...], ...}."""
+    """One width and the worker's libraries (one per process in main; ondevice's also times the read sum): every size
+    and thread count, the calls interleaved; returns {"cells": [...], ...}."""
     import faiss
     import numba
     import numpy as np
@@ -213,10 +214,10 @@ def worker(cfg: dict) -> dict:
 
 
 def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None) -> list[dict]:
-    """Median wall and CPU time per call of each library: blocks of calls, libraries taking turns (A B C A B C).
+    """Median wall and CPU time per call of each caller: blocks of calls, callers taking turns (A B C A B C).
 
-    Blocks rather than single calls: FAISS's OpenMP threads spin for a while after each call, which would slow a
-    call of another library made right after it; within a block only its first call can see that.
+    Blocks rather than single calls: a call made right after another caller's can see what that one left behind
+    (OpenMP threads still spinning, other data in the cache); within a block only its first call can.
     """
     first = {}
     for name, fn in calls.items():
