@@ -196,9 +196,10 @@ def _enter_threads(threads: int) -> tuple:
     augmentation) ran every later op on two spinning threads. Only parallel searches come here, so the two calls
     on torch (when it is imported at all) never touch the serial hot path. A plain pair of calls rather than only
     a context manager: the generator costs ~1 us, which the few-query path (_fast_knn) does not pay."""
-    get_threads, set_threads = _thread_count_functions()
     torch = sys.modules.get("torch")
+    # read before _thread_count_functions: its first call launches Numba's pool, which raises the OpenMP count itself
     torch_before = torch.get_num_threads() if torch is not None else 0
+    get_threads, set_threads = _thread_count_functions()
     before = get_threads()
     want = max(1, min(threads, default_threads()))
     if want != before:  # setting costs a few microseconds, which matters for small databases

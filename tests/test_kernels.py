@@ -433,6 +433,30 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+def test_first_parallel_search_of_a_process_leaves_torch_thread_count_alone():
+    """The first parallel search launches Numba's OpenMP pool, which alone sets the OpenMP count to every core: a
+    `--threads 1` pair run searched its augmentation neighbours once and then trained on two spinning threads."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = """
+import numpy as np, torch
+torch.set_num_threads(1)
+from ondevice.kernels import hamming as H
+codes = np.random.default_rng(0).integers(0, 256, (20000, 32), dtype=np.uint8)
+for q in (codes[:1], codes[:64]):  # one query, then a batch: whichever launches the pool
+    d, _ = H.knn(codes, q, 5, threads=2)
+    assert (d[:, 0] == 0).all()
+    print(torch.get_num_threads())
+"""
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.split() == ["1", "1"], (out.stdout, out.stderr[-2000:])
+
+
 def test_parallel_search_leaves_torch_thread_count_alone():
     """numba's OpenMP layer shares libgomp with torch; a parallel search must not raise torch's thread count."""
     torch = pytest.importorskip("torch")
