@@ -141,6 +141,28 @@ def test_tiles_blocks_and_chunks_with_many_ties():
             np.testing.assert_array_equal(i, ri)
 
 
+@pytest.mark.parametrize("nb", [8, 32])
+def test_rows8_passes_after_the_first(nb):
+    """Narrow codes past the counting select's size: a short first pass, then whole-tile passes, and a ragged end;
+    dense and sparse (tied) codes, with and without ids, k below and above a pass's candidates."""
+    from ondevice.kernels import _scan
+
+    rng = np.random.default_rng(200 + nb)
+    tile = H._kernels(nb, H.resolve_path()).tile_rows
+    n = _scan.SELECT_MAX_BYTES // nb + 2 * tile + 13
+    dense = rng.integers(0, 256, (n, nb), dtype=np.uint8)
+    sparse = np.packbits(rng.random((n, nb * 8)) < 0.05, axis=1, bitorder="little")
+    for codes in (dense, sparse):
+        queries = np.concatenate([codes[[n - 1]], rng.integers(0, 256, (1, nb), dtype=np.uint8)])
+        for ids in (None, rng.permutation(n).astype(np.int64)):
+            for k in (1, 10, 300):
+                for q in range(2):
+                    d, i = H.knn(codes, queries[q : q + 1], k, ids=ids, threads=1)
+                    rd, ri = reference_knn(codes, queries[q : q + 1], k, ids)
+                    np.testing.assert_array_equal(d, rd, err_msg=f"k={k}")
+                    np.testing.assert_array_equal(i, ri, err_msg=f"k={k}")
+
+
 @pytest.mark.parametrize("nb", [8, 16, 32, 128, 256])
 def test_rows8_single_query(nb):
     """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row; up to 256 bits
