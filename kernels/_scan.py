@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 from numba import njit, prange
+from numba.core.dispatcher import Dispatcher
 from ondevice.kernels.intrinsics import (
     LANES,
     block_distances,
@@ -26,6 +27,7 @@ from ondevice.kernels.intrinsics import (
     rows8_query_words,
     rows8_supports,
     rows8x4_mask,
+    stable_identity,
 )
 
 from ondevice.errors import SettingError
@@ -599,10 +601,11 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         return True
 
     SELECT = SELECT_MAX_BYTES // NB if X4 else 0  # rows
-    select = njit(cache=True, inline="always")(select)
+    select = stable_identity(njit(cache=True, inline="always")(select), "select", NB, POP, TILE, PAR)
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
-    rows_j, rows8_j = jit(rows), (jit(rows8) if with_rows8 else None)
+    rows_j = stable_identity(jit(rows), "rows", NB, POP, TILE, PAR)
+    rows8_j = stable_identity(jit(rows8), "rows8", NB, POP, TILE, PAR) if with_rows8 else None
     few = rows8_j or rows_j  # the few-query scan of this width, called directly below (no dispatch in between)
 
     # Entry points of the single-query fast path (hamming.knn): the bounds live in the scratch array and the
@@ -649,3 +652,9 @@ def kernels(nbytes: int, pop: int) -> Kernels:
     if found is None:
         found = _KERNELS[key] = Kernels(nbytes, pop)
     return found
+
+
+# The module's own kernels are globals of the closure kernels, pickled into their disk-cache keys: fixed identities.
+for _name, _obj in list(globals().items()):
+    if isinstance(_obj, Dispatcher):
+        stable_identity(_obj, "_scan", _name)

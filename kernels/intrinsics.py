@@ -11,9 +11,12 @@ Every intrinsic takes its sizes as compile-time integer literals, so each code w
 
 from __future__ import annotations
 
+import uuid
+
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+from numba.core.extending import _Intrinsic
 from numba.extending import intrinsic
 
 I8 = ir.IntType(8)
@@ -334,3 +337,26 @@ def block_distances_group(typingctx, block, word_off, qwords, qword_off, nwords,
         return mask
 
     return sig, codegen
+
+
+def stable_identity(obj, *key):
+    """Give a Numba dispatcher or intrinsic the same identity in every process; returns it.
+
+    Numba's disk cache keys a closure kernel by the pickled contents of its cells, and a pickled dispatcher or
+    intrinsic carries a random per-process UUID (so does every intrinsic a pickled kernel refers to). The kernels
+    that capture others (`rows8` captures `select`; `one`, `one_ids` and `few_par` capture the few-query scan) so
+    missed the cache in every new process and were compiled again: ~4 s before the first search of each process
+    (found 2026-11-26). A UUID derived from a fixed key keeps the cache key stable. Where this Numba has no
+    `_set_uuid` the kernels still work, compiled once per process."""
+    set_uuid = getattr(obj, "_set_uuid", None)
+    if callable(set_uuid):
+        try:
+            set_uuid(str(uuid.uuid5(uuid.NAMESPACE_URL, "ondevice.kernels/" + "/".join(map(str, key)))))
+        except AssertionError:  # its UUID was already read (and so fixed) in this process: keep it
+            pass
+    return obj
+
+
+for _name, _obj in list(globals().items()):
+    if isinstance(_obj, _Intrinsic):
+        stable_identity(_obj, "intrinsics", _name)

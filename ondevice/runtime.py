@@ -374,10 +374,11 @@ class Bundle:
         return self
 
     def index_texts(self, texts: Sequence[str], batch_size: int = 64) -> Bundle:
-        """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i])."""
+        """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i]); the index searches on
+        the bundle's thread count (threads=0: chosen from the work size)."""
         from ondevice.index import HammingIndex
 
-        index = HammingIndex(bits=self.bits, encoder=self.encoder_id)
+        index = HammingIndex(bits=self.bits, threads=self.threads or None, encoder=self.encoder_id)
         index.add(self.codes(texts, batch_size))
         self.index = index
         return self

@@ -495,3 +495,32 @@ def test_parallel_search_leaves_torch_thread_count_alone():
         assert torch.get_num_threads() == 1 and d[0, 0] == 0
     finally:
         torch.set_num_threads(before)
+
+
+def test_closure_kernels_have_the_same_disk_cache_key_in_every_process():
+    """Numba's disk cache keys a closure kernel by its pickled cells, which hold other kernels and, through their
+    globals, the intrinsics; each carried a random per-process identity, so rows8 / one / one_ids / few_par were
+    compiled again in every process (~4 s before the first search). Two fresh processes must agree on every key."""
+    import subprocess
+    import sys
+
+    script = """
+import hashlib
+from numba.core.serialize import dumps
+from ondevice.kernels import _scan
+out = []
+for nb in (8, 32, 256):
+    kern = _scan.Kernels(nb, 0)
+    for name in ("rows", "rows8", "blocks", "rows_serial", "rows8_serial", "one", "one_ids", "few_par"):
+        f = getattr(kern, name)
+        if f is not None:
+            cells = tuple(c.cell_contents for c in f.py_func.__closure__ or ())
+            out.append(f"{nb}/{name}/{hashlib.sha256(dumps(cells)).hexdigest()[:16]}")
+print(" ".join(out))
+"""
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert len(first) >= 20 and any(k.startswith("32/one/") for k in first)
+    assert first == second, sorted(set(first) ^ set(second))

@@ -117,6 +117,8 @@ def test_search_with_brute_force_and_attached_index(exported):
         b.search("cat", 3)
     catalog = TEXTS + TEXTS[:3]  # duplicates: equal distances, smaller id first
     b.index_texts(catalog)
+    assert b.index.threads is None  # threads=0: the search picks its thread count from the work size
+    assert Bundle.load(out, precision="fp32", threads=1).index_texts(catalog).index.threads == 1  # as asked
     dist, ids = b.search(TEXTS[0], k=5)
     assert dist.shape == ids.shape == (1, 5) and ids[0, 0] == 0 and dist[0, 0] == 0
     assert list(ids[0, :2]) == [0, 9]
