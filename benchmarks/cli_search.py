@@ -10,7 +10,9 @@ child) is what the run needs from a free core: on a shared machine the wall time
 - numba, cold: ONDEVICE_HAMMING_PATH=native with an empty Numba cache (the kernels are compiled in the run);
 - numba, warm: the same with the cache the cold runs filled (kernels loaded from disk).
 The CLI's own report line (search ms, kernel load ms) is parsed from stderr. "first" is the first run of a
-setting, "median" the median of the others. Writes benchmarks/results/cli_search-<time>.json.
+setting, "median" the median of the others. The warm setting also counts Numba's cache files after its fill run and
+after the other runs: a warm run that adds any compiled a kernel that should have come from the cache. Writes
+benchmarks/results/cli_search-<time>.json.
 """
 
 from __future__ import annotations
@@ -57,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import numpy as np
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from hamming_knn import _cpu_model
+    from ondevice.results import cpu_model, create_new
 
     tmp = Path(tempfile.mkdtemp(prefix="ondevice-cli-bench-"))
     rng = np.random.default_rng(0)
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 "numba, warm": {**base, "ONDEVICE_HAMMING_PATH": "native", "NUMBA_CACHE_DIR": str(cache)}}
     results = {}
     load = [os.getloadavg()]
+    cache_files = {}
     for name, env in settings.items():
         runs = []
         for i in range(a.runs if name != "numba, cold" else max(2, a.runs // 3)):
@@ -81,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                 env = {**env, "NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=tmp)}
             if name == "numba, warm" and i == 0:
                 _run(tmp / "c.odx", tmp / "q.npy", env)  # fill this setting's cache
+                cache_files["after_fill"] = len(list(cache.rglob("*.nbc")))
             runs.append(_run(tmp / "c.odx", tmp / "q.npy", env))
+        if name == "numba, warm":  # a warm run that compiles adds cache entries: its kernels missed the cache
+            cache_files["added_by_warm_runs"] = len(list(cache.rglob("*.nbc"))) - cache_files["after_fill"]
         rest = runs[1:] or runs
         results[name] = {"first_wall_ms": runs[0]["wall_ms"],
                          "median_wall_ms": statistics.median(r["wall_ms"] for r in rest),
@@ -100,14 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=False).stdout.strip()
     out = {"commit": commit, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "command": " ".join(["python", "benchmarks/cli_search.py", *argv]), "cpu_model": _cpu_model(),
+           "command": " ".join(["python", "benchmarks/cli_search.py", *argv]), "cpu_model": cpu_model(),
            "cpus": os.cpu_count(), "load_average": load, "n": a.n, "bits": a.bits,
-           "python_startup_ms": python_ms, "settings": results}
-    out_dir = Path(a.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"cli_search-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"(python -c pass: {python_ms:.0f} ms)\nresults: {path}")
+           "python_startup_ms": python_ms, "numba_cache_files": cache_files, "settings": results}
+    path = create_new(a.out_dir, f"cli_search-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}",
+                      json.dumps(out, indent=1) + "\n")
+    print(f"(python -c pass: {python_ms:.0f} ms; Numba cache files: {cache_files['after_fill']} after the fill run, "
+          f"{cache_files['added_by_warm_runs']} added by the warm runs)\nresults: {path}")
     return 0
 
 

@@ -33,8 +33,8 @@ TINY = {
     # it measures: rows independent with range anchors, the float16 projection)
     "bundle_codes": ["--help"],
     "web_demo": ["--help"],
+    "cli_search": ["--n", "2000", "--runs", "2", "--out-dir", "{tmp}/out"],
     # Added on main while this list was written; --help only until their authors give tiny sizes.
-    "cli_search": ["--help"],
     "scale": ["--help"],
     "web_variants": ["--help"],
     # Its quality/speed modes need a trained cross-encoder, DSE run and pair bundle (tests/test_pairs_*.py exercise
@@ -81,6 +81,12 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert set(encoders) == {"teacher", "student"}
         assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
         assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
+    if name == "cli_search":  # warm runs load every kernel from Numba's disk cache: none compiles again
+        import json
+
+        (found,) = (tmp_path / "out").glob("cli_search-*.json")
+        files = json.loads(found.read_text())["numba_cache_files"]
+        assert files["after_fill"] > 0 and files["added_by_warm_runs"] == 0, files
     if name == "hamming_knn":  # cells from --read-min on carry their own read bound, and the table uses it
         import json
 
