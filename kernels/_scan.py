@@ -601,11 +601,13 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         return True
 
     SELECT = SELECT_MAX_BYTES // NB if X4 else 0  # rows
-    select = stable_identity(njit(cache=True, inline="always")(select), "select", NB, POP, TILE, PAR)
+    def fixed(kernel):  # a kernel other kernels capture: the same identity in every process (stable_identity)
+        return stable_identity(kernel, kernel.py_func.__name__, NB, POP, TILE, PAR)
+
+    select = fixed(njit(cache=True, inline="always")(select))
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
-    rows_j = stable_identity(jit(rows), "rows", NB, POP, TILE, PAR)
-    rows8_j = stable_identity(jit(rows8), "rows8", NB, POP, TILE, PAR) if with_rows8 else None
+    rows_j, rows8_j = fixed(jit(rows)), (fixed(jit(rows8)) if with_rows8 else None)
     few = rows8_j or rows_j  # the few-query scan of this width, called directly below (no dispatch in between)
 
     # Entry points of the single-query fast path (hamming.knn): the bounds live in the scratch array and the
