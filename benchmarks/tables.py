@@ -1,4 +1,4 @@
-"""Render the measured tables of README.md and BENCHMARKS.md from the results files in benchmarks/results/.
+"""Render the measured tables of README.md, BENCHMARKS.md and docs/pairs-experiments.md from benchmarks/results/.
 
 A table in a document sits between two markers naming its renderer and the results file(s) it reads:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from ondevice.results import repo_root
 
 ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
-DOCS = ("README.md", "BENCHMARKS.md")
+DOCS = ("README.md", "BENCHMARKS.md", "docs/pairs-experiments.md")  # the documents with marked tables
 BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
 BITS = (64, 128, 256, 384, 512, 1024, 2048)
 METHOD_ORDER = ("threshold", "random", "pca", "ae", "ae-sp")
@@ -509,6 +509,8 @@ def dipair_quality(*paths: str) -> str:
                 aug += f" + {c['augment_tasks']} train text (<= {c['augment_tasks_max']:,} sentences)"
             if c.get("augment_text"):
                 aug += f" + `{Path(c['augment_text']).name}` (<= {c['augment_text_max']:,} sentences)"
+            if c.get("augment_edits"):
+                aug += f" + {c['augment_edits']} edited cop{'y' if c['augment_edits'] == 1 else 'ies'}/pair"
             lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | "

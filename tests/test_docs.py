@@ -1,5 +1,5 @@
-"""README.md and BENCHMARKS.md: every marked table equals what its results files give, and every results
-file the documents cite exists."""
+"""The documents with marked tables (benchmarks/tables.py DOCS): every marked table equals what its results files
+give, and every results file the documents cite exists."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_marked_tables_match_their_results_files() -> None:
 
 
 def test_cited_results_files_exist() -> None:
-    for doc in ("README.md", "BENCHMARKS.md"):
+    for doc in _tables().DOCS:
         text = (ROOT / doc).read_text(encoding="utf-8")
         cited = set(re.findall(r"(?:benchmarks/results|docs/results)/[\w./-]+\.(?:json|md|png|log)", text))
         assert cited, doc
