@@ -59,6 +59,8 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
                                                              "--augment-tasks-max", "0"])
     assert "--augment-text" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--augment-text",
                                                         str(tmp_path / "missing.txt")])
+    assert "--augment-edits must be >= 0" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"),
+                                                                      "--augment-edits", "-1"])
     assert "not a folder" in _one_line_error(capsys, ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data),
                                                       "--student", str(tmp_path / "nope"), "--teacher", "t", "--out", "o"])
     assert "--sra-teacher" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o2")])  # tiny student names none

@@ -1,4 +1,5 @@
-"""DSE augmentation pairs: neighbours are the true Hamming nearest ones, no training pair repeats, seeded."""
+"""DSE augmentation pairs: neighbours are the true Hamming nearest ones, edits follow their rule, no training pair
+repeats, seeded."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import numpy as np
 
 from ondevice.binarize import Binarizer
 from ondevice.bits import hamming_reference
-from ondevice.pairs.augment import AugmentConfig, ExtraText, augmentation_pairs, training_sentences
+from ondevice.pairs.augment import (
+    AugmentConfig,
+    ExtraText,
+    augmentation_pairs,
+    edit_sentence,
+    edited_pairs,
+    training_sentences,
+)
 from ondevice.pairs.data import PairData
 
 
@@ -113,3 +121,48 @@ def test_augment_text_leaves_out_evaluation_text_and_is_checksummed(pair_env, tm
     assert len(failed) == 1 and "--augment-text" in failed[0] and "no such file" in failed[0]
     failed = [m for ok, m in extra_checks(pair_env.dse_config(augment_text=str(path), augment_text_max=0)) if not ok]
     assert failed == ["--augment-text-max must be >= 1"]
+
+
+def test_edit_sentence_drops_or_replaces_each_word_at_its_rate():
+    vocab = ["zz"]  # a replacement is visible: no sentence word is "zz"
+    words = [f"w{i}" for i in range(20)]
+    sentence = " ".join(words)
+    rng = np.random.default_rng(0)
+    assert edit_sentence(sentence, rng, vocab, 0.0) == sentence
+    dropped = replaced = 0
+    for _ in range(500):
+        out = edit_sentence(sentence, rng, vocab, 0.1).split()
+        kept = [w for w in out if w != "zz"]
+        assert kept == [w for w in words if w in kept]  # the words left keep their order, none is new
+        replaced += len(out) - len(kept)
+        dropped += len(words) - len(out)
+    assert abs(dropped / 10000 - 0.1) < 0.015 and abs(replaced / 10000 - 0.1) < 0.015
+    assert edit_sentence("one", np.random.default_rng(1), vocab, 0.5) in ("one", "zz")  # never empty
+
+
+def test_edited_pairs_are_seeded_and_use_training_words_only():
+    train = _train()
+    vocab = {w for s in training_sentences(train) for w in s.split()}
+    one = edited_pairs(train, 3, 0.2, seed=4)
+    assert one == edited_pairs(train, 3, 0.2, seed=4) and one != edited_pairs(train, 3, 0.2, seed=5)
+    originals = list(zip(train.a, train.b))
+    assert 0 < len(one) <= 3 * len(originals) and not set(one) & set(originals)
+    for x, y in one:
+        assert set(x.split()) <= vocab and set(y.split()) <= vocab
+
+
+def test_edits_come_after_the_other_pairs_and_only_add():
+    train = _train()
+    cfg = AugmentConfig(random_pairs=10, neighbors=1, bits=64, seed=3)
+    base = augmentation_pairs(train, _encode, cfg)
+    cfg.edits = 2
+    aug = augmentation_pairs(train, _encode, cfg)
+    assert aug.a[: len(base)] == base.a and aug.b[: len(base)] == base.b
+    new = list(zip(aug.a[len(base):], aug.b[len(base):]))
+    earlier = {frozenset(p) for p in zip(train.a + base.a, train.b + base.b)}
+    expected = []
+    for x, y in edited_pairs(train, 2, cfg.edit_prob, 3):  # what add() keeps: new, not a sentence with itself
+        if x != y and frozenset((x, y)) not in earlier:
+            earlier.add(frozenset((x, y)))
+            expected.append((x, y))
+    assert new == expected and len(new) > len(train)

@@ -115,3 +115,15 @@ def test_augment_text_adds_pairs_and_a_changed_file_refuses_resume(pair_env, tmp
     with pytest.raises(OndeviceError, match="augment_text_sha256"):
         train_dse(pair_env.dse_config(epochs=1, augment_random=10, seed=2, augment_text=str(text), augment_text_max=20),
                   tmp_path / "run", resume=True, progress=False)
+
+
+def test_augment_edits_add_teacher_scored_pairs(pair_env, tmp_path):
+    cfg = pair_env.dse_config(epochs=1, augment_random=10, seed=2, augment_edits=2)
+    train_dse(pair_env.dse_config(epochs=1, augment_random=10, seed=2), tmp_path / "plain", progress=False)
+    train_dse(cfg, tmp_path / "run", progress=False)
+    n_plain = json.loads((tmp_path / "plain" / "data.json").read_text())["augment_pairs"]
+    n_edits = json.loads((tmp_path / "run" / "data.json").read_text())["augment_pairs"]
+    assert n_plain < n_edits
+    assert json.loads((tmp_path / "run" / "dse_config.json").read_text())["augment_edits"] == 2
+    with pytest.raises(OndeviceError, match="augment_edits"):  # a resume must use the same edits
+        train_dse(pair_env.dse_config(epochs=1, augment_random=10, seed=2), tmp_path / "run", resume=True, progress=False)

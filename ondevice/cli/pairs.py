@@ -37,6 +37,9 @@ def _augment_extra_flags(s: argparse.ArgumentParser, d) -> None:
                         "each paired with its Hamming nearest and scored by the teacher (evaluation text is left out)")
     s.add_argument("--augment-text-max", type=int, default=d.augment_text_max,
                    help="at most this many --augment-text sentences (a seeded draw)")
+    s.add_argument("--augment-edits", type=int, default=d.augment_edits, metavar="N",
+                   help="N edited copies of every training pair, each word dropped or replaced by a training word with "
+                        "probability 0.1 (Tang et al. 2019), scored by the teacher")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -200,7 +203,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
                            lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
                            augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                            augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
-                           augment_text=a.augment_text, augment_text_max=a.augment_text_max,
+                           augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
@@ -318,7 +321,7 @@ def run(a: argparse.Namespace) -> int:
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
                         augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
                         augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
-                        augment_text=a.augment_text, augment_text_max=a.augment_text_max,
+                        augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
                         split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))

@@ -8,7 +8,11 @@ Two kinds, both seeded and deduplicated (unordered) against the training pairs a
 - optionally, extra unlabeled sentences (other tasks' train-split text, `--augment-tasks`, and a text file of the
   user's own, `--augment-text`): each paired with its nearest sentence among the training and extra ones, so the
   teacher labels hard pairs beyond the task's own few thousand sentences (DiPair's transfer set is retrieved
-  neighbours from unlabeled text, paper 002 Sec. 4.3).
+  neighbours from unlabeled text, paper 002 Sec. 4.3);
+- optionally, edited copies of the training pairs (`--augment-edits N`): both sentences of a pair with words
+  dropped or replaced, the text augmentation of Tang et al. (2019) that paper 002 names for small pair tasks. The
+  edited pair keeps the original's range of similarity, and the teacher scores what the edits changed: the
+  word-level detail that a head reading token states can use and a pair of sentence vectors mostly cannot.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class AugmentConfig:
     neighbors: int = 1  # nearest-neighbour pairings per training sentence
     bits: int = 256
     seed: int = 0
+    edits: int = 0  # edited copies per training pair
+    edit_prob: float = 0.1  # per word: dropped with this probability, else replaced with it (Tang et al.'s 0.1)
 
 
 @dataclass
@@ -100,7 +106,38 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
             near = [int(j) for j in row if j >= 0 and both[int(j)] != x]
             if near:
                 add(x, both[near[0]])
+    if config.edits > 0:  # last, so the pairs above are the same with or without edits
+        for x, y in edited_pairs(train, config.edits, config.edit_prob, config.seed):
+            add(x, y)
     return PairData(train.task, "augment", a, b, np.full(len(a), np.nan))
+
+
+def edit_sentence(sentence: str, rng: np.random.Generator, vocabulary: Sequence[str], prob: float) -> str:
+    """`sentence` with each word dropped with probability `prob`, else replaced by a random `vocabulary` word
+    with probability `prob` (words are whitespace-separated); never empty. Unchanged only when every draw kept."""
+    words = sentence.split()
+    out = []
+    for w, u, pick in zip(words, rng.random(len(words)), rng.integers(0, len(vocabulary), len(words))):
+        if u < prob:
+            continue
+        out.append(vocabulary[int(pick)] if u < 2 * prob else w)
+    return " ".join(out) if out else sentence
+
+
+def edited_pairs(train: PairData, copies: int, prob: float, seed: int) -> list[tuple[str, str]]:
+    """`copies` edited versions of every training pair (both sides edited independently, seeded; the words come
+    from the training sentences only), in pair order; a copy equal to its pair or to an earlier copy is left out."""
+    vocabulary = sorted({w for s in training_sentences(train) for w in s.split()})
+    rng = np.random.default_rng([seed, 7])  # its own stream: the random pairings above do not move
+    out: list[tuple[str, str]] = []
+    for x, y in zip(train.a, train.b):
+        made = {(x, y)}
+        for _ in range(copies):
+            pair = (edit_sentence(x, rng, vocabulary, prob), edit_sentence(y, rng, vocabulary, prob))
+            if pair not in made:
+                made.add(pair)
+                out.append(pair)
+    return out
 
 
 def _draw(own: list[str], extra: Sequence[ExtraText], seed: int) -> list[str]:
@@ -136,7 +173,8 @@ def extra_texts(config) -> list[ExtraText]:
 
 
 def extra_checks(config) -> list[tuple[bool, str]]:
-    """Validation rows of `--augment-tasks` ("" = none), `--augment-text` and their maxima, for `first_failure`."""
+    """Validation rows of `--augment-tasks` ("" = none), `--augment-text`, their maxima and `--augment-edits`, for
+    `first_failure`."""
     from ondevice.pairs.data import task_list, unlabeled_tasks_problem
 
     names = task_list(config.augment_tasks)
@@ -145,4 +183,5 @@ def extra_checks(config) -> list[tuple[bool, str]]:
     return [(not problem, problem), (config.augment_tasks_max >= 1, "--augment-tasks-max must be >= 1"),
             (not text or Path(text).is_file(),
              f"--augment-text {text}: no such file; give a text file with one sentence per line (.gz allowed)"),
-            (config.augment_text_max >= 1, "--augment-text-max must be >= 1")]
+            (config.augment_text_max >= 1, "--augment-text-max must be >= 1"),
+            (config.augment_edits >= 0, "--augment-edits must be >= 0")]

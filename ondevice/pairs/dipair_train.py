@@ -80,6 +80,7 @@ class DiPairConfig:
     augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
     augment_text_max: int = 50000
     augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
+    augment_edits: int = 0  # edited copies of each training pair (words dropped / replaced), scored by the teacher
     max_train_pairs: int | None = None
     seed: int = 0
     split_seed: int = 0
@@ -112,7 +113,7 @@ class DiPairConfig:
 
 _RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "pooled_slot", "stage1_epochs", "stage2_epochs", "batch_size",
                 "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits",
-                "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max", "augment_text_sha256", "max_train_pairs", "seed", "split_seed")
+                "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits", "max_train_pairs", "seed", "split_seed")
 
 
 def soft_label_loss(logits, teacher, kind: str, temperature: float):
@@ -249,7 +250,8 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
     aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed),
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed,
+                                           config.augment_edits),
                              extra)
     a, b = train.a + aug.a, train.b + aug.b
     targets = teacher_logits(teacher, a, b, progress=progress).astype(np.float32)

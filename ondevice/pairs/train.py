@@ -63,6 +63,7 @@ class DSEConfig:
     augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
     augment_text_max: int = 50000
     augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
+    augment_edits: int = 0  # edited copies of each training pair (words dropped / replaced), scored by the teacher
     freeze_encoder: bool = False
     max_train_pairs: int | None = None
     seed: int = 0
@@ -82,7 +83,7 @@ class DSEConfig:
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
                 "augment_bits", "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max",
-                "augment_text_sha256", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
+                "augment_text_sha256", "augment_edits", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
 
 
 class PairStudent:
@@ -198,7 +199,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         np.zeros((len(train), spec.num_outputs), np.float32)
     aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
                              AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
-                                           config.seed), extra) if use_teacher else None
+                                           config.seed, config.augment_edits), extra) if use_teacher else None
     use_aug = aug is not None and len(aug) > 0
     t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else no_logits
 
