@@ -1,6 +1,6 @@
 """DSE augmentation: extra unlabeled pairs made from the training sentences, to be scored by the teacher.
 
-Two kinds, both seeded and deduplicated (unordered) against the training pairs and each other:
+Every kind seeded and deduplicated (unordered) against the training pairs and each other:
 - random pairings of two distinct training sentences (mostly unrelated: teaches the low end of the scale);
 - nearest-neighbour pairings: every training sentence with its nearest other sentence by Hamming distance of
   the SRA student's binary codes (`HammingIndex`, random-projection codes), i.e. the hard near-duplicates a
