@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,48 @@ def cache_key(field: str, identity: dict[str, Any], texts: Sequence[str]) -> tup
     """(folder name, key source) of the rows of the encoder `identity` for exactly `texts`."""
     key_src = {field: identity, "corpus": sha256_text(texts), "n": len(texts)}
     return hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:24], key_src
+
+
+LOCK_NAME = "fill.lock"
+
+
+def _try_lock(fd: int, block: bool) -> bool:
+    """Lock the open file `fd` exclusively (flock on POSIX, a byte lock on Windows); False if held elsewhere."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+        import time
+
+        while True:
+            try:
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+                return True
+            except OSError:
+                if not block:
+                    return False
+                time.sleep(0.5)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        return True
+    except BlockingIOError:
+        return False
+
+
+@contextmanager
+def fill_lock(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s fill lock: one process at a time creates and fills a cache folder; a second one waits,
+    then finds the chunks done and reuses them (without it both would compute everything, and a second process
+    creating the folder's array could truncate the first one's). The lock dies with its process."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not _try_lock(fd, block=False):
+            print(f"waiting for another process that is filling the cache {folder}", file=sys.stderr, flush=True)
+            _try_lock(fd, block=True)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 class VectorCache:
@@ -169,19 +214,42 @@ def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequenc
     The folder is keyed by `{field: identity}` + the exact text list (or by `key`, a (folder name, key source)
     whose source holds `{field: identity}`). Rows are computed chunk by chunk (finished chunks survive an
     interruption) and rows other caches of the same identity already hold are copied, not recomputed. Without
-    `dim` the row width and dtype come from the first computed chunk.
+    `dim` the row width and dtype come from the first computed chunk. One process fills a folder at a time
+    (`fill_lock`); a finished folder is read without the lock.
     """
-    from tqdm.auto import tqdm
-
     name, key_src = key or cache_key(field, identity, texts)
     folder = root / name
-    n = len(texts)
+    if _finished(folder, len(texts)):  # a finished folder is only read: no lock needed
+        return np.load(folder / "vectors.npy", mmap_mode="r"), False
+    with fill_lock(folder):
+        return _fill(folder, key_src, field, identity, texts, fn, chunk, check, progress, desc, dim, dtype, unit)
+
+
+def _finished(folder: Path, n: int) -> bool:
+    """Whether the folder's state records every chunk of n rows done (states are written atomically)."""
+    try:
+        state = read_json(folder / "state.json", "vector cache state")
+        head = np.load(folder / "vectors.npy", mmap_mode="r")
+    except (OndeviceError, OSError, ValueError):
+        return False
+    chunk = int(state.get("chunk", 0)) if isinstance(state, dict) else 0
+    return (chunk > 0 and state.get("n") == n and len(head) == n
+            and {int(c) for c in state.get("chunks", ())} == set(range(-(-n // chunk))))
+
+
+def _fill(folder: Path, key_src: dict[str, Any], field: str, identity: dict[str, Any], texts: Sequence[str],
+          fn: Callable[[list[str]], np.ndarray], chunk: int, check: Check | None, progress: bool, desc: str,
+          dim: int | None, dtype: Any, unit: str) -> tuple[np.ndarray, bool]:
+    """`cached_rows` under the folder's fill lock: open or create the cache, then compute its pending chunks."""
+    from tqdm.auto import tqdm
+
+    root, n = folder.parent, len(texts)
     cache = None
     if (folder / "state.json").is_file() and (folder / "vectors.npy").is_file():
         head = np.load(folder / "vectors.npy", mmap_mode="r")
         cache = VectorCache(folder, n, head.shape[1], chunk, key_src, head.dtype, check)
         del head
-        if not cache.pending():
+        if not cache.pending():  # another process finished it while this one waited for the lock
             return cache.result(), False
     hashes = row_hashes(texts)
     donors = Donors(root, field, identity, skip=folder)

@@ -62,3 +62,74 @@ def test_bad_rows_are_never_marked_done(tmp_path) -> None:
     rows, computed = cached_rows(tmp_path, "enc", {"name": "x"}, ["a", "b"],
                                  lambda t: np.full((len(t), 3), 3 ** -0.5), check=check, dim=3)
     assert computed and np.allclose(np.linalg.norm(rows, axis=1), 1)
+
+
+_FILLER = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from ondevice.vector_cache import cached_rows
+
+root, marker = Path(sys.argv[1]), Path(sys.argv[2])
+
+def slow(texts):
+    marker.touch()  # the folder's lock is held from here on
+    time.sleep(0.2)
+    return np.asarray([[len(t), t.count("1"), 1.0] for t in texts], np.float32)
+
+cached_rows(root, "enc", {"name": "x"}, [f"s{i}" for i in range(12)], slow, chunk=4)
+"""
+
+
+def test_a_second_process_waits_for_the_filler_and_reuses_its_rows(tmp_path, capfd) -> None:
+    import subprocess
+    import sys
+    import time
+
+    texts = [f"s{i}" for i in range(12)]
+    marker = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", _FILLER, str(tmp_path / "cache"), str(marker)])
+    try:
+        deadline = time.time() + 60
+        while not marker.exists():
+            assert child.poll() is None and time.time() < deadline, "the filling process did not start"
+            time.sleep(0.01)
+        seen: list[str] = []
+
+        def fn(batch: list[str]) -> np.ndarray:
+            seen.extend(batch)
+            return np.zeros((len(batch), 3), np.float32)
+
+        rows, computed = cached_rows(tmp_path / "cache", "enc", {"name": "x"}, texts, fn, chunk=4)
+        assert child.wait(timeout=60) == 0
+    finally:
+        child.kill()
+    # without the lock this process would have computed (and could have truncated) the same chunks
+    assert not computed and seen == []
+    np.testing.assert_array_equal(rows, [[len(t), t.count("1"), 1.0] for t in texts])
+    assert "waiting for another process that is filling the cache" in capfd.readouterr().err
+
+
+def test_a_finished_folder_is_read_while_its_lock_is_held(tmp_path) -> None:
+    import os
+    import threading
+
+    from ondevice.vector_cache import LOCK_NAME, _try_lock
+
+    texts = [f"s{i}" for i in range(7)]
+    rows, _ = cached_rows(tmp_path, "enc", {"name": "x"}, texts, Counting(), chunk=3)
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR)  # a second open file: conflicts with the cache's own lock
+    assert _try_lock(fd, block=False)
+    try:
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(cached_rows(tmp_path, "enc", {"name": "x"}, texts,
+                                                                         Counting(), chunk=3)))
+        reader.start()
+        reader.join(timeout=30)
+        assert not reader.is_alive(), "reading a finished cache waited for the fill lock"
+    finally:
+        os.close(fd)
+    again, computed = got[0]
+    assert not computed
+    np.testing.assert_array_equal(again, rows)

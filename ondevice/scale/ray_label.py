@@ -36,6 +36,7 @@ from ondevice.teacher import (
     default_teacher_path,
     row_hashes,
 )
+from ondevice.vector_cache import fill_lock
 
 
 def teacher_spec(teacher: Teacher) -> dict:
@@ -172,41 +173,42 @@ def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: i
     if batch_size < 1:
         raise OndeviceError(f"--teacher-batch-size must be >= 1, got {batch_size}")
     folder, key_src = cache_folder(teacher, sentences, root)
-    cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src)
-    pending = cache.pending()
-    if not pending:
-        return cache.result()
-    hashes = row_hashes(sentences)
-    if not (folder / "rows.npy").is_file():
-        with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
-            np.save(fh, hashes)
-    donors = Donors(folder.parent, "teacher", key_src["teacher"], skip=folder)
-    done_rows = len(sentences) - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
-    bar = tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors (ray)", unit="sent", disable=not progress)
-    partial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # chunk -> (rows, mask of rows still missing)
-    blocks = []
-    import pyarrow as pa
+    with fill_lock(folder):  # one process fills a cache folder at a time (ondevice.vector_cache)
+        cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src)
+        pending = cache.pending()
+        if not pending:
+            return cache.result()
+        hashes = row_hashes(sentences)
+        if not (folder / "rows.npy").is_file():
+            with atomic_path(folder / "rows.npy") as tmp, open(tmp, "wb") as fh:
+                np.save(fh, hashes)
+        donors = Donors(folder.parent, "teacher", key_src["teacher"], skip=folder)
+        done_rows = len(sentences) - sum(cache.bounds(c)[1] - cache.bounds(c)[0] for c in pending)
+        bar = tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors (ray)", unit="sent", disable=not progress)
+        partial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # chunk -> (rows, mask of rows still missing)
+        blocks = []
+        import pyarrow as pa
 
-    with bar:
-        for c in pending:
-            lo, hi = cache.bounds(c)
-            rows = np.zeros((hi - lo, teacher.dim), dtype=np.float32)
-            missing = donors.fill(hashes[lo:hi], rows)
-            if not missing.any():  # every row known elsewhere: no need to ask Ray
-                cache.write(c, rows, teacher.info.normalize)
-                bar.update(hi - lo)
-                if on_chunk:
-                    on_chunk(c)
-                continue
-            partial[c] = (rows, missing)
-            pos = np.flatnonzero(missing)
-            blocks.append(pa.table({"chunk": np.full(len(pos), c, np.int64), "pos": pos.astype(np.int64),
-                                    "text": [sentences[lo + i] for i in pos]}))
-        timings["planned_s"] = time.time() - t0
-        if blocks:
-            _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpus_per_worker, on_chunk,
-                 timings, t0)
-    return cache.result()
+        with bar:
+            for c in pending:
+                lo, hi = cache.bounds(c)
+                rows = np.zeros((hi - lo, teacher.dim), dtype=np.float32)
+                missing = donors.fill(hashes[lo:hi], rows)
+                if not missing.any():  # every row known elsewhere: no need to ask Ray
+                    cache.write(c, rows, teacher.info.normalize)
+                    bar.update(hi - lo)
+                    if on_chunk:
+                        on_chunk(c)
+                    continue
+                partial[c] = (rows, missing)
+                pos = np.flatnonzero(missing)
+                blocks.append(pa.table({"chunk": np.full(len(pos), c, np.int64), "pos": pos.astype(np.int64),
+                                        "text": [sentences[lo + i] for i in pos]}))
+            timings["planned_s"] = time.time() - t0
+            if blocks:
+                _run(teacher, blocks, partial, cache, bar, batch_size, address, workers, cpus_per_worker, on_chunk,
+                     timings, t0)
+        return cache.result()
 
 
 def _actor_class(teacher: Teacher, ray, batch_size: int, threads: int) -> tuple[type, dict, str]:
