@@ -6,8 +6,11 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -284,17 +287,39 @@ def _check_finite(model, out: Path, where: str) -> None:
         raise _diverged(out, f"{where}: NaN or inf weights in {bad[0]}")
 
 
-def _load_checkpoint(out: Path, student: Student, opt) -> dict:
-    st = require("safetensors.torch", "train")
-    folder = out / CHECKPOINT
-    state = read_json(folder / "state.json", "checkpoint state")
-    student.model.load_state_dict(st.load_file(str(folder / "model.safetensors")))
-    flat = st.load_file(str(folder / "optimizer.safetensors"))
+@contextmanager
+def checkpoint_errors(folder: Path) -> Iterator[None]:
+    """Turn a damaged or foreign checkpoint (bad safetensors, missing keys, shapes of another model) into one line."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except OndeviceError:
+        raise
+    except (SafetensorError, OSError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise OndeviceError(f"checkpoint {folder} cannot be resumed ({type(exc).__name__}: {first}); it is damaged or "
+                            "from another run: run without --resume, or with a new --out") from None
+
+
+def load_optimizer(opt, flat: dict, param_groups: Any) -> None:
+    """Restore an optimizer from its flat `<param index>.<name>` tensors and its saved param groups."""
     opt_state: dict = {}
     for key, value in flat.items():
         i, name = key.split(".", 1)
         opt_state.setdefault(int(i), {})[name] = value
-    opt.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+    opt.load_state_dict({"state": opt_state, "param_groups": param_groups})
+
+
+def _load_checkpoint(out: Path, student: Student, opt) -> dict:
+    st = require("safetensors.torch", "train")
+    folder = out / CHECKPOINT
+    state = read_json(folder / "state.json", "checkpoint state")
+    with checkpoint_errors(folder):
+        if not isinstance(state, dict):
+            raise TypeError("state.json is not an object")
+        student.model.load_state_dict(st.load_file(str(folder / "model.safetensors")))
+        load_optimizer(opt, st.load_file(str(folder / "optimizer.safetensors")), state["param_groups"])
     return state
 
 
@@ -364,6 +389,10 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if resume:
         tokenizer = Tokenizer.load(out)
         student_cfg = dataclass_from_dict(StudentConfig, read_json(out / "config.json", "student config"), "student config")
+        student_cfg.validate(f"{out / 'config.json'}")  # before anything is allocated from its sizes
+        if student_cfg.vocab_size != len(tokenizer):
+            raise OndeviceError(f"{out / 'config.json'} says vocab_size {student_cfg.vocab_size} but {out} holds a "
+                                f"vocabulary of {len(tokenizer)} words; the run folder is damaged, use a new --out")
         if student_cfg.output_dim != teacher.dim:
             raise OndeviceError(f"checkpoint outputs {student_cfg.output_dim}-d vectors but the teacher gives {teacher.dim}-d; use the original teacher")
         student = Student(student_cfg, tokenizer)

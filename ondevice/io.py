@@ -163,8 +163,10 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
         raise OndeviceError(f"{what} not found: {path}")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OndeviceError(f"{what} {path} is not valid JSON ({exc}); re-create it") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, an over-long integer, absurd nesting
+        raise OndeviceError(f"{what} {path} is not valid JSON ({str(exc)[:160]}); re-create it") from None
+    except OSError as exc:
+        raise OndeviceError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__})") from None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -4,7 +4,8 @@ onnx-free).
 An ONNX tensor can say "my bytes are in another file" (`data_location = EXTERNAL`, `external_data` entries);
 onnxruntime then reads that file relative to the working directory or the model's folder, outside any checksum.
 This walks the protobuf wire format just deeply enough to find such tensors: graph initializers, sparse
-initializers, tensor-valued node attributes, subgraphs (If/Loop/Scan bodies) and functions.
+initializers, tensor-valued node attributes, subgraphs (If/Loop/Scan bodies), functions (with their attribute defaults) and
+training-info graphs.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from ondevice.errors import OndeviceError
 
 # field number -> message type of the length-delimited fields we descend into (onnx.proto3 numbering)
 _SCHEMA: dict[str, dict[int, str]] = {
-    "model": {7: "graph", 25: "function"},
+    "model": {7: "graph", 20: "training", 25: "function"},
+    "training": {1: "graph", 2: "graph"},  # TrainingInfoProto: initialization and algorithm graphs
     "graph": {1: "node", 5: "tensor", 15: "sparse"},
-    "function": {7: "node"},
+    "function": {7: "node", 11: "attribute"},  # 11: attribute defaults, which may hold tensors
     "node": {5: "attribute"},
     "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
     "sparse": {1: "tensor", 2: "tensor"},

@@ -44,7 +44,25 @@ MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes
 MAX_DIM = 65_536
 MAX_K = 1 << 20  # neighbours per query in `search`
 # files the runtime parses: their bytes are hashed and then parsed from memory, never read a second time
-PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json")
+PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.safetensors")
+
+
+def _binarizer_weights(path: Path, data: bytes, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(projection (dim, bits), offset (bits,)) from the bytes of binarizer.safetensors, checked against the manifest."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as load_safetensors
+
+    try:
+        weights = load_safetensors(data)
+    except (SafetensorError, ValueError, TypeError) as exc:
+        raise _bundle_error(path, f"binarizer.safetensors cannot be parsed ({str(exc)[:120]}); re-export the bundle") from None
+    a, c = weights.get("projection"), weights.get("offset")
+    dim, bits = manifest["dim"], manifest["bits"]
+    if a is None or c is None or a.shape != (dim, bits) or c.shape != (bits,) or a.dtype.kind != "f" \
+            or c.dtype.kind != "f" or not (np.isfinite(a).all() and np.isfinite(c).all()):
+        raise _bundle_error(path, f"binarizer.safetensors needs a finite projection ({dim}, {bits}) and offset ({bits},) "
+                                  "as the manifest's dim and bits say; re-export the bundle")
+    return a, c
 
 
 def _safetensors_metadata(data: bytes) -> dict:
@@ -76,6 +94,9 @@ def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
         return path
     for candidate in ([precision] if precision else list(reversed(PRECISIONS))):  # int8 first: what apps ship
         if (path / candidate / MANIFEST).is_file():
+            if (path / candidate).is_symlink():  # the bundle's own files are checked for links; so is its folder
+                raise _bundle_error(path, f"{candidate}/ is a symbolic link ({os.readlink(path / candidate)}); copy the "
+                                          "real bundle folder in")
             return path / candidate
     if not path.exists():
         raise _bundle_error(path, "not found; export one with `ondevice export`")
@@ -91,7 +112,8 @@ def _safe_name(path: Path, name: Any) -> Path:
     if len(name) > MAX_NAME or any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
         raise _bundle_error(path, f"manifest lists a file name of {len(name):,} characters ({name[:40]!r}...); "
                                   "the manifest is corrupt")
-    if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or name == MANIFEST:
+    # ':' too: on Windows "C:x" joined to a folder is a path on drive C, outside the bundle
+    if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or ":" in name or name == MANIFEST:
         raise _bundle_error(path, f"manifest lists an unsafe file name {name!r}; refusing to load it")
     return path.joinpath(*parts)
 
@@ -102,7 +124,7 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads((path / MANIFEST).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise _bundle_error(path, f"{MANIFEST} is missing; re-export the bundle") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an over-long integer
         raise _bundle_error(path, f"{MANIFEST} is not valid JSON ({type(exc).__name__}); re-export the bundle") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _bundle_error(path, f"{MANIFEST} is not an {FORMAT} manifest; re-export the bundle")
@@ -214,6 +236,7 @@ class Bundle:
         if precision is not None and manifest["precision"] != precision:
             raise _bundle_error(path, f"is a {manifest['precision']} bundle, not {precision}; load it without precision=")
         files = verify_files(path, manifest)
+        _binarizer_weights(path, files["binarizer.safetensors"], manifest)  # a broken one fails here, not at indexing
         try:
             tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], f"bundle {path}")
         except OndeviceError as exc:
@@ -278,17 +301,15 @@ class Bundle:
             # the parsed manifest, canonically serialized: it names the sha256 of every file of the bundle
             canonical = json.dumps(self.manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
             manifest_sha = hashlib.sha256(canonical.encode("ascii")).hexdigest()
-            from safetensors.numpy import load as load_safetensors
-
             from ondevice.index import affine_sha256
 
             name = "binarizer.safetensors"
             data = (self.path / name).read_bytes()  # small; hashed again here because these are the bytes parsed
             if hashlib.sha256(data).hexdigest() != self.manifest["files"][name]["sha256"]:
                 raise _bundle_error(self.path, f"{name} fails its sha256 check (modified after loading); reload the bundle")
-            weights = load_safetensors(data)
-            binarizer = affine_sha256(weights["projection"], weights["offset"])
-            if weights["projection"].dtype == np.float16:  # rounded at export: the binarizer it came from
+            projection, offset = _binarizer_weights(self.path, data, self.manifest)
+            binarizer = affine_sha256(projection, offset)
+            if projection.dtype == np.float16:  # rounded at export: the binarizer it came from
                 recorded = _safetensors_metadata(data).get("affine_sha256")
                 binarizer = recorded if isinstance(recorded, str) and _SHA256.match(recorded) else binarizer
             self._encoder_id = EncoderId(manifest_sha, binarizer, self.precision)

@@ -148,7 +148,7 @@ class Tokenizer:
 
         try:
             raw = json.loads(spec.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, or an over-long integer
             raise OndeviceError(f"tokenizer.json in {where} is not valid JSON ({type(exc).__name__}); re-create it") from None
         if not isinstance(raw, dict):
             raise OndeviceError(f"tokenizer.json in {where} must be a JSON object; re-create it")

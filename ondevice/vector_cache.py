@@ -88,6 +88,25 @@ def fill_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def parse_state(state: Any, n: int | None = None) -> tuple[int, set[int]] | None:
+    """(chunk size, finished chunk numbers) of a state.json, or None unless every field is sound: a chunk size
+    >= 1, chunk numbers inside the array, and the row count `n` when given."""
+    if not isinstance(state, dict) or not _is_int(state.get("chunk")) or state["chunk"] < 1:
+        return None
+    rows = state.get("n", n)
+    if not _is_int(rows) or rows < 0 or (n is not None and rows != n) or not isinstance(state.get("chunks"), list):
+        return None
+    chunks = state["chunks"]
+    last = -(-rows // state["chunk"])
+    if not all(_is_int(c) and 0 <= c < last for c in chunks):
+        return None
+    return int(state["chunk"]), set(chunks)
+
+
 class VectorCache:
     """A memory-mapped (n, dim) array file filled chunk by chunk, in any order, with the done chunks recorded.
 
@@ -105,16 +124,24 @@ class VectorCache:
         self.chunk, self.done = chunk, set()
         if self.state_path.is_file() and self.vec_path.is_file():
             state = read_json(self.state_path, "vector cache state")
-            self.vectors = np.lib.format.open_memmap(self.vec_path, mode="r+")
+            try:
+                self.vectors = np.lib.format.open_memmap(self.vec_path, mode="r+")
+            except (OSError, ValueError) as exc:
+                raise OndeviceError(f"cache {folder}: vectors.npy cannot be opened ({exc}); delete that folder") from None
             if self.vectors.shape != (n, dim) or self.vectors.dtype != np.dtype(dtype):
                 raise OndeviceError(f"cache {folder} holds {self.vectors.dtype} {self.vectors.shape}, expected "
                                     f"{np.dtype(dtype)} {(n, dim)}; delete that folder")
-            if "chunks" in state:
-                self.chunk, self.done = int(state["chunk"]), {int(c) for c in state["chunks"]}
-            else:  # format of earlier versions: a finished prefix of `done` rows, rewritten as chunks (donors read those)
+            parsed = parse_state(state, n)
+            if parsed is not None:
+                self.chunk, self.done = parsed
+            elif isinstance(state, dict) and "chunks" not in state and _is_int(state.get("done")) and state["done"] >= 0:
+                # format of earlier versions: a finished prefix of `done` rows, rewritten as chunks (donors read those)
                 prefix = int(state["done"])
                 self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
                 write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
+            else:
+                raise OndeviceError(f"cache {folder} has a state.json this ondevice cannot trust (chunk size, chunk "
+                                    "numbers or row count wrong); delete that folder and run again")
         else:
             write_json(folder / "key.json", key_src)
             self.vectors = np.lib.format.open_memmap(self.vec_path, mode="w+", dtype=dtype, shape=(n, dim))
@@ -170,17 +197,19 @@ class Donors:
             if folder == skip or not (folder / "rows.npy").is_file():
                 continue
             try:
-                if read_json(key, "cache key").get(field) != identity:
+                meta = read_json(key, "cache key")
+                if not isinstance(meta, dict) or meta.get(field) != identity:
                     continue
-                state = read_json(folder / "state.json", "cache state")
                 hashes = np.load(folder / "rows.npy")
                 vectors = np.load(folder / "vectors.npy", mmap_mode="r")
+                parsed = parse_state(read_json(folder / "state.json", "cache state"), len(vectors))
             except (OndeviceError, OSError, ValueError):
                 continue  # an unreadable cache is just not a donor
-            if "chunks" not in state or len(hashes) != len(vectors) or (dtype is not None and vectors.dtype != dtype):
+            if parsed is None or hashes.shape != (len(vectors),) or hashes.dtype != np.uint64 or vectors.ndim != 2 \
+                    or (dtype is not None and vectors.dtype != dtype):
                 continue
             cache = VectorCache.__new__(VectorCache)
-            cache.n, cache.chunk, cache.done = len(hashes), int(state["chunk"]), {int(c) for c in state["chunks"]}
+            cache.n, (cache.chunk, cache.done) = len(hashes), parsed
             rows = np.flatnonzero(cache.done_rows())
             order = np.argsort(hashes[rows], kind="stable")
             self.parts.append((hashes[rows][order], rows[order], vectors))
@@ -228,13 +257,11 @@ def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequenc
 def _finished(folder: Path, n: int) -> bool:
     """Whether the folder's state records every chunk of n rows done (states are written atomically)."""
     try:
-        state = read_json(folder / "state.json", "vector cache state")
+        parsed = parse_state(read_json(folder / "state.json", "vector cache state"), n)
         head = np.load(folder / "vectors.npy", mmap_mode="r")
     except (OndeviceError, OSError, ValueError):
         return False
-    chunk = int(state.get("chunk", 0)) if isinstance(state, dict) else 0
-    return (chunk > 0 and state.get("n") == n and len(head) == n
-            and {int(c) for c in state.get("chunks", ())} == set(range(-(-n // chunk))))
+    return parsed is not None and head.ndim == 2 and len(head) == n and parsed[1] == set(range(-(-n // parsed[0])))
 
 
 def _fill(folder: Path, key_src: dict[str, Any], field: str, identity: dict[str, Any], texts: Sequence[str],

@@ -94,6 +94,29 @@ def test_existing_checkpoint_is_never_overwritten(tiny_corpus, tiny_teacher, tin
         distill(_config(other, tiny_teacher, tiny_word_vectors), tmp_path / "s", resume=True, progress=False)
 
 
+def test_a_damaged_run_folder_is_refused_on_resume(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    import shutil
+
+    cfg = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=1)
+    distill(cfg, tmp_path / "s", progress=False)
+    more = _config(tiny_corpus, tiny_teacher, tiny_word_vectors, epochs=2)
+    config = json.loads((tmp_path / "s" / "config.json").read_text())
+    damage = {
+        "huge vocabulary": ("config.json", json.dumps({**config, "vocab_size": 9_000_000, "embedding_dim": 4096}),
+                            "vocab_size x embedding_dim"),
+        "other vocabulary": ("config.json", json.dumps({**config, "vocab_size": config["vocab_size"] - 1}),
+                             "vocabulary of"),
+        "bad weights": ("checkpoint/model.safetensors", "not safetensors", "cannot be resumed"),
+        "bad optimizer": ("checkpoint/optimizer.safetensors", "not safetensors", "cannot be resumed"),
+    }
+    for case, (name, text, message) in damage.items():
+        run = tmp_path / case.replace(" ", "-")
+        shutil.copytree(tmp_path / "s", run)
+        (run / name).write_text(text)
+        with pytest.raises(OndeviceError, match=message):
+            distill(more, run, resume=True, progress=False)
+
+
 def _cli(args, capsys):
     code = main(["distill", *map(str, args)])
     err = capsys.readouterr().err.strip()

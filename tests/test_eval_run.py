@@ -181,6 +181,17 @@ def test_encoding_cache_hits(tmp_path: Path) -> None:
     assert enc.calls == 2
 
 
+def test_encoding_cache_never_keeps_nan_rows(tmp_path: Path) -> None:
+    cache = EncodingCache(tmp_path)
+    texts = ["a b", "c d"]
+    with pytest.raises(OndeviceError, match="NaN or inf"):
+        cache.get({"kind": "broken"}, "float", texts, lambda t: np.full((len(t), 3), np.nan, np.float32))
+    good = cache.get({"kind": "broken"}, "float", texts, lambda t: np.ones((len(t), 3), np.float32))
+    np.testing.assert_array_equal(good, np.ones((2, 3), np.float32))  # recomputed, not read back as NaN
+    codes = cache.get({"kind": "codes"}, "codes", texts, lambda t: np.full((len(t), 2), 255, np.uint8))
+    assert codes.dtype == np.uint8
+
+
 def test_parse_encoder_spec() -> None:
     s = parse_encoder_spec("t=teacher:/models/x:cls+random:256+binarizer:/b")
     assert (s.name, s.kind, s.arg, s.pooling, s.fit, s.binarizer_dirs) == ("t", "teacher", "/models/x", "cls", (("random", 256),), ("/b",))

@@ -233,6 +233,15 @@ def test_external_data_finder_sees_nested_and_attribute_tensors():
                                                 "g", [], [out]))
     assert external_tensors(clean.SerializeToString()) == []
     assert onnx.load_from_string(model).graph.node[0].op_type == "If"
+    # a function's attribute default and a training-info graph are tensors onnx can hold too
+    func = helper.make_function("local", "f", [], ["y"], [helper.make_node("Constant", [], ["y"], value_float=1.0)],
+                                [helper.make_opsetid("", 17)], attributes=[])
+    func.attribute_proto.add().CopyFrom(helper.make_attribute("w", ext("in_function")))
+    training = onnx.TrainingInfoProto(initialization=helper.make_graph(
+        [helper.make_node("Constant", [], ["y"], value=ext("in_training"))], "init", [], [out]))
+    both = helper.make_model(clean.graph, functions=[func])
+    both.training_info.add().CopyFrom(training)
+    assert sorted(external_tensors(both.SerializeToString())) == ["in_function", "in_training"]
 
 
 @FAST

@@ -61,3 +61,55 @@ def test_runtime_scoring_never_imports_torch(pair_env):
     res = subprocess.run([sys.executable, "-c", code, str(pair_env.bundle() / "int8")], check=False, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
+
+
+def _reseal(folder, name: str, data: bytes | None = None, edit=None) -> None:
+    """Rewrite `name` (and/or edit the manifest) with a matching file table, as a hostile bundle would."""
+    import hashlib
+    import json
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if data is not None:
+        (folder / name).write_bytes(data)
+        manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    if edit is not None:
+        edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _head_graph(dim: int, names=("u", "v"), external: bool = False) -> bytes:
+    """A pair head graph logits = (u + v) @ w, optionally keeping w in an external data file."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((dim, 1), np.float32), "w")
+    if external:
+        w.ClearField("raw_data")
+        w.data_location = TensorProto.EXTERNAL
+        w.external_data.add(key="location", value="secret.bin")
+    graph = helper.make_graph(
+        [helper.make_node("Add", list(names), ["s"]), helper.make_node("MatMul", ["s", "w"], ["logits"])], "head",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", dim]) for n in names],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 1])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_head_that_does_not_fit_its_manifest_is_a_one_line_error(pair_env, tmp_path):
+    import shutil
+
+    src = pair_env.bundle() / "fp32"
+    name = Bundle.load(src).manifest["pairs"]["file"]
+    cases = {
+        "no outputs": (None, lambda m: m["pairs"]["head"].pop("outputs"), "outputs"),
+        "outputs 3": (None, lambda m: m["pairs"]["head"].update(outputs=3), "do not fit"),
+        "no transform": (None, lambda m: m["pairs"].update(output_transform=None), "do not fit"),
+        "input names": (lambda dim: _head_graph(dim, ("x", "v")), None, "takes"),
+        "external data": (lambda dim: _head_graph(dim, external=True), None, "external data"),
+    }
+    for case, (graph, edit, message) in cases.items():
+        bad = tmp_path / case.replace(" ", "-")
+        shutil.copytree(src, bad)
+        (bad / "secret.bin").write_bytes(np.ones(64, np.float32).tobytes())  # what an external tensor would read
+        _reseal(bad, name, graph(Bundle.load(src).dim) if graph else None, edit)
+        bundle = Bundle.load(bad)  # the encoder is fine: the head is checked when it is first used
+        with pytest.raises(OndeviceError, match=message):
+            bundle.pair_scores(["a cat"], ["a dog"])

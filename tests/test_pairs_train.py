@@ -10,7 +10,7 @@ import pytest
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.data import load_pairs
-from ondevice.pairs.train import PairStudent, train_dse, train_dse_alphas
+from ondevice.pairs.train import PairStudent, chosen_run, train_dse, train_dse_alphas
 
 
 def test_train_publishes_dev_best_and_loss_falls(pair_env):
@@ -60,6 +60,12 @@ def test_alpha_selection_and_task_mismatch(pair_env, tmp_path):
     again = train_dse_alphas(pair_env.dse_config(epochs=1, augment_random=10), tmp_path / "sweep", alphas=(0.0, 1.0),
                              progress=False)  # finished alphas are not retrained
     assert again == sel
+    sweep = tmp_path / "sweep"
+    assert chosen_run(sweep) == sweep / sel["chosen_dir"] and chosen_run(sweep / "alpha-0") == sweep / "alpha-0"
+    for chosen in ("/etc", "../elsewhere", "alpha-1/../../x", 7, None):  # a selection.json that points out of its run
+        (sweep / "selection.json").write_text(json.dumps({**sel, "chosen_dir": chosen}))
+        with pytest.raises(OndeviceError, match="not an alpha-<a> folder"):
+            chosen_run(sweep)
     with pytest.raises(OndeviceError, match="trained for stsb"):
         train_dse(pair_env.dse_config(task="mrpc"), tmp_path / "bad", progress=False)
     shutil.rmtree(tmp_path / "sweep")

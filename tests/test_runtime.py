@@ -237,7 +237,8 @@ def test_missing_truncated_or_tampered_file(exported, tmp_path, name):
     (lambda m: m.update(code_bytes=3), "cannot read"),
     (lambda m: m.update(dim=0), "no valid 'dim'"),
     (lambda m: m.update(precision="fp16"), "unknown precision"),
-    (lambda m: m.update(dim=17), "do not match the manifest"),
+    (lambda m: m.update(dim=17), "as the manifest's dim and bits say"),  # the binarizer is checked before the graph
+    (lambda m: m["files"].update({"C:secret": m["files"]["vocab.txt"]}), "unsafe file name"),  # a drive on Windows
 ])
 def test_bad_manifest(exported, tmp_path, edit, match):
     b = _copy(exported[2] / "fp32", tmp_path / "b")
@@ -249,7 +250,8 @@ def test_bad_manifest(exported, tmp_path, edit, match):
     assert match in _one_line(e)
 
 
-@pytest.mark.parametrize("content", [b"", b"{not json", b"\xff\xfe", b"[1, 2]", b"[" * 100000])
+@pytest.mark.parametrize("content", [b"", b"{not json", b"\xff\xfe", b"[1, 2]", b"[" * 100000,
+                                     b'{"format_version": ' + b"1" * 5000 + b"}"])  # int beyond Python's digit limit
 def test_corrupt_or_missing_manifest(exported, tmp_path, content):
     b = _copy(exported[2] / "fp32", tmp_path / "b")
     (b / "manifest.json").write_bytes(content)
@@ -272,11 +274,19 @@ def test_consistent_forgery_cannot_execute_code(exported, tmp_path):
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    for name in ("encoder.pt", "binarizer.safetensors"):
-        (b / name).write_bytes(pickle.dumps(Payload()))
-        _rehash(b, name)
-    Bundle.load(b)  # checksums agree, and the runtime reads neither file's contents as code
+    (b / "encoder.pt").write_bytes(pickle.dumps(Payload()))
+    _rehash(b, "encoder.pt")
+    Bundle.load(b)  # the checksum agrees, and the runtime never reads that file's contents as code
     assert not marker.exists()
+    (b / "binarizer.safetensors").write_bytes(pickle.dumps(Payload()))
+    _rehash(b, "binarizer.safetensors")
+    with pytest.raises(OndeviceError) as e:
+        Bundle.load(b)
+    assert "binarizer.safetensors cannot be parsed" in _one_line(e)  # parsed as safetensors only, never unpickled
+    assert not marker.exists()
+    _copy(exported[2] / "fp32", tmp_path / "fresh")
+    (b / "binarizer.safetensors").write_bytes((tmp_path / "fresh" / "binarizer.safetensors").read_bytes())
+    _rehash(b, "binarizer.safetensors")
 
     (b / "encoder.onnx").write_bytes(pickle.dumps(Payload()))
     _rehash(b, "encoder.onnx")
@@ -403,3 +413,29 @@ def test_with_weights_ships_weights_once(exported):
     int8 = json.loads((out / "int8" / "manifest.json").read_text())
     assert "../fp32/student.safetensors" in int8["weights"] and int8["int8_rows_independent"] is True
     assert "../fp32/student.safetensors" in (out / "int8" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("weights", [b"not safetensors at all", "missing offset", "wrong shape", "nan"])
+def test_a_broken_binarizer_fails_at_load_not_at_indexing(exported, tmp_path, weights):
+    from safetensors.numpy import load, save
+
+    b = _copy(exported[2] / "fp32", tmp_path / "b")
+    good = load((b / "binarizer.safetensors").read_bytes())
+    a, c = good["projection"], good["offset"]
+    data = weights if isinstance(weights, bytes) else save(
+        {"missing offset": {"projection": a}, "wrong shape": {"projection": a[:, :-1], "offset": c[:-1]},
+         "nan": {"projection": np.full_like(a, np.nan), "offset": c}}[weights])
+    (b / "binarizer.safetensors").write_bytes(data)
+    _rehash(b, "binarizer.safetensors")
+    with pytest.raises(OndeviceError) as e:
+        Bundle.load(b)
+    assert "binarizer.safetensors" in _one_line(e)
+
+
+def test_a_precision_folder_that_is_a_link_is_refused(exported, tmp_path):
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    _copy(exported[2] / "int8", tmp_path / "elsewhere")
+    (outer / "int8").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OndeviceError, match="symbolic link"):
+        Bundle.load(outer)

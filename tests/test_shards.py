@@ -68,6 +68,15 @@ def test_corrupt_missing_and_escaping_shards_are_errors(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(OndeviceError, match="outside its folder"):
         read_manifest(tmp_path)
+    good = json.loads(json.dumps(m))
+    good["shards"][0]["file"] = "shard-00000.odx"
+    for field, value, message in (("file", 7, "malformed"), ("count", "25", "malformed|inconsistent"),
+                                  ("bytes", None, "malformed"), ("file", "C:x.odx", "outside its folder")):
+        bad = json.loads(json.dumps(good))
+        bad["shards"][0][field] = value
+        (tmp_path / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(OndeviceError, match=message):
+            read_manifest(tmp_path)
 
 
 def test_bad_arguments(tmp_path):

@@ -133,3 +133,25 @@ def test_a_finished_folder_is_read_while_its_lock_is_held(tmp_path) -> None:
     again, computed = got[0]
     assert not computed
     np.testing.assert_array_equal(again, rows)
+
+
+def test_an_untrustworthy_state_is_refused_and_a_broken_sibling_is_no_donor(tmp_path) -> None:
+    import json
+
+    texts = [f"s{i}" for i in range(6)]
+    cached_rows(tmp_path / "good", "enc", {"name": "x"}, texts, Counting(), chunk=4)
+    (folder,) = [p for p in (tmp_path / "good").iterdir() if p.is_dir()]
+    np.save(folder / "vectors.npy", np.full((6, 6), np.nan, np.float32))  # values no finished chunk may hold
+    for state in ({"chunk": -1, "chunks": [], "n": 6}, {"chunk": 0, "chunks": [0], "n": 6},
+                  {"chunk": 4, "chunks": [0, 5], "n": 6}, {"chunk": 4, "chunks": ["x"], "n": 6},
+                  {"chunk": 4, "chunks": [0, 1], "n": 7}, [1, 2]):
+        (folder / "state.json").write_text(json.dumps(state))
+        with pytest.raises(OndeviceError, match="cannot trust|delete that folder"):
+            cached_rows(tmp_path / "good", "enc", {"name": "x"}, texts, Counting(), chunk=4)
+    # a sibling folder with a nonsense key or state is skipped as a donor, not a crash of every other fill
+    (folder / "state.json").write_text(json.dumps({"chunk": 4, "chunks": ["x"], "n": 6}))
+    (folder / "key.json").write_text("[]")
+    fn = Counting()
+    rows, computed = cached_rows(tmp_path / "good", "enc", {"name": "x"}, texts[:3], fn, chunk=4)
+    assert computed and fn.seen == texts[:3]
+    np.testing.assert_array_equal(rows, Counting()(texts[:3]))

@@ -266,14 +266,9 @@ def _dvbert(a: argparse.Namespace) -> int:
 
 
 def _run_dir(path: str):
-    from pathlib import Path
+    from ondevice.pairs.train import chosen_run
 
-    from ondevice.io import read_json
-
-    p = Path(path)
-    if (p / "selection.json").is_file():
-        return p / read_json(p / "selection.json", "alpha selection")["chosen_dir"]
-    return p
+    return chosen_run(path)
 
 
 def _alphas(text: str) -> list[float]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice.errors import OndeviceError
 from ondevice.io import cache_dir, write_json
 from ondevice.vector_cache import cached_rows
 
@@ -29,6 +30,12 @@ def unique_encode(texts: Sequence[str], fn: Callable[[list[str]], np.ndarray]) -
 
 
 CHUNK = 4096  # distinct texts per cached chunk of a long list: an interrupted run keeps the finished chunks
+
+
+def _finite(rows: np.ndarray, what: str) -> None:
+    """Float encodings must be finite before their chunk is marked done (codes, integers, always are)."""
+    if rows.dtype.kind == "f" and not np.isfinite(rows).all():
+        raise OndeviceError(f"{what}: the encoder produced NaN or inf values; check its weights")
 
 
 class EncodingCache:
@@ -60,7 +67,7 @@ class EncodingCache:
 
         def encode_distinct(distinct: list[str]) -> np.ndarray:
             nonlocal computed
-            arr, computed = cached_rows(folder, "tag", {"tag": tag}, distinct, fn, chunk=self.chunk)
+            arr, computed = cached_rows(folder, "tag", {"tag": tag}, distinct, fn, chunk=self.chunk, check=_finite)
             return np.asarray(arr)
 
         arr = unique_encode(texts, encode_distinct)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.dipair import dequantize_states
-from ondevice.pairs.runtime import HeadScorer, head_block, head_session
+from ondevice.pairs.runtime import HeadScorer, check_head, head_block, head_session
 
 
 class DiPairScorer(HeadScorer):
@@ -26,7 +26,8 @@ class DiPairScorer(HeadScorer):
         super().__init__(bundle, block, session)
         head = block["head"]
         self.n, self.m, self.d = int(head["n"]), int(head["m"]), int(head["d"])
-        self.int8_outputs = "token_states_b_int8" in block.get("encoder_outputs", {})
+        # what the encoder graph really outputs, not what the manifest claims
+        self.int8_outputs = {"token_states_a_int8", "token_states_b_int8"} <= {o.name for o in bundle.session.get_outputs()}
 
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
@@ -42,7 +43,10 @@ class DiPairScorer(HeadScorer):
         except (KeyError, TypeError, ValueError):
             raise OndeviceError(f"bundle {bundle.path}: the manifest's dipair block does not match encoder.onnx's token-state "
                                 "outputs; re-export the bundle") from None
-        return cls(bundle, block, head_session(bundle, block, data, threads))
+        session = head_session(bundle, block, data, threads)
+        n, m, d = int(head["n"]), int(head["m"]), int(head["d"])
+        check_head(bundle, block, session, {"states_a": [n, d], "states_b": [m, d]})
+        return cls(bundle, block, session)
 
     def states(self, texts: str | Sequence[str], role: str = "b", int8: bool = False, batch_size: int = 256) -> np.ndarray:
         """Token states of texts as side 'a' (N slots) or 'b' (M slots): float32, or int8 (q = round(127 x)) to cache."""

@@ -216,7 +216,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     """Train (or resume) one DiPair run: stage 1 (encoder frozen) then stage 2 (all + SRA loss); keeps the dev-best epoch."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _save_checkpoint
+    from ondevice.distill import _save_checkpoint, checkpoint_errors, load_optimizer
     from ondevice.io import check_out_dir
     from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_texts
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
@@ -287,15 +287,11 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if resume:
         st = require("safetensors.torch", "train")
         state = read_json(ckpt / "state.json", "checkpoint state")
-        holder.model.load_state_dict(st.load_file(str(ckpt / "model.safetensors")))
-        opt = optimizer(stage_of(state["epoch"]))
-        if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
-            flat = st.load_file(str(ckpt / "optimizer.safetensors"))
-            opt_state: dict = {}
-            for key, value in flat.items():
-                i, name = key.split(".", 1)
-                opt_state.setdefault(int(i), {})[name] = value
-            opt.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+        with checkpoint_errors(ckpt):
+            holder.model.load_state_dict(st.load_file(str(ckpt / "model.safetensors")))
+            opt = optimizer(stage_of(int(state["epoch"])))
+            if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
+                load_optimizer(opt, st.load_file(str(ckpt / "optimizer.safetensors")), state["param_groups"])
         state.pop("param_groups", None)
     else:
         out.mkdir(parents=True, exist_ok=True)

@@ -34,17 +34,53 @@ def head_block(bundle, key: str, head: str, command: str) -> tuple[dict, bytes]:
     if entry is None:
         raise OndeviceError(f"bundle {bundle.path}: the {key} block names {name!r}, which the file table does not list; "
                             "re-export the bundle")
-    # every name in the files table was checked to stay inside the folder when the bundle was loaded
-    data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
+    # every name in the files table was checked to stay inside the folder (no symlinks) when the bundle was loaded
+    try:
+        data = bundle.path.joinpath(*PurePosixPath(name).parts).read_bytes()
+    except OSError as exc:
+        raise OndeviceError(f"bundle {bundle.path}: cannot read {name} ({exc.strerror or type(exc).__name__}); "
+                            "copy the bundle again") from None
     if hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise OndeviceError(f"bundle {bundle.path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
     return block, data
+
+
+def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> None:
+    """Refuse a head block or graph that does not fit: outputs and transform of the task, and the graph's input
+    names and shapes and its `logits` width against the block (a wrong width would broadcast into wrong scores)."""
+    where = f"bundle {bundle.path}: {block.get('file')!r}"
+    head, transform, kind = block.get("head"), block.get("output_transform"), block.get("task_type")
+    outputs = head.get("outputs") if isinstance(head, dict) else None
+    ok = isinstance(outputs, int) and not isinstance(outputs, bool) and 1 <= outputs <= 1024
+    if ok and kind == "regression":
+        ok = outputs == 1 and isinstance(transform, dict) and all(
+            isinstance(transform.get(f), (int, float)) and not isinstance(transform.get(f), bool)
+            and np.isfinite(transform[f]) for f in ("scale", "offset"))
+    elif ok:
+        ok = kind == "classes" or (kind == "binary" and outputs == 1)
+    if not ok:
+        raise OndeviceError(f"{where}: the manifest gives the head {outputs!r} outputs for a {kind!r} task with "
+                            f"transform {transform!r}, which do not fit; re-export the bundle")
+    got_in = {i.name: list(i.shape[1:]) for i in session.get_inputs()}
+    got_out = {o.name: list(o.shape[1:]) for o in session.get_outputs()}
+    if got_in != inputs or got_out.get("logits") != [outputs]:
+        raise OndeviceError(f"{where} takes {got_in} and gives {got_out}, the manifest says inputs {inputs} and "
+                            f"logits of width {outputs}; re-export the bundle")
 
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
     """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
     import onnxruntime as ort
 
+    from ondevice.onnxproto import external_tensors
+
+    try:
+        external = external_tensors(data)
+    except OndeviceError as exc:
+        raise OndeviceError(f"bundle {bundle.path}: {block['file']} is not a valid ONNX model ({exc}); re-export it") from None
+    if external:  # onnxruntime would read such a tensor from a file no checksum covers, wherever the app runs
+        raise OndeviceError(f"bundle {bundle.path}: {block['file']} keeps tensor {external[0]!r} in an external data "
+                            "file; re-export the bundle (weights inside the graph)")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
@@ -68,8 +104,13 @@ class HeadScorer:
         """Head logits (n, outputs) of input pairs (first[i], second[i]), `batch_size` rows per graph call."""
         out = np.empty((len(second), self.outputs), np.float32)
         for s in range(0, len(second), batch_size):
-            out[s : s + batch_size] = self.session.run(
-                ["logits"], {names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
+            try:
+                out[s : s + batch_size] = self.session.run(["logits"], {
+                    names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+                first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
+                                    f"({first_line.split('Status Message:')[-1].strip()[:200]}); re-export the bundle") from None
         return out
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
@@ -123,7 +164,9 @@ class PairScorer(HeadScorer):
         except (KeyError, TypeError, ValueError):
             raise OndeviceError(f"bundle {bundle.path}: the manifest's pairs block is incomplete or does not match "
                                 "the encoder; re-export the bundle") from None
-        return cls(bundle, block, head_session(bundle, block, data, threads))
+        session = head_session(bundle, block, data, threads)
+        check_head(bundle, block, session, {"u": [bundle.dim], "v": [bundle.dim]})
+        return cls(bundle, block, session)
 
     def _vectors(self, x: Any, what: str) -> np.ndarray:
         arr = np.asarray(x, dtype=np.float32)

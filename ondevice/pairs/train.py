@@ -9,6 +9,7 @@ A run folder holds `student/` (the fine-tuned encoder, a normal student dir that
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -276,6 +277,21 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
 
     run_epochs(out, holder, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)
+
+
+def chosen_run(path: str | Path) -> Path:
+    """The student folder of a DSE run: `path` itself, or for a `train_dse_alphas` folder its dev-best alpha
+    sub-folder (selection.json's `chosen_dir`, accepted only as an `alpha-<number>` folder inside `path`)."""
+    p = Path(path)
+    if not (p / "selection.json").is_file():
+        return p
+    selection = read_json(p / "selection.json", "alpha selection")
+    chosen = selection.get("chosen_dir") if isinstance(selection, dict) else None
+    if not isinstance(chosen, str) or not re.fullmatch(r"alpha-[0-9][0-9.e+-]*", chosen) or (p / chosen).is_symlink() \
+            or not (p / chosen).is_dir():
+        raise OndeviceError(f"{p / 'selection.json'} names {chosen!r} as its chosen student, which is not an alpha-<a> "
+                            f"folder inside {p}; pass that folder itself as --run, or train the run again")
+    return p / chosen
 
 
 def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[float] = ALPHAS, resume: bool = False,

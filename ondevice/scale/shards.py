@@ -50,7 +50,7 @@ class Manifest:
     def path_of(self, folder: Path, i: int) -> Path:
         """Path of shard i; a name that would leave the folder is refused."""
         name = self.shards[i].file
-        if not name or "/" in name or "\\" in name or name in (".", "..") or os.path.basename(name) != name:
+        if not isinstance(name, str) or not name or ":" in name or "/" in name or "\\" in name or name in (".", "..") or os.path.basename(name) != name:
             raise OndeviceError(f"manifest in {folder} names shard file {name!r} outside its folder; rebuild the index")
         return folder / name
 
@@ -125,8 +125,14 @@ def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
     try:
         shards = [ShardInfo(**s) for s in raw["shards"]]
         manifest = Manifest(bits=int(raw["bits"]), count=int(raw["count"]), shards=shards)
+        fields_ok = all(isinstance(s.file, str) and isinstance(s.sha256, str) and
+                        all(isinstance(v, int) and not isinstance(v, bool) for v in (s.count, s.bytes, s.id_min, s.id_max))
+                        and s.count >= 0 and s.bytes >= 0 for s in shards)
     except (KeyError, TypeError, ValueError) as exc:
         raise OndeviceError(f"{mpath} is malformed ({exc}); rebuild the index") from None
+    if not fields_ok:
+        raise OndeviceError(f"{mpath} is malformed (a shard's file, count, bytes, sha256 or id range has the wrong "
+                            "type); rebuild the index")
     if not shards or sum(s.count for s in shards) != manifest.count:
         raise OndeviceError(f"{mpath} is inconsistent (shard counts do not add up); rebuild the index")
     for i in range(len(shards)):
