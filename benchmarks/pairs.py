@@ -430,7 +430,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dipair_train import DiPairStudent
-    from ondevice.pairs.train import PairStudent
+    from ondevice.pairs.train import PairStudent, chosen_run
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -442,9 +442,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
     dse = []
     for d in a.dse_run or []:
-        run = Path(d)
-        if (run / "selection.json").is_file():
-            run = run / json.loads((run / "selection.json").read_text())["chosen_dir"]
+        run = chosen_run(d)
         dse.append({"run": str(run), "test": PairStudent.load(run).evaluate(test)})
     if dse:
         # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
