@@ -133,3 +133,20 @@ def test_soft_label_losses():
     assert float(soft_label_loss(torch.tensor([[0.3]]), torch.tensor([[0.5]]), "regression", 1.0)) == pytest.approx(0.04)
     c = torch.tensor([[1.0, 2.0, 0.0]])
     assert float(soft_label_loss(c, c, "classes", 1.0)) < float(soft_label_loss(c.flip(-1), c, "classes", 1.0))
+
+
+def test_a_dipair_run_after_dse_with_the_same_augmentation_asks_the_teacher_nothing(pair_env, tiny_teacher, tmp_path,
+                                                                                    monkeypatch):
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.train import train_dse
+
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path / "cache"))
+    train_dse(pair_env.dse_config(epochs=1, augment_random=30, seed=3), tmp_path / "dse", progress=False)
+    folders = sorted(p.name for p in (tmp_path / "cache" / "pair_logits").iterdir())
+    assert len(folders) == 2  # training pairs, augmentation pairs
+    scored: list[int] = []
+    real = CrossEncoderTeacher.logits
+    monkeypatch.setattr(CrossEncoderTeacher, "logits", lambda self, a, b, *k, **kw: scored.append(len(a)) or real(self, a, b, *k, **kw))
+    train_dipair(_cfg(pair_env, tiny_teacher, stage1_epochs=1, stage2_epochs=0, seed=3), tmp_path / "dipair", progress=False)
+    # the same two lists, so the same two cache folders: nothing scored again
+    assert scored == [] and sorted(p.name for p in (tmp_path / "cache" / "pair_logits").iterdir()) == folders

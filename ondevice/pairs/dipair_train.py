@@ -254,7 +254,10 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                                            config.augment_edits),
                              extra)
     a, b = train.a + aug.a, train.b + aug.b
-    targets = teacher_logits(teacher, a, b, progress=progress).astype(np.float32)
+    # Two lists, as DSE labels them: a DSE run with the same augmentation flags fills the very same cache folders,
+    # so either run reuses the other's logits, also when both start at once (the second waits on the fill lock).
+    targets = np.concatenate([teacher_logits(teacher, train.a, train.b, progress=progress),
+                              teacher_logits(teacher, aug.a, aug.b, progress=progress)]).astype(np.float32)
     texts, pa, pb = _index([], a, b)
     ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in texts]
     dev_texts, da, db = _index([], dev.a, dev.b)
