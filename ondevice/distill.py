@@ -288,7 +288,7 @@ def _check_finite(model, out: Path, where: str) -> None:
 
 
 @contextmanager
-def checkpoint_errors(folder: Path) -> Iterator[None]:
+def checkpoint_errors(folder: Path, fix: str = "run without --resume, or with a new --out") -> Iterator[None]:
     """Turn a damaged or foreign checkpoint (bad safetensors, missing keys, shapes of another model) into one line."""
     from safetensors import SafetensorError
 
@@ -298,8 +298,8 @@ def checkpoint_errors(folder: Path) -> Iterator[None]:
         raise
     except (SafetensorError, OSError, KeyError, ValueError, TypeError, IndexError, RuntimeError) as exc:
         first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise OndeviceError(f"checkpoint {folder} cannot be resumed ({type(exc).__name__}: {first}); it is damaged or "
-                            "from another run: run without --resume, or with a new --out") from None
+        raise OndeviceError(f"checkpoint {folder} cannot be loaded ({type(exc).__name__}: {first}); it is damaged or "
+                            f"from another run: {fix}") from None
 
 
 def load_optimizer(opt, flat: dict, param_groups: Any) -> None:

@@ -167,4 +167,6 @@ def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple
 
     paths = sorted((p for p in folder.glob(f"{name}_*.json") if re.fullmatch(r"\d{8}-\d{6}Z(-\d+)?", p.stem[len(name) + 1 :])),
                    key=order)
-    return [(p, json.loads(p.read_text(encoding="utf-8"))) for p in paths]
+    from ondevice.io import read_json
+
+    return [(p, read_json(p, "results file")) for p in paths]

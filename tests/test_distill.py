@@ -106,8 +106,8 @@ def test_a_damaged_run_folder_is_refused_on_resume(tiny_corpus, tiny_teacher, ti
                             "vocab_size x embedding_dim"),
         "other vocabulary": ("config.json", json.dumps({**config, "vocab_size": config["vocab_size"] - 1}),
                              "vocabulary of"),
-        "bad weights": ("checkpoint/model.safetensors", "not safetensors", "cannot be resumed"),
-        "bad optimizer": ("checkpoint/optimizer.safetensors", "not safetensors", "cannot be resumed"),
+        "bad weights": ("checkpoint/model.safetensors", "not safetensors", "cannot be loaded"),
+        "bad optimizer": ("checkpoint/optimizer.safetensors", "not safetensors", "cannot be loaded"),
     }
     for case, (name, text, message) in damage.items():
         run = tmp_path / case.replace(" ", "-")

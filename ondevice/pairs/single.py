@@ -142,10 +142,13 @@ def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str
 
     torch = require("torch", "train")
     run = Path(run_dir)
+    from ondevice.distill import checkpoint_errors
+
     cfg = read_json(run / "sentence_head.json", "sentence head config")
     student = Student.load(run / "student")
-    model = _model(student.model, cfg["dim"], cfg["hidden"], cfg["classes"])
-    model.head.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(str(run / "sentence_head.safetensors")).items()})
+    with checkpoint_errors(run, "train the sentence head again"):  # one line, not a traceback
+        model = _model(student.model, int(cfg["dim"]), int(cfg["hidden"]), int(cfg["classes"]))
+        model.head.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(str(run / "sentence_head.safetensors")).items()})
     data = load_sst2(split, data_dir)
     ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in data.texts]
     acc = float((_predict(model, ids).argmax(1) == data.labels).mean())
