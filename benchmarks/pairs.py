@@ -467,8 +467,9 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     out["dipair"] = rows
     # DiPair runs that differ only in their seed are seeds of one setting: their mean and spread are a result (the
     # rows of an ablation are not).
-    settings = {json.dumps({k: v for k, v in r["config"].items() if k not in ("seed", "threads")}, sort_keys=True)
-                for r in rows}
+    # (the data folder by its real path: a run started from another checkout names it through another link)
+    settings = {json.dumps({**{k: v for k, v in r["config"].items() if k not in ("seed", "threads")},
+                            "data": os.path.realpath(r["config"].get("data", ""))}, sort_keys=True) for r in rows}
     seeds = len(rows) > 1 and len(settings) == 1
     if seeds or len(dse) > 1:
         out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],
