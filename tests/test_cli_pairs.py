@@ -46,6 +46,14 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     from ondevice.runtime import Bundle
 
     assert Bundle.load(tmp_path / "b").pair_scores("a cat", "a dog").shape == (1,)
+    # the sweep's chosen alpha, souped into a new folder, exports like any run
+    assert main(["pairs", "soup", "--run", str(tmp_path / "sweep"), "--out", str(tmp_path / "soup"), "--threads", "1"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["run"] == str(tmp_path / "sweep" / "alpha-0.5") and isinstance(record["kept"], bool)
+    assert main(["pairs", "export", "--run", str(tmp_path / "soup"), "--out", str(tmp_path / "b2"), "--bits", "32",
+                 "--precision", "int8"]) == 0
+    assert "not empty" in _one_line_error(capsys, ["pairs", "soup", "--run", str(tmp_path / "sweep"), "--out",
+                                                   str(tmp_path / "b2")])
 
 
 def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_env, tiny_teacher):

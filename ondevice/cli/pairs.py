@@ -119,6 +119,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--run", default=None, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
     s.add_argument("--split", default="test", choices=["dev", "test"])
 
+    s = sub.add_parser("soup", help="average a finished DSE or DiPair run's dev-best and final weights into a new run "
+                       "folder, kept where dev is higher", formatter_class=fmt)
+    s.add_argument("--run", required=True, help="finished run folder (DiPair, or a DSE run or its alpha sub-folder)")
+    s.add_argument("--out", required=True, help="new run folder to write (the source run is left as it is)")
+    s.add_argument("--data", default=None, help="shared data folder (default: the one the run was trained on)")
+    s.add_argument("--threads", type=int, default=0)
+
     s = sub.add_parser("export", help="bundle of a DSE run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
     s.add_argument("--run", required=True, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
     s.add_argument("--out", required=True, help="bundle folder to write")
@@ -289,6 +296,15 @@ def run(a: argparse.Namespace) -> int:
     cmd = a.pairs_command
     if cmd in ("dipair", "dipair-export"):
         return _run_dipair(a)
+    if cmd == "soup":
+        from ondevice.pairs.soup import soup_run
+
+        if a.threads:
+            from ondevice._deps import require
+
+            require("torch", "train").set_num_threads(a.threads)
+        print(json.dumps(soup_run(_run_dir(a.run), a.out, a.data)))
+        return 0
     if cmd != "export":
         from ondevice.eval.data import check_data_dir
 
