@@ -443,7 +443,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     dse = []
     for d in a.dse_run or []:
         run = chosen_run(d)
-        dse.append({"run": str(run), "test": PairStudent.load(run).evaluate(test)})
+        dse.append({"run": str(run), "test": PairStudent.load(run).evaluate(test),
+                    **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {})})
     if dse:
         # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
         out["dse"] = dse[0] if len(dse) == 1 else {"run": dse[0]["run"], "runs": dse, "test": {
@@ -456,6 +457,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
                "sra_cosine": json.loads((Path(r) / "sra_cosine.json").read_text()),
                "train_log": [json.loads(line) for line in (Path(r) / "train_log.jsonl").read_text().splitlines()],
                "cache_bytes_per_item_int8": ds.cfg.cache_bytes(True)}
+        if (Path(r) / "soup.json").is_file():  # a folder of `ondevice pairs soup`: what it compared, kept or not
+            row["soup"] = json.loads((Path(r) / "soup.json").read_text())
         if "cross_encoder" in out:
             row["ratio_to_cross_encoder"] = round(row["test"][head] / out["cross_encoder"][head], 4)
         if "dse" in out:

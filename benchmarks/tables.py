@@ -490,6 +490,21 @@ def distill_speed(path: str) -> str:
     return "\n".join(lines)
 
 
+def _best_epoch(dev: dict) -> str:
+    """The published epoch (and stage) of a run, or the two epochs a kept weight soup averaged."""
+    if isinstance(dev.get("soup"), dict):
+        return f"soup of {dev['soup']['best_epoch']} + {dev['soup']['final_epoch']}"
+    return f"{dev['epoch']} ({dev['stage']})"
+
+
+def _dse_name(run: str, with_alpha: bool = False) -> str:
+    """A DSE run by its folder: the sweep's name for an alpha-<a> sub-folder (with it when asked), else its own."""
+    p = Path(run)
+    if not p.name.startswith("alpha-"):
+        return p.name
+    return f"{p.parent.name}/{p.name}" if with_alpha else p.parent.name
+
+
 def dipair_quality(*paths: str) -> str:
     """DiPair runs (benchmarks/pairs.py dipair-quality) against their cross-encoder and DSE run: one row per run."""
     lines = [("| DiPair run | N / M / D / layers | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
@@ -512,15 +527,15 @@ def dipair_quality(*paths: str) -> str:
             if c.get("augment_edits"):
                 aug += f" + {c['augment_edits']} edited cop{'y' if c['augment_edits'] == 1 else 'ies'}/pair"
             lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
-                         f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {dv['epoch']} ({dv['stage']}) | "
+                         f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {_best_epoch(dv)} | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | "
                          + (f"{b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | " if "dse" in b else "- | - | ")
                          + f"{r['ratio_to_cross_encoder']:.3f} | {sra['before']:.3f} -> {sra['after']:.3f} |")
         runs = b["dse"].get("runs", [b["dse"]]) if "dse" in b else []
         what = ("no DSE run in this file" if not runs else
-                f"`{Path(b['dse']['run']).parent.name}/{Path(b['dse']['run']).name}` is the DSE run" if len(runs) == 1 else
+                f"`{_dse_name(b['dse']['run'], True)}` is the DSE run" if len(runs) == 1 else
                 f"DSE test is the mean of {len(runs)} runs: " + ", ".join(
-                    f"`{Path(d['run']).parent.name}` {d['test'][key]:.2f}" for d in runs))
+                    f"`{_dse_name(d['run'])}` {d['test'][key]:.2f}" for d in runs))
         note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}); "
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
         lines += ["", note, ""]
