@@ -44,6 +44,7 @@ MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes
 MAX_DIM = 65_536
 MAX_K = 1 << 20  # neighbours per query in `search`
 # files the runtime parses: their bytes are hashed and then parsed from memory, never read a second time
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists a dozen files: anything this large is not one
 PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.safetensors")
 
 
@@ -120,8 +121,18 @@ def _safe_name(path: Path, name: Any) -> Path:
 
 def read_manifest(path: Path) -> dict:
     """Parse and validate manifest.json (format, version, file table) without trusting any other file."""
+    file = path / MANIFEST
+    if file.is_symlink():  # refused before reading: a link to /dev/zero would never end
+        _no_symlink(path, MANIFEST)
+    if file.exists() and not file.is_file():
+        raise _bundle_error(path, f"{MANIFEST} is not a regular file; re-export the bundle")
     try:
-        manifest = json.loads((path / MANIFEST).read_bytes().decode("utf-8"))
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise _bundle_error(path, f"{MANIFEST} is over {MAX_MANIFEST_BYTES >> 20} MB, far more than any manifest; "
+                                      "re-export the bundle")
+        manifest = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise _bundle_error(path, f"{MANIFEST} is missing; re-export the bundle") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an over-long integer

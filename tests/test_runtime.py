@@ -439,3 +439,19 @@ def test_a_precision_folder_that_is_a_link_is_refused(exported, tmp_path):
     (outer / "int8").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OndeviceError, match="symbolic link"):
         Bundle.load(outer)
+
+
+def test_a_linked_or_huge_manifest_is_refused_before_it_is_read(exported, tmp_path):
+    from ondevice import runtime
+
+    b = _copy(exported[2] / "fp32", tmp_path / "b")
+    real = (b / "manifest.json").read_bytes()
+    (tmp_path / "elsewhere.json").write_bytes(real)
+    (b / "manifest.json").unlink()
+    (b / "manifest.json").symlink_to(tmp_path / "elsewhere.json")  # could be any file, however large
+    with pytest.raises(OndeviceError, match="symbolic link"):
+        Bundle.load(b)
+    (b / "manifest.json").unlink()
+    (b / "manifest.json").write_bytes(b" " * (runtime.MAX_MANIFEST_BYTES + 1))
+    with pytest.raises(OndeviceError, match="far more than any manifest"):
+        Bundle.load(b)
