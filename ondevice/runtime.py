@@ -122,7 +122,7 @@ def _safe_name(path: Path, name: Any) -> Path:
 def read_manifest(path: Path) -> dict:
     """Parse and validate manifest.json (format, version, file table) without trusting any other file."""
     file = path / MANIFEST
-    if file.is_symlink():  # refused before reading: a link to /dev/zero would never end
+    if file.is_symlink():  # refused before reading: a link could name any file, however large
         _no_symlink(path, MANIFEST)
     if file.exists() and not file.is_file():
         raise _bundle_error(path, f"{MANIFEST} is not a regular file; re-export the bundle")
@@ -212,6 +212,12 @@ def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
     return kept
 
 
+def ort_error_line(exc: BaseException) -> str:
+    """The first line of an onnxruntime error, without its status prefix, at most 200 characters."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first.split("Status Message:")[-1].strip()[:200]
+
+
 def _session(path: Path, model: bytes, threads: int):
     import onnxruntime as ort
 
@@ -222,8 +228,7 @@ def _session(path: Path, model: bytes, threads: int):
     try:
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise _bundle_error(path, f"{ONNX_FILE} cannot be loaded by onnxruntime ({first}); upgrade onnxruntime "
+        raise _bundle_error(path, f"{ONNX_FILE} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
                                   "or re-export the bundle") from None
 
 
@@ -296,10 +301,8 @@ class Bundle:
         try:
             emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            first = first.split("Status Message:")[-1].strip()[:200]
             check = f" (checking {what})" if what else ""
-            raise _bundle_error(self.path, f"{ONNX_FILE} failed to run{check}: {first}; the bundle's files do not fit "
+            raise _bundle_error(self.path, f"{ONNX_FILE} failed to run{check}: {ort_error_line(exc)}; the bundle's files do not fit "
                                            "together, re-export it") from None
         return emb, code
 

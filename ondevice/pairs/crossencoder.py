@@ -25,7 +25,7 @@ from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
-from ondevice.pairs.metrics import best_threshold, evaluate_scores
+from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 
 MODEL = "model"
 CHECKPOINTS = "checkpoints"
@@ -229,9 +229,8 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     write_json(out / INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
     teacher = CrossEncoderTeacher.load(out, device=device)
     dev_logits = teacher.logits(dev.a, dev.b)
-    threshold = best_threshold(dev_logits[:, 0], dev.gold) if spec.kind == "binary" else None
     info = teacher.info
-    info["dev"] = evaluate_scores(spec, dev_logits, dev.gold, threshold)
+    info["dev"], threshold = dev_metrics(spec, dev_logits, dev.gold)
     info["threshold"] = threshold
     write_json(out / INFO, info)
     return teacher  # its info is the dict just written

@@ -222,7 +222,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
-    from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+    from ondevice.pairs.metrics import dev_metrics, headline
     from ondevice.pairs.train import _batches, _index
     from ondevice.teacher import cached_vectors
 
@@ -357,8 +357,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
             head.eval()
             with torch.inference_mode():
                 dl = head(dsa[torch.from_numpy(da)], dsb[torch.from_numpy(db)]).numpy()
-            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
-            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+            metrics, threshold = dev_metrics(spec, dl, dev.gold)
             cosine = _cosine(vec.numpy(), dev_t_vec) if dev_t_vec is not None else None
             entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,
                      "dev": metrics, "sra_dev_cosine": cosine, "time": time.time()}

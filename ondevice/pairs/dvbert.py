@@ -40,7 +40,7 @@ from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.data import load_pairs, task_spec
-from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
 from ondevice.pairs.runloop import check_resume
 
@@ -362,8 +362,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
                     on_step(epoch * per_epoch + step)
             bar.close()
             dl = _dev_logits(model, dev_ids, da, db)
-            threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
-            metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+            metrics, threshold = dev_metrics(spec, dl, dev.gold)
             entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
                      "lambda_end": anneal_lambda(config.anneal, (epoch + 1) * per_epoch - 1, total), "time": time.time()}
             state["log"].append(entry)

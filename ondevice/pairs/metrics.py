@@ -70,6 +70,12 @@ def evaluate_scores(spec: TaskSpec, logits: np.ndarray, gold: np.ndarray, thresh
     return {"accuracy": round(100 * acc, 2), "n": len(gold)}
 
 
+def dev_metrics(spec: TaskSpec, logits: np.ndarray, gold: np.ndarray) -> tuple[dict, float | None]:
+    """Metrics of dev logits and the threshold tuned on them (binary tasks; None otherwise), as every trainer scores dev."""
+    threshold = best_threshold(logits[:, 0], gold) if spec.kind == "binary" else None
+    return evaluate_scores(spec, logits, gold, threshold), threshold
+
+
 def headline(spec: TaskSpec, metrics: dict) -> float:
     """The single number dev selection maximizes (Spearman or accuracy)."""
     return float(metrics[spec.metric])

@@ -87,8 +87,10 @@ def head_session(bundle, block: dict, data: bytes, threads: int):
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime ({first})") from None
+        from ondevice.runtime import ort_error_line
+
+        raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime "
+                            f"({ort_error_line(exc)})") from None
 
 
 class HeadScorer:
@@ -108,9 +110,10 @@ class HeadScorer:
                 out[s : s + batch_size] = self.session.run(["logits"], {
                     names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
             except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-                first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                from ondevice.runtime import ort_error_line
+
                 raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
-                                    f"({first_line.split('Status Message:')[-1].strip()[:200]}); re-export the bundle") from None
+                                    f"({ort_error_line(exc)}); re-export the bundle") from None
         return out
 
     def transform(self, logits: np.ndarray) -> np.ndarray:

@@ -53,11 +53,9 @@ def _parts(model: Any, kind: str) -> dict:
 
 def _dev_metrics(model: Any, spec, dev) -> tuple[dict, float | None]:
     """Dev metrics of a model and its dev-tuned threshold (binary tasks), as training computes them."""
-    from ondevice.pairs.metrics import best_threshold, evaluate_scores
+    from ondevice.pairs.metrics import dev_metrics
 
-    logits = model.logits(dev.a, dev.b)
-    threshold = best_threshold(logits[:, 0], dev.gold) if spec.kind == "binary" else None
-    return evaluate_scores(spec, logits, dev.gold, threshold), threshold
+    return dev_metrics(spec, model.logits(dev.a, dev.b), dev.gold)
 
 
 def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:

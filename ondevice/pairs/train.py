@@ -26,7 +26,7 @@ from ondevice.io import read_json, write_json
 from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_checks, extra_texts
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
-from ondevice.pairs.metrics import best_threshold, evaluate_scores, headline
+from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import (
     PairHeadConfig,
     build_head,
@@ -264,8 +264,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
         bar.close()
         dl = _dev_logits(model, dev_ids, da, db)
-        threshold = best_threshold(dl[:, 0], dev.gold) if spec.kind == "binary" else None
-        metrics = evaluate_scores(spec, dl, dev.gold, threshold)
+        metrics, threshold = dev_metrics(spec, dl, dev.gold)
         entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
                  "time": time.time()}
         if progress:
