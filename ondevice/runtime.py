@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
-from ondevice.errors import OndeviceError
+from ondevice.errors import OndeviceError, ort_error_line
 from ondevice.onnxproto import external_tensors
 from ondevice.tokenizer import Tokenizer, as_texts
 
@@ -210,12 +210,6 @@ def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
         raise _bundle_error(path, f"{ONNX_FILE} keeps tensor {external[0]!r} in an external data file, which no checksum "
                                   "covers; re-export the bundle with `ondevice export` (weights inside the graph)")
     return kept
-
-
-def ort_error_line(exc: BaseException) -> str:
-    """The first line of an onnxruntime error, without its status prefix, at most 200 characters."""
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return first.split("Status Message:")[-1].strip()[:200]
 
 
 def _session(path: Path, model: bytes, threads: int):

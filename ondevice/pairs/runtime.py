@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ondevice.errors import OndeviceError
+from ondevice.errors import OndeviceError, ort_error_line
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -87,8 +87,6 @@ def head_session(bundle, block: dict, data: bytes, threads: int):
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-        from ondevice.runtime import ort_error_line
-
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime "
                             f"({ort_error_line(exc)})") from None
 
@@ -110,9 +108,7 @@ class HeadScorer:
                 out[s : s + batch_size] = self.session.run(["logits"], {
                     names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
             except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-                from ondevice.runtime import ort_error_line
-
-                raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
+                        raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
                                     f"({ort_error_line(exc)}); re-export the bundle") from None
         return out
 
