@@ -31,6 +31,24 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def add_seed(p: argparse.ArgumentParser) -> None:
+    """`--seed` for a command that draws no random numbers of its own (every command takes one)."""
+    p.add_argument("--seed", type=int, default=0, help="seed of Python's and numpy's global generators (this command "
+                                                       "draws no random numbers itself: its output does not depend on it)")
+
+
+def seed_globals(seed: int) -> None:
+    """Seed the process-wide generators that library code may draw from (Python's, numpy's, torch's if loaded)."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if "torch" in sys.modules:  # importing torch only to seed it would cost a second on torch-free commands
+        sys.modules["torch"].manual_seed(seed)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, like every other user mistake
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -64,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
         return int(exc.code or 0)
     try:
+        if getattr(args, "seed", None) is not None:
+            seed_globals(args.seed)
         return int(args._run(args) or 0)
     except OndeviceError as exc:
         print(f"ondevice {args.command}: error: {exc}", file=sys.stderr)

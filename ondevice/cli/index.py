@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
     sub.required = True
     from ondevice.cli import HelpFormatter as fmt
+    from ondevice.cli import add_seed
 
     b = sub.add_parser("build", help="write an index file from packed codes (.npy) or a corpus", formatter_class=fmt)
     src = b.add_argument_group("input (one of)")
@@ -43,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--shards", type=int, default=0,
                    help="write S shard files (ids global) and a manifest.json with their checksums into folder --out")
     _add_encoder(b)
+    add_seed(b)
     b.set_defaults(_index=_build)
 
     s = sub.add_parser("search", help="k nearest codes to text queries or to a codes file", formatter_class=fmt)
@@ -63,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--partial", action="store_true",
                    help="--backend ray: answer from the shards that respond and name the missing ones (default: error)")
     _add_encoder(s)
+    add_seed(s)
     s.set_defaults(_index=_search)
 
     v = sub.add_parser("serve", help="HTTP search over a sharded index on Ray Serve (ondevice[scale]); Ctrl-C stops",
@@ -76,11 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("--cpus-per-shard", type=float, default=1.0, help="logical CPUs each replica reserves")
     v.add_argument("--threads", type=int, default=1, help="search threads inside each replica")
     v.add_argument("--no-verify", action="store_true", help="skip the sha256 check of each shard file at start")
+    add_seed(v)
     v.set_defaults(_index=_serve)
 
     i = sub.add_parser("info", help="print an index file's header; --verify checks every byte", formatter_class=fmt)
     i.add_argument("index", help="index file")
     i.add_argument("--verify", action="store_true", help="check the sha256 of all codes and ids")
+    add_seed(i)
     i.set_defaults(_index=_info)
 
 

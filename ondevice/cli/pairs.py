@@ -43,6 +43,7 @@ def _augment_extra_flags(s: argparse.ArgumentParser, d) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.cli import add_seed
     from ondevice.pairs.crossencoder import CrossEncoderConfig
     from ondevice.pairs.single import SentenceHeadConfig
     from ondevice.pairs.train import DSEConfig
@@ -53,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     s = sub.add_parser("data", help="split sizes and label balance of a task", formatter_class=fmt)
     _common(s)
+    add_seed(s)
 
     c = CrossEncoderConfig(task="stsb", data="")
     s = sub.add_parser("teacher", help="fine-tune the packaged MiniLM as a cross-encoder teacher", formatter_class=fmt)
@@ -118,6 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--teacher", default=None, help="cross-encoder teacher dir")
     s.add_argument("--run", default=None, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
     s.add_argument("--split", default="test", choices=["dev", "test"])
+    add_seed(s)
 
     s = sub.add_parser("soup", help="average a finished DSE or DiPair run's dev-best and final weights into a new run "
                        "folder, kept where dev is higher", formatter_class=fmt)
@@ -125,6 +128,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--out", required=True, help="new run folder to write (the source run is left as it is)")
     s.add_argument("--data", default=None, help="shared data folder (default: the one the run was trained on)")
     s.add_argument("--threads", type=int, default=0)
+    add_seed(s)
 
     s = sub.add_parser("export", help="bundle of a DSE run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
     s.add_argument("--run", required=True, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
