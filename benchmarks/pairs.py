@@ -84,6 +84,45 @@ def _cosine_metrics(spec, encode, dev, test) -> dict:
     return evaluate_scores(spec, scores(test), test.gold, t)
 
 
+BLEND_WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the cosine's z-score next to the head's
+
+
+def _blend_metrics(spec, logits, encode, dev, test) -> dict:
+    """The head's score and its encoder's cosine blended: z(head) + w * z(cos), z by the dev split's mean and std, w
+    from BLEND_WEIGHTS chosen on dev (a binary threshold too); a measurement, not something the runtime computes."""
+    from ondevice.pairs.metrics import best_threshold, evaluate_scores
+
+    if spec.kind == "classes":
+        return {"note": "no blend for a 3-class task"}
+
+    def parts(d):
+        uniq = list(dict.fromkeys([*d.a, *d.b]))
+        pos = {s: i for i, s in enumerate(uniq)}
+        vec = encode(uniq)
+        cos = _cosine(vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]])
+        return np.asarray(logits(d.a, d.b), np.float64)[:, 0], np.asarray(cos, np.float64)
+
+    (hd, cd), (ht, ct) = parts(dev), parts(test)
+    mean_std = [(x.mean(), max(float(x.std()), 1e-12)) for x in (hd, cd)]  # of dev, for both splits
+
+    def blended(h, c, w):
+        return (h - mean_std[0][0]) / mean_std[0][1] + w * (c - mean_std[1][0]) / mean_std[1][1]
+
+    def threshold(score):  # binary tasks: the accuracy threshold chosen on dev, as for the head alone
+        return best_threshold(score, dev.gold) if spec.kind == "binary" else None
+
+    metric = spec.metric
+    devs = [evaluate_scores(spec, blended(hd, cd, w), dev.gold, threshold(blended(hd, cd, w)))[metric]
+            for w in BLEND_WEIGHTS]
+    w = float(BLEND_WEIGHTS[int(np.argmax(devs))])  # ties keep the smaller weight
+    cos_t = threshold(cd)
+    return {"weight": w, "weights_tried": [float(BLEND_WEIGHTS[0]), float(BLEND_WEIGHTS[-1]), 0.05],
+            "dev": {metric: max(devs), "head_alone": devs[0],
+                    "cosine_alone": evaluate_scores(spec, cd, dev.gold, cos_t)[metric]},
+            "test": evaluate_scores(spec, blended(ht, ct, w), test.gold, threshold(blended(hd, cd, w))),
+            "cosine_alone_test": evaluate_scores(spec, ct, test.gold, cos_t)}
+
+
 def _hamming_stsb(encode, data: str, fit_texts: list[str], bits: int = 256, seed: int = 0) -> dict:
     from ondevice.binarize import Binarizer
     from ondevice.bits import hamming_reference
@@ -437,14 +476,17 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     spec = task_spec(a.task)
     out = {**_meta(argv, a.threads), "task": a.task}
     test = load_pairs(a.task, "test", a.data)
+    dev = load_pairs(a.task, "dev", a.data) if a.blend else None
     head = spec.metric
     if a.teacher:
         out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
     dse = []
     for d in a.dse_run or []:
         run = chosen_run(d)
-        dse.append({"run": str(run), "test": PairStudent.load(run).evaluate(test),
-                    **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {})})
+        student = PairStudent.load(run)
+        dse.append({"run": str(run), "test": student.evaluate(test),
+                    **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {}),
+                    **({"blend": _blend_metrics(spec, student.logits, student.vectors, dev, test)} if a.blend else {})})
     if dse:
         # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
         out["dse"] = dse[0] if len(dse) == 1 else {"run": dse[0]["run"], "runs": dse, "test": {
@@ -463,6 +505,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["ratio_to_cross_encoder"] = round(row["test"][head] / out["cross_encoder"][head], 4)
         if "dse" in out:
             row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
+        if a.blend:
+            row["blend"] = _blend_metrics(spec, ds.logits, ds.vectors, dev, test)
         if not a.skip_hamming:
             fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
@@ -477,6 +521,12 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     if seeds or len(dse) > 1:
         out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],
                                         [d["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
+        if a.blend and spec.kind != "classes":
+            out["summary_blend"] = dipair_summary(head, [r["blend"]["test"][head] for r in rows] if seeds else [],
+                                                  [d["blend"]["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
+            out["summary_cosine_alone"] = dipair_summary(
+                head, [r["blend"]["cosine_alone_test"][head] for r in rows] if seeds else [],
+                [d["blend"]["cosine_alone_test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
     return out
 
 
@@ -566,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="DSE run(s) to compare with (selection.json parent or an alpha folder); several (seeds): their mean")
     dq.add_argument("--runs", nargs="+", required=True, help="DiPair run folders (several: the N, M, D ablation table)")
     dq.add_argument("--skip-hamming", action="store_true", help="leave out the STS-B cosine/Hamming of each encoder")
+    dq.add_argument("--blend", action="store_true", help="also each run's encoder cosine alone and blended with its head "
+                                                         "(z-scores, the cosine's weight chosen on dev), DiPair and DSE alike")
     dq.add_argument("--corpus", default=None)
     dq.add_argument("--threads", type=int, default=0)
     for x in (q, s, v, ds, dq):

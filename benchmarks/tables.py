@@ -548,6 +548,17 @@ def dipair_quality(*paths: str) -> str:
                       ] if "mean_ratio_to_cross_encoder" in sm else []
             parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
             lines += ["Mean ± sample std: " + "; ".join(parts) + ".", ""]
+        for name, what in (("summary_cosine_alone", "Each run's fine-tuned encoder, cosine alone"),
+                           ("summary_blend", "Head + w x encoder cosine (z-scores, w chosen on dev per run)")):
+            if name in b:
+                sm, ms = b[name], _mean_std
+                parts = [f"DiPair {ms(sm['dipair'])}"] if "dipair" in sm else []
+                parts += [f"DSE {ms(sm['dse'])}"] if "dse" in sm else []
+                parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
+                parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
+                          ] if "mean_ratio_to_cross_encoder" in sm else []
+                parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
+                lines += [f"{what}: " + "; ".join(parts) + ".", ""]
     return "\n".join(lines).rstrip()
 
 

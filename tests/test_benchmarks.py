@@ -210,3 +210,53 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
     assert f"DiPair {np.mean(dipair):.2f} ± {np.std(dipair, ddof=1):.2f} (3 seeds)" in text
     assert f"difference of means {np.mean(dipair) - np.mean(dse):+.2f}" in text
     assert f"DSE mean {np.mean(dse) / 83.54:.3f}x" in text
+    assert "encoder cosine" not in text  # a run without --blend has no blend lines
+    pairs_blend = pairs.dipair_summary("spearman", [v + 1 for v in dipair], [v + 1.5 for v in dse], 83.54)
+    path.write_text(json.dumps({**blob, "summary_blend": pairs_blend, "summary_cosine_alone": pairs_blend}))
+    text = tables.dipair_quality(str(path))
+    assert f"Head + w x encoder cosine (z-scores, w chosen on dev per run): DiPair {np.mean(dipair) + 1:.2f}" in text
+    assert f"difference of means {np.mean(dipair) - np.mean(dse) - 0.5:+.2f}" in text
+
+
+def test_blend_metrics_choose_the_weight_on_dev_and_never_fall_below_the_head_there():
+    # z(head) + w * z(cos) with w picked on dev: on dev never below the head alone (w = 0 is a candidate); a cosine
+    # that carries the signal the head misses earns a positive weight, and the test score is that weight's.
+    from types import SimpleNamespace
+
+    from ondevice.pairs.data import task_spec
+    from ondevice.pairs.metrics import evaluate_scores
+
+    pairs = _script("pairs")
+    rng = np.random.default_rng(0)
+
+    def split(n, tag):
+        gold = rng.uniform(0, 5, n)
+        a, b = [f"{tag}a{i}" for i in range(n)], [f"{tag}b{i}" for i in range(n)]
+        angle = (5 - gold + rng.normal(0, 0.6, n)) / 5 * 1.4  # the pair's angle falls as gold rises, with noise
+        vec = {s: np.array([1.0, 0.0]) for s in a}
+        vec.update({s: np.array([np.cos(t), np.sin(t)]) for s, t in zip(b, angle)})
+        head = {(x, y): g + rng.normal(0, 1.0) for x, y, g in zip(a, b, gold)}
+        return SimpleNamespace(a=a, b=b, gold=gold), vec, head
+
+    (dev, vd, hd), (test, vt, ht) = split(400, "d"), split(400, "t")
+    vec, head = {**vd, **vt}, {**hd, **ht}
+    encode = lambda texts: np.stack([vec[t] for t in texts])
+    logits = lambda a, b: np.array([[head[x, y]] for x, y in zip(a, b)])
+    spec = task_spec("stsb")
+    out = pairs._blend_metrics(spec, logits, encode, dev, test)
+    assert out["dev"]["spearman"] >= out["dev"]["head_alone"] and out["weight"] > 0
+    assert out["dev"]["head_alone"] == evaluate_scores(spec, logits(dev.a, dev.b), dev.gold)["spearman"]
+    head_test = evaluate_scores(spec, logits(test.a, test.b), test.gold)["spearman"]
+    assert out["test"]["spearman"] > head_test  # the cosine is the better signal here, on both splits
+    cos = pairs._cosine(encode(test.a), encode(test.b))
+    assert out["cosine_alone_test"]["spearman"] == evaluate_scores(spec, cos, test.gold)["spearman"]
+    # weight 0 is exactly the head: a cosine that is the negative of the signal is never blended in
+    vec.update({s: np.array([np.cos(1.4 - t), np.sin(1.4 - t)]) for s, t in
+                zip([*dev.b, *test.b], np.arccos(np.clip(encode([*dev.b, *test.b])[:, 0], -1, 1)))})
+    out = pairs._blend_metrics(spec, logits, encode, dev, test)
+    assert out["weight"] == 0 and out["test"]["spearman"] == head_test
+    binary = pairs._blend_metrics(task_spec("mrpc"), logits, encode,
+                                  SimpleNamespace(a=dev.a, b=dev.b, gold=(dev.gold > 2.5).astype(int)),
+                                  SimpleNamespace(a=test.a, b=test.b, gold=(test.gold > 2.5).astype(int)))
+    assert "threshold" in binary["test"] and binary["dev"]["accuracy"] >= binary["dev"]["head_alone"]
+    assert pairs._blend_metrics(task_spec("sick-e"), logits, encode, dev, test) == {"note": "no blend for a 3-class task"}
