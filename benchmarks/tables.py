@@ -548,6 +548,17 @@ def dipair_quality(*paths: str) -> str:
                       ] if "mean_ratio_to_cross_encoder" in sm else []
             parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
             lines += ["Mean ± sample std: " + "; ".join(parts) + ".", ""]
+        blends = [("DiPair", r) for r in b["dipair"] if "blend" in r] + [("DSE", d) for d in runs if "blend" in d]
+        if blends and "note" not in blends[0][1]["blend"]:
+            lines += [f"Each run's head, its fine-tuned encoder's cosine, and the two blended (`--blend`; {key} x100):", "",
+                      "| run | student | w (chosen on dev) | dev: head / cosine / blend | test: head / cosine / blend |",
+                      "|---|---|---:|---|---|"]
+            for kind, r in blends:
+                bl, name = r["blend"], (Path(r["run"]).name if kind == "DiPair" else _dse_name(r["run"]))
+                lines.append(f"| {name} | {kind} | {bl['weight']:.2f} | {bl['dev']['head_alone']:.2f} / "
+                             f"{bl['dev']['cosine_alone']:.2f} / {bl['dev'][key]:.2f} | {r['test'][key]:.2f} / "
+                             f"{bl['cosine_alone_test'][key]:.2f} / {bl['test'][key]:.2f} |")
+            lines.append("")
         for name, what in (("summary_cosine_alone", "Each run's fine-tuned encoder, cosine alone"),
                            ("summary_blend", "Head + w x encoder cosine (z-scores, w chosen on dev per run)")):
             if name in b:
