@@ -87,20 +87,26 @@ def _cosine_metrics(spec, encode, dev, test) -> dict:
 BLEND_WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the cosine's z-score next to the head's
 
 
-def _blend_metrics(spec, logits, encode, dev, test) -> dict:
+def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
     """The head's score and its encoder's cosine blended: z(head) + w * z(cos), z by the dev split's mean and std, w
-    from BLEND_WEIGHTS chosen on dev (a binary threshold too); a measurement, not something the runtime computes."""
+    from BLEND_WEIGHTS chosen on dev (a binary threshold too); a measurement, not something the runtime computes.
+    With `codes` (vectors -> packed codes), the same again with minus the codes' Hamming distance in place of the cosine."""
     from ondevice.pairs.metrics import best_threshold, evaluate_scores
 
     if spec.kind == "classes":
         return {"note": "no blend for a 3-class task"}
 
+    def similarity(vec):
+        if codes is None:
+            return _cosine(vec[0], vec[1])
+        return -np.unpackbits(codes(vec[0]) ^ codes(vec[1]), axis=1).sum(1)
+
     def parts(d):
         uniq = list(dict.fromkeys([*d.a, *d.b]))
         pos = {s: i for i, s in enumerate(uniq)}
         vec = encode(uniq)
-        cos = _cosine(vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]])
-        return np.asarray(logits(d.a, d.b), np.float64)[:, 0], np.asarray(cos, np.float64)
+        sim = similarity((vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]]))
+        return np.asarray(logits(d.a, d.b), np.float64)[:, 0], np.asarray(sim, np.float64)
 
     (hd, cd), (ht, ct) = parts(dev), parts(test)
     mean_std = [(x.mean(), max(float(x.std()), 1e-12)) for x in (hd, cd)]  # of dev, for both splits
@@ -121,6 +127,18 @@ def _blend_metrics(spec, logits, encode, dev, test) -> dict:
                     "cosine_alone": evaluate_scores(spec, cd, dev.gold, cos_t)[metric]},
             "test": evaluate_scores(spec, blended(ht, ct, w), test.gold, threshold(blended(hd, cd, w))),
             "cosine_alone_test": evaluate_scores(spec, ct, test.gold, cos_t)}
+
+
+def _blend_hamming(spec, model, dev, test, a) -> dict:
+    """`_blend_metrics` with the Hamming distance of `a.blend_bits` random-projection bits of the model's vectors (fitted
+    on the task's train sentences, seed 0) in place of the cosine: what a rerank of search candidates already has."""
+    from ondevice.binarize import Binarizer
+    from ondevice.pairs.data import load_pairs
+
+    train = load_pairs(a.task, "train", a.data)
+    binarizer = Binarizer.fit(model.vectors(list(dict.fromkeys([*train.a, *train.b]))), "random", a.blend_bits, seed=0)
+    out = _blend_metrics(spec, model.logits, model.vectors, dev, test, codes=binarizer.transform)
+    return {"bits": a.blend_bits, "method": "random", **out}
 
 
 def _hamming_stsb(encode, data: str, fit_texts: list[str], bits: int = 256, seed: int = 0) -> dict:
@@ -486,7 +504,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         student = PairStudent.load(run)
         dse.append({"run": str(run), "test": student.evaluate(test),
                     **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {}),
-                    **({"blend": _blend_metrics(spec, student.logits, student.vectors, dev, test)} if a.blend else {})})
+                    **({"blend": _blend_metrics(spec, student.logits, student.vectors, dev, test)} if a.blend else {}),
+                    **({"blend_hamming": _blend_hamming(spec, student, dev, test, a)} if a.blend and a.blend_bits else {})})
     if dse:
         # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
         out["dse"] = dse[0] if len(dse) == 1 else {"run": dse[0]["run"], "runs": dse, "test": {
@@ -507,6 +526,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
         if a.blend:
             row["blend"] = _blend_metrics(spec, ds.logits, ds.vectors, dev, test)
+            if a.blend_bits:
+                row["blend_hamming"] = _blend_hamming(spec, ds, dev, test, a)
         if not a.skip_hamming:
             fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
@@ -524,6 +545,10 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         if a.blend and spec.kind != "classes":
             out["summary_blend"] = dipair_summary(head, [r["blend"]["test"][head] for r in rows] if seeds else [],
                                                   [d["blend"]["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
+            if a.blend_bits:
+                out["summary_blend_hamming"] = dipair_summary(
+                    head, [r["blend_hamming"]["test"][head] for r in rows] if seeds else [],
+                    [d["blend_hamming"]["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
             out["summary_cosine_alone"] = dipair_summary(
                 head, [r["blend"]["cosine_alone_test"][head] for r in rows] if seeds else [],
                 [d["blend"]["cosine_alone_test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
@@ -616,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="DSE run(s) to compare with (selection.json parent or an alpha folder); several (seeds): their mean")
     dq.add_argument("--runs", nargs="+", required=True, help="DiPair run folders (several: the N, M, D ablation table)")
     dq.add_argument("--skip-hamming", action="store_true", help="leave out the STS-B cosine/Hamming of each encoder")
+    dq.add_argument("--blend-bits", type=int, default=0, help="with --blend: also blend with minus the Hamming distance "
+                                                                "of this many random-projection bits (fitted on task train text)")
     dq.add_argument("--blend", action="store_true", help="also each run's encoder cosine alone and blended with its head "
                                                          "(z-scores, the cosine's weight chosen on dev), DiPair and DSE alike")
     dq.add_argument("--corpus", default=None)

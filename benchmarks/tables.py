@@ -559,8 +559,11 @@ def dipair_quality(*paths: str) -> str:
                              f"{bl['dev']['cosine_alone']:.2f} / {bl['dev'][key]:.2f} | {r['test'][key]:.2f} / "
                              f"{bl['cosine_alone_test'][key]:.2f} / {bl['test'][key]:.2f} |")
             lines.append("")
+        bits = next((r["blend_hamming"]["bits"] for r in [*b["dipair"], *runs] if "blend_hamming" in r), None)
+        hamming_what = f"The same with minus the Hamming distance of {bits}-bit codes (random projection) for the cosine"
         for name, what in (("summary_cosine_alone", "Each run's fine-tuned encoder, cosine alone"),
-                           ("summary_blend", "Head + w x encoder cosine (z-scores, w chosen on dev per run)")):
+                           ("summary_blend", "Head + w x encoder cosine (z-scores, w chosen on dev per run)"),
+                           ("summary_blend_hamming", hamming_what)):
             if name in b:
                 sm, ms = b[name], _mean_std
                 parts = [f"DiPair {ms(sm['dipair'])}"] if "dipair" in sm else []
