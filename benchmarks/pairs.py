@@ -99,7 +99,7 @@ def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
     def similarity(vec):
         if codes is None:
             return _cosine(vec[0], vec[1])
-        return -np.unpackbits(codes(vec[0]) ^ codes(vec[1]), axis=1).sum(1)
+        return -np.unpackbits(codes(vec[0]) ^ codes(vec[1]), axis=1).sum(1).astype(np.float64)  # unsigned: cast first
 
     def parts(d):
         uniq = list(dict.fromkeys([*d.a, *d.b]))
