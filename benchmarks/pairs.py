@@ -71,17 +71,9 @@ def _cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 def _cosine_metrics(spec, encode, dev, test) -> dict:
     """Cosine of an encoder's vectors as the pair score; binary thresholds tuned on dev."""
-    from ondevice.pairs.metrics import best_threshold, evaluate_scores
+    from ondevice.pairs.metrics import cosine_metrics
 
-    if spec.kind == "classes":
-        return {"note": "no cosine baseline for a 3-class task"}
-    def scores(d):
-        uniq = list(dict.fromkeys([*d.a, *d.b]))
-        pos = {s: i for i, s in enumerate(uniq)}
-        vec = encode(uniq)
-        return _cosine(vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]])
-    t = best_threshold(scores(dev), dev.gold) if spec.kind == "binary" else None
-    return evaluate_scores(spec, scores(test), test.gold, t)
+    return cosine_metrics(spec, encode, dev, test)
 
 
 BLEND_WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the cosine's z-score next to the head's

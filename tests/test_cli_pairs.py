@@ -36,6 +36,14 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
                  "--run", str(pair_env.run())]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "spearman" in res["teacher"] and "spearman" in res["student"]
+    # the run's own encoder by cosine, beside its head: the same number as scoring the pairs directly
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.metrics import pair_cosines, spearman
+    from ondevice.pairs.train import PairStudent
+
+    test = load_pairs("stsb", "test", str(pair_env.data))
+    cos = pair_cosines(PairStudent.load(pair_env.run()).vectors, test.a, test.b)
+    assert res["student_encoder_cosine"]["spearman"] == round(100 * spearman(cos, test.gold), 2)
     assert main(["pairs", "train", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
                  "--teacher", str(pair_env.teacher()), "--out", str(tmp_path / "sweep"), "--alphas", "0.5", "--epochs", "1",
                  "--head-hidden", "4", "--augment-random", "5", "--quiet"]) == 0
@@ -84,6 +92,11 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
     assert "spearman" in res["dev"] and res["sra_cosine"]["before"] is not None
     assert json.loads((tmp_path / "run" / "dipair_config.json").read_text())["augment_text_sha256"]
     assert json.loads((tmp_path / "run" / "data.json").read_text())["augment_pairs"] > 10  # random + the file's pairs
+    assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--run", str(tmp_path / "run"),
+                 "--split", "dev"]) == 0  # a DiPair run evaluates too: its head, and its encoder's cosine
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(res) == {"task", "split", "student", "student_encoder_cosine"} and "spearman" in res["student_encoder_cosine"]
+    assert res["student"]["spearman"] == json.loads((tmp_path / "run" / "dev.json").read_text())["spearman"]
     assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle"), "--bits", "64",
                  "--precision", "int8"]) == 0
     assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["dipair"]["head"]["n"] == 3

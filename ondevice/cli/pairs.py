@@ -115,10 +115,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=h.seed)
     s.add_argument("--resume", action="store_true")
 
-    s = sub.add_parser("eval", help="test-split metrics of a teacher and/or a DSE run", formatter_class=fmt)
+    s = sub.add_parser("eval", help="test-split metrics of a teacher and/or a DSE, DvBERT or DiPair run (its head, and "
+                       "its encoder's cosine)", formatter_class=fmt)
     _common(s)
     s.add_argument("--teacher", default=None, help="cross-encoder teacher dir")
-    s.add_argument("--run", default=None, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
+    s.add_argument("--run", default=None, help="DSE or DvBERT run folder (an alpha sub-folder, or the parent with "
+                                               "selection.json), or a DiPair run folder")
     s.add_argument("--split", default="test", choices=["dev", "test"])
     add_seed(s)
 
@@ -363,7 +365,18 @@ def run(a: argparse.Namespace) -> int:
         if a.teacher:
             out["teacher"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), data)
         if a.run:
-            out["student"] = PairStudent.load(_run_dir(a.run)).evaluate(data)
+            from pathlib import Path
+
+            from ondevice.pairs.data import task_spec
+            from ondevice.pairs.dipair_train import DiPairStudent
+            from ondevice.pairs.metrics import cosine_metrics
+
+            run_dir = _run_dir(a.run)
+            student = (DiPairStudent if (Path(run_dir) / "dipair_head.json").is_file() else PairStudent).load(run_dir)
+            out["student"] = student.evaluate(data)
+            # the fine-tuned encoder's own vectors as the score: on STS-B test DSE's beat its head (docs/pairs-experiments.md)
+            dev = data if a.split == "dev" else load_pairs(a.task, "dev", a.data, a.split_seed)
+            out["student_encoder_cosine"] = cosine_metrics(task_spec(a.task), student.vectors, dev, data)
         print(json.dumps(out))
         return 0
     from pathlib import Path

@@ -79,3 +79,20 @@ def dev_metrics(spec: TaskSpec, logits: np.ndarray, gold: np.ndarray) -> tuple[d
 def headline(spec: TaskSpec, metrics: dict) -> float:
     """The single number dev selection maximizes (Spearman or accuracy)."""
     return float(metrics[spec.metric])
+
+
+def pair_cosines(encode, a: list[str], b: list[str]) -> np.ndarray:
+    """Cosine of each pair's sentence vectors, `encode` (texts -> float vectors) run once per distinct sentence."""
+    uniq = list(dict.fromkeys([*a, *b]))
+    pos = {s: i for i, s in enumerate(uniq)}
+    vec = np.asarray(encode(uniq), np.float64)
+    u, v = vec[[pos[s] for s in a]], vec[[pos[s] for s in b]]
+    return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
+
+
+def cosine_metrics(spec: TaskSpec, encode, dev, test) -> dict:
+    """Task metrics of the vectors' cosine as the pair score on `test` (a binary threshold tuned on `dev`)."""
+    if spec.kind == "classes":
+        return {"note": "no cosine baseline for a 3-class task"}
+    t = best_threshold(pair_cosines(encode, dev.a, dev.b), dev.gold) if spec.kind == "binary" else None
+    return evaluate_scores(spec, pair_cosines(encode, test.a, test.b), test.gold, t)
