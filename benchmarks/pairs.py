@@ -79,28 +79,29 @@ def _cosine_metrics(spec, encode, dev, test) -> dict:
 BLEND_WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the cosine's z-score next to the head's
 
 
-def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
-    """The head's score and its encoder's cosine blended: z(head) + w * z(cos), z by the dev split's mean and std, w
-    from BLEND_WEIGHTS chosen on dev (a binary threshold too); a measurement, not something the runtime computes.
-    With `codes` (vectors -> packed codes), the same again with minus the codes' Hamming distance in place of the cosine."""
+def _blend_parts(logits, encode, d) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """One pass over a split: the head's first logit per pair and the pairs' sentence vectors (u, v)."""
+    from ondevice.pairs.metrics import pair_vectors
+
+    return np.asarray(logits(d.a, d.b), np.float64)[:, 0], pair_vectors(encode, d.a, d.b)
+
+
+def _cosine_similarity(uv) -> np.ndarray:
+    return _cosine(*(np.asarray(x, np.float64) for x in uv))
+
+
+def _hamming_similarity(codes):
+    """Minus the Hamming distance of the pairs' packed codes (`codes`: vectors -> packed codes)."""
+    return lambda uv: -np.unpackbits(codes(uv[0]) ^ codes(uv[1]), axis=1).sum(1).astype(np.float64)  # unsigned: cast first
+
+
+def _blend_from_parts(spec, dev, test, parts: dict, similarity) -> dict:
+    """z(head) + w * z(similarity), z by the dev split's mean and std, w from BLEND_WEIGHTS chosen on dev (a binary
+    threshold too), from `_blend_parts` of both splits; a measurement, not something the runtime computes."""
     from ondevice.pairs.metrics import best_threshold, evaluate_scores
 
-    if spec.kind == "classes":
-        return {"note": "no blend for a 3-class task"}
-
-    def similarity(vec):
-        if codes is None:
-            return _cosine(vec[0], vec[1])
-        return -np.unpackbits(codes(vec[0]) ^ codes(vec[1]), axis=1).sum(1).astype(np.float64)  # unsigned: cast first
-
-    def parts(d):
-        uniq = list(dict.fromkeys([*d.a, *d.b]))
-        pos = {s: i for i, s in enumerate(uniq)}
-        vec = encode(uniq)
-        sim = similarity((vec[[pos[s] for s in d.a]], vec[[pos[s] for s in d.b]]))
-        return np.asarray(logits(d.a, d.b), np.float64)[:, 0], np.asarray(sim, np.float64)
-
-    (hd, cd), (ht, ct) = parts(dev), parts(test)
+    (hd, uvd), (ht, uvt) = parts["dev"], parts["test"]
+    cd, ct = similarity(uvd), similarity(uvt)
     mean_std = [(x.mean(), max(float(x.std()), 1e-12)) for x in (hd, cd)]  # of dev, for both splits
 
     def blended(h, c, w):
@@ -121,29 +122,42 @@ def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
             "cosine_alone_test": evaluate_scores(spec, ct, test.gold, cos_t)}
 
 
-def _blend_hamming(spec, model, dev, test, a) -> dict:
-    """`_blend_metrics` with the Hamming distance of `a.blend_bits` random-projection bits of the model's vectors (fitted
-    on the task's train sentences, seed 0) in place of the cosine: what a rerank of search candidates already has."""
-    from ondevice.binarize import Binarizer
-    from ondevice.pairs.data import load_pairs
+def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
+    """The head's score and its encoder's cosine blended (`_blend_from_parts`); with `codes` (vectors -> packed codes)
+    minus the codes' Hamming distance in place of the cosine."""
+    if spec.kind == "classes":
+        return {"note": "no blend for a 3-class task"}
+    parts = {"dev": _blend_parts(logits, encode, dev), "test": _blend_parts(logits, encode, test)}
+    return _blend_from_parts(spec, dev, test, parts, _cosine_similarity if codes is None else _hamming_similarity(codes))
 
-    train = load_pairs(a.task, "train", a.data)
-    binarizer = Binarizer.fit(model.vectors(list(dict.fromkeys([*train.a, *train.b]))), "random", a.blend_bits, seed=0)
-    out = _blend_metrics(spec, model.logits, model.vectors, dev, test, codes=binarizer.transform)
-    return {"bits": a.blend_bits, "method": "random", **out}
+
+def _blends(spec, model, dev, test, a) -> dict:
+    """`blend` (cosine) and, with `a.blend_bits`, `blend_hamming`: the same blend with the Hamming distance of that many
+    random-projection bits of the model's vectors (fitted on the task's train sentences, seed 0), which a rerank of
+    search candidates already has. The head and the encoder run once per split for both."""
+    if spec.kind == "classes":
+        return {"blend": {"note": "no blend for a 3-class task"}}
+    parts = {"dev": _blend_parts(model.logits, model.vectors, dev), "test": _blend_parts(model.logits, model.vectors, test)}
+    out = {"blend": _blend_from_parts(spec, dev, test, parts, _cosine_similarity)}
+    if a.blend_bits:
+        from ondevice.binarize import Binarizer
+        from ondevice.pairs.data import load_pairs
+
+        train = load_pairs(a.task, "train", a.data)
+        binarizer = Binarizer.fit(model.vectors(list(dict.fromkeys([*train.a, *train.b]))), "random", a.blend_bits, seed=0)
+        out["blend_hamming"] = {"bits": a.blend_bits, "method": "random",
+                                **_blend_from_parts(spec, dev, test, parts, _hamming_similarity(binarizer.transform))}
+    return out
 
 
 def _hamming_stsb(encode, data: str, fit_texts: list[str], bits: int = 256, seed: int = 0) -> dict:
     from ondevice.binarize import Binarizer
     from ondevice.bits import hamming_reference
     from ondevice.pairs.data import load_pairs
-    from ondevice.pairs.metrics import spearman
+    from ondevice.pairs.metrics import pair_vectors, spearman
 
     test = load_pairs("stsb", "test", data)
-    uniq = list(dict.fromkeys([*test.a, *test.b]))
-    pos = {s: i for i, s in enumerate(uniq)}
-    vec = encode(uniq)
-    u, v = vec[[pos[s] for s in test.a]], vec[[pos[s] for s in test.b]]
+    u, v = pair_vectors(encode, test.a, test.b)
     b = Binarizer.fit(encode(fit_texts), method="random", bits=bits, seed=seed)
     cu, cv = b.transform(u), b.transform(v)
     ham = np.array([hamming_reference(cu[i : i + 1], cv[i : i + 1])[0, 0] for i in range(len(cu))])
@@ -496,8 +510,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         student = PairStudent.load(run)
         dse.append({"run": str(run), "test": student.evaluate(test),
                     **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {}),
-                    **({"blend": _blend_metrics(spec, student.logits, student.vectors, dev, test)} if a.blend else {}),
-                    **({"blend_hamming": _blend_hamming(spec, student, dev, test, a)} if a.blend and a.blend_bits else {})})
+                    **(_blends(spec, student, dev, test, a) if a.blend else {})})
     if dse:
         # Several DSE runs (seeds): each DiPair row is compared with their mean, and the summary sets both spreads side by side.
         out["dse"] = dse[0] if len(dse) == 1 else {"run": dse[0]["run"], "runs": dse, "test": {
@@ -517,9 +530,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         if "dse" in out:
             row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
         if a.blend:
-            row["blend"] = _blend_metrics(spec, ds.logits, ds.vectors, dev, test)
-            if a.blend_bits:
-                row["blend_hamming"] = _blend_hamming(spec, ds, dev, test, a)
+            row.update(_blends(spec, ds, dev, test, a))
         if not a.skip_hamming:
             fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)

@@ -505,6 +505,19 @@ def _dse_name(run: str, with_alpha: bool = False) -> str:
     return f"{p.parent.name}/{p.name}" if with_alpha else p.parent.name
 
 
+def _dipair_summary_text(sm: dict, counts: bool) -> str:
+    """One line of a `dipair_summary` (benchmarks/pairs.py): means ± std, difference, ratios; `counts` names the runs."""
+    ms = _mean_std
+    n = {k: f" ({sm[k]['n']} {'seeds' if k == 'dipair' else 'run' + ('s' if sm[k]['n'] != 1 else '')})" if counts else ""
+         for k in ("dipair", "dse") if k in sm}
+    parts = [f"DiPair {ms(sm['dipair'])}{n['dipair']}"] if "dipair" in sm else []
+    parts += [f"DSE {ms(sm['dse'])}{n['dse']}"] if "dse" in sm else []
+    parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
+    parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"] if "mean_ratio_to_cross_encoder" in sm else []
+    parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
+    return "; ".join(parts)
+
+
 def dipair_quality(*paths: str) -> str:
     """DiPair runs (benchmarks/pairs.py dipair-quality) against their cross-encoder and DSE run: one row per run."""
     lines = [("| DiPair run | N / M / D / layers | select | stage 1 / 2 epochs | augmentation | best epoch (stage) | dev | "
@@ -540,14 +553,7 @@ def dipair_quality(*paths: str) -> str:
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
         lines += ["", note, ""]
         if "summary" in b:
-            sm, ms = b["summary"], _mean_std
-            parts = [f"DiPair {ms(sm['dipair'])} ({sm['dipair']['n']} seeds)"] if "dipair" in sm else []
-            parts += [f"DSE {ms(sm['dse'])} ({sm['dse']['n']} run{'s' if sm['dse']['n'] != 1 else ''})"] if "dse" in sm else []
-            parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
-            parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
-                      ] if "mean_ratio_to_cross_encoder" in sm else []
-            parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
-            lines += ["Mean ± sample std: " + "; ".join(parts) + ".", ""]
+            lines += [f"Mean ± sample std: {_dipair_summary_text(b['summary'], counts=True)}.", ""]
         blends = [("DiPair", r) for r in b["dipair"] if "blend" in r] + [("DSE", d) for d in runs if "blend" in d]
         if blends and "note" not in blends[0][1]["blend"]:
             lines += [f"Each run's head, its fine-tuned encoder's cosine, and the two blended (`--blend`; {key} x100):", "",
@@ -565,14 +571,7 @@ def dipair_quality(*paths: str) -> str:
                            ("summary_blend", "Head + w x encoder cosine (z-scores, w chosen on dev per run)"),
                            ("summary_blend_hamming", hamming_what)):
             if name in b:
-                sm, ms = b[name], _mean_std
-                parts = [f"DiPair {ms(sm['dipair'])}"] if "dipair" in sm else []
-                parts += [f"DSE {ms(sm['dse'])}"] if "dse" in sm else []
-                parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
-                parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"
-                          ] if "mean_ratio_to_cross_encoder" in sm else []
-                parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
-                lines += [f"{what}: " + "; ".join(parts) + ".", ""]
+                lines += [f"{what}: {_dipair_summary_text(b[name], counts=False)}.", ""]
     return "\n".join(lines).rstrip()
 
 

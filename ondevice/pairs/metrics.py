@@ -81,12 +81,17 @@ def headline(spec: TaskSpec, metrics: dict) -> float:
     return float(metrics[spec.metric])
 
 
-def pair_cosines(encode, a: list[str], b: list[str]) -> np.ndarray:
-    """Cosine of each pair's sentence vectors, `encode` (texts -> float vectors) run once per distinct sentence."""
+def pair_vectors(encode, a: list[str], b: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Sentence vectors (u, v) of the pairs (a[i], b[i]), `encode` (texts -> float vectors) run once per distinct sentence."""
     uniq = list(dict.fromkeys([*a, *b]))
     pos = {s: i for i, s in enumerate(uniq)}
-    vec = np.asarray(encode(uniq), np.float64)
-    u, v = vec[[pos[s] for s in a]], vec[[pos[s] for s in b]]
+    vec = np.asarray(encode(uniq))
+    return vec[[pos[s] for s in a]], vec[[pos[s] for s in b]]
+
+
+def pair_cosines(encode, a: list[str], b: list[str]) -> np.ndarray:
+    """Cosine of each pair's sentence vectors, `encode` (texts -> float vectors) run once per distinct sentence."""
+    u, v = (np.asarray(x, np.float64) for x in pair_vectors(encode, a, b))
     return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
 
 
