@@ -195,6 +195,13 @@ def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, bat
     return torch.cat(vec), torch.cat(sa), torch.cat(sb)
 
 
+def write_sra_cosine(out: Path, before: float | None, after: float | None) -> None:
+    """sra_cosine.json: the encoder's mean dev cosine to the SRA teacher before training and for the published model."""
+    write_json(out / "sra_cosine.json", {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
+                                                 "distinct sentences", "before": before, "after": after,
+                                         "drop": None if before is None or after is None else round(before - after, 5)})
+
+
 def _cosine(u: np.ndarray, v: np.ndarray) -> float:
     u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
     return float(((u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)).mean())
@@ -309,10 +316,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         save_head(out, proj, head, head_cfg, vproj)
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
-        before = read_json(out / "data.json", "data summary").get("sra_dev_cosine_before")
-        write_json(out / "sra_cosine.json", {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
-                                                     "distinct sentences", "before": before, "after": cosine,
-                                             "drop": None if before is None or cosine is None else round(before - cosine, 5)})
+        write_sra_cosine(out, read_json(out / "data.json", "data summary").get("sra_dev_cosine_before"), cosine)
 
     target_t = torch.from_numpy(targets)
     epoch, step = state["epoch"], state["step"]

@@ -126,15 +126,12 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
 
 def _write_sra_cosine(run: Path, out: Path, config, soup, dev) -> None:
     """sra_cosine.json of the soup: the fine-tuned encoder's mean cosine to the SRA teacher on dev sentences."""
-    from ondevice.pairs.dipair_train import _cosine, _sra_teacher
+    from ondevice.pairs.dipair_train import _cosine, _sra_teacher, write_sra_cosine
     from ondevice.teacher import cached_vectors
 
-    before = read_json(run / "data.json", "data summary").get("sra_dev_cosine_before")
     after = None
     if config.sra_weight > 0:
         texts = list(dict.fromkeys([*dev.a, *dev.b]))  # the dev split's distinct sentences, as training measures
         teacher = np.asarray(cached_vectors(_sra_teacher(config, soup.student), texts, progress=False), np.float32)
         after = _cosine(soup.student.encode(texts), teacher)
-    write_json(out / "sra_cosine.json", {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
-                                                 "distinct sentences", "before": before, "after": after,
-                                         "drop": None if before is None or after is None else round(before - after, 5)})
+    write_sra_cosine(out, read_json(run / "data.json", "data summary").get("sra_dev_cosine_before"), after)
