@@ -108,7 +108,7 @@ class HeadScorer:
                 out[s : s + batch_size] = self.session.run(["logits"], {
                     names[0]: np.ascontiguousarray(first[s : s + batch_size]), names[1]: second[s : s + batch_size]})[0]
             except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
-                        raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
+                raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
                                     f"({ort_error_line(exc)}); re-export the bundle") from None
         return out
 
