@@ -27,6 +27,11 @@ the ablation table; vs the cross-encoder and a DSE run; SRA cosine before/after)
 
     python benchmarks/pairs.py dipair-speed --teacher T --n 8 --m 8 --d 128 --threads 1
     python benchmarks/pairs.py dipair-quality --task stsb --teacher T --dse-run R --runs D1 D2 ...
+
+`bundle-quality`: exported bundles' test metrics through the runtime (the head, and a DiPair bundle's head + Hamming
+blend), fp32 and int8 folders.
+
+    python benchmarks/pairs.py bundle-quality --task stsb --teacher T --bundles B1 B2 ...
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ def _write(result: dict, kind: str) -> Path:
 
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
+    from ondevice.pairs.metrics import cosines
+
+    return cosines(u, v)
 
 
 def _cosine_metrics(spec, encode, dev, test) -> dict:
@@ -74,9 +81,6 @@ def _cosine_metrics(spec, encode, dev, test) -> dict:
     from ondevice.pairs.metrics import cosine_metrics
 
     return cosine_metrics(spec, encode, dev, test)
-
-
-BLEND_WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the cosine's z-score next to the head's
 
 
 def _blend_parts(logits, encode, d) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
@@ -87,38 +91,29 @@ def _blend_parts(logits, encode, d) -> tuple[np.ndarray, tuple[np.ndarray, np.nd
 
 
 def _cosine_similarity(uv) -> np.ndarray:
-    return _cosine(*(np.asarray(x, np.float64) for x in uv))
+    return _cosine(*uv)
 
 
 def _hamming_similarity(codes):
     """Minus the Hamming distance of the pairs' packed codes (`codes`: vectors -> packed codes)."""
-    return lambda uv: -np.unpackbits(codes(uv[0]) ^ codes(uv[1]), axis=1).sum(1).astype(np.float64)  # unsigned: cast first
+    from ondevice.pairs.blend import minus_hamming
+
+    return lambda uv: minus_hamming(codes(uv[0]), codes(uv[1]))
 
 
-def _blend_from_parts(spec, dev, test, parts: dict, similarity) -> dict:
-    """z(head) + w * z(similarity), z by the dev split's mean and std, w from BLEND_WEIGHTS chosen on dev (a binary
-    threshold too), from `_blend_parts` of both splits; a measurement, not something the runtime computes."""
+def _blend_from_parts(spec, dev, test, parts: dict, similarity, kind: str = "cosine") -> dict:
+    """`ondevice.pairs.blend.fit_blend` on dev (z-scores by dev, w and a binary threshold chosen there) from
+    `_blend_parts` of both splits, and the test scores of the blend and of the similarity alone."""
+    from ondevice.pairs.blend import fit_blend
     from ondevice.pairs.metrics import best_threshold, evaluate_scores
 
     (hd, uvd), (ht, uvt) = parts["dev"], parts["test"]
     cd, ct = similarity(uvd), similarity(uvt)
-    mean_std = [(x.mean(), max(float(x.std()), 1e-12)) for x in (hd, cd)]  # of dev, for both splits
-
-    def blended(h, c, w):
-        return (h - mean_std[0][0]) / mean_std[0][1] + w * (c - mean_std[1][0]) / mean_std[1][1]
-
-    def threshold(score):  # binary tasks: the accuracy threshold chosen on dev, as for the head alone
-        return best_threshold(score, dev.gold) if spec.kind == "binary" else None
-
-    metric = spec.metric
-    devs = [evaluate_scores(spec, blended(hd, cd, w), dev.gold, threshold(blended(hd, cd, w)))[metric]
-            for w in BLEND_WEIGHTS]
-    w = float(BLEND_WEIGHTS[int(np.argmax(devs))])  # ties keep the smaller weight
-    cos_t = threshold(cd)
-    return {"weight": w, "weights_tried": [float(BLEND_WEIGHTS[0]), float(BLEND_WEIGHTS[-1]), 0.05],
-            "dev": {metric: max(devs), "head_alone": devs[0],
-                    "cosine_alone": evaluate_scores(spec, cd, dev.gold, cos_t)[metric]},
-            "test": evaluate_scores(spec, blended(ht, ct, w), test.gold, threshold(blended(hd, cd, w))),
+    blend, dv = fit_blend(spec, hd, cd, dev.gold, kind)
+    cos_t = best_threshold(cd, dev.gold) if spec.kind == "binary" else None
+    return {"weight": blend.weight, "weights_tried": dv["weights_tried"],
+            "dev": {spec.metric: dv[spec.metric], "head_alone": dv["head_alone"], "cosine_alone": dv["similarity_alone"]},
+            "test": evaluate_scores(spec, blend.keys(ht, ct), test.gold, blend.threshold),
             "cosine_alone_test": evaluate_scores(spec, ct, test.gold, cos_t)}
 
 
@@ -128,7 +123,9 @@ def _blend_metrics(spec, logits, encode, dev, test, codes=None) -> dict:
     if spec.kind == "classes":
         return {"note": "no blend for a 3-class task"}
     parts = {"dev": _blend_parts(logits, encode, dev), "test": _blend_parts(logits, encode, test)}
-    return _blend_from_parts(spec, dev, test, parts, _cosine_similarity if codes is None else _hamming_similarity(codes))
+    if codes is None:
+        return _blend_from_parts(spec, dev, test, parts, _cosine_similarity)
+    return _blend_from_parts(spec, dev, test, parts, _hamming_similarity(codes), "minus_hamming")
 
 
 def _blends(spec, model, dev, test, a) -> dict:
@@ -146,7 +143,8 @@ def _blends(spec, model, dev, test, a) -> dict:
         train = load_pairs(a.task, "train", a.data)
         binarizer = Binarizer.fit(model.vectors(list(dict.fromkeys([*train.a, *train.b]))), "random", a.blend_bits, seed=0)
         out["blend_hamming"] = {"bits": a.blend_bits, "method": "random",
-                                **_blend_from_parts(spec, dev, test, parts, _hamming_similarity(binarizer.transform))}
+                                **_blend_from_parts(spec, dev, test, parts, _hamming_similarity(binarizer.transform),
+                                                   "minus_hamming")}
     return out
 
 
@@ -558,6 +556,46 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
+    """Test metrics of exported pair bundles through the runtime (`ondevice.pairs.bundle_eval`): the head and, for a
+    DiPair bundle with one, the head + Hamming blend it ranks by; each row with its manifest's dev blend. Bundles that
+    are seeds of one setting: mean and spread of both."""
+    from ondevice.pairs.bundle_eval import evaluate_pair_bundle
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.runtime import Bundle
+
+    spec = task_spec(a.task)
+    out = {**_meta(argv, a.threads), "task": a.task}
+    test = load_pairs(a.task, "test", a.data)
+    if a.teacher:
+        out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
+    rows = []
+    for b in a.bundles:
+        for precision in a.precision:
+            row = evaluate_pair_bundle(b, test, precision=precision, threads=a.threads)
+            manifest = Bundle.load(b, precision=precision).manifest
+            block = manifest.get("dipair") or manifest.get("pairs")
+            row.update({"run": (block.get("run") or {}).get("config"), "dev_blend": (block.get("blend") or {}).get("dev"),
+                        "blend_constants": {k: v for k, v in (block.get("blend") or {}).items()
+                                            if k in ("weight", "head_mean", "head_std", "sim_mean", "sim_std", "threshold")}})
+            if "cross_encoder" in out:
+                for part in ("head", "blend"):
+                    if part in row:
+                        row[part]["ratio_to_cross_encoder"] = round(row[part][spec.metric] / out["cross_encoder"][spec.metric], 4)
+            rows.append(row)
+    out["bundles"] = rows
+    ce = out.get("cross_encoder", {}).get(spec.metric)
+    out["summary"] = {}
+    for precision in a.precision:
+        mine = [r for r in rows if r["precision"] == precision]
+        out["summary"][precision] = {part: {**_spread([r[part][spec.metric] for r in mine]),
+                                            **({"ratio_of_mean": round(float(np.mean([r[part][spec.metric] for r in mine])) / ce, 4)}
+                                               if ce else {})}
+                                     for part in ("head", "blend") if mine and all(part in r for r in mine)}
+    return out
+
+
 def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_encoder: float | None) -> dict:
     """Mean and spread of the DiPair seeds' and the DSE runs' test metric, the difference of means, the mean's ratio
     to the cross-encoder (each part where its runs were given)."""
@@ -650,12 +688,18 @@ def main(argv: list[str] | None = None) -> int:
                                                          "(z-scores, the cosine's weight chosen on dev), DiPair and DSE alike")
     dq.add_argument("--corpus", default=None)
     dq.add_argument("--threads", type=int, default=0)
-    for x in (q, s, v, ds, dq):
+    bq = sub.add_parser("bundle-quality")
+    bq.add_argument("--task", required=True)
+    bq.add_argument("--bundles", nargs="+", required=True, help="pair bundle folders (`pairs export` / `pairs dipair-export`)")
+    bq.add_argument("--precision", nargs="+", default=["int8", "fp32"], choices=["int8", "fp32"])
+    bq.add_argument("--teacher", default=None, help="cross-encoder teacher dir: its test score and each ratio to it")
+    bq.add_argument("--threads", type=int, default=1)
+    for x in (q, s, v, ds, dq, bq):
         x.add_argument("--data", default=str(default_data_dir()))
     s.add_argument("--corpus", default=str(default_data_dir() / WIKI_RELPATH))
     a = p.parse_args(argv)
     result = {"quality": quality, "speed": speed, "seeds": seeds, "dipair-speed": dipair_speed,
-              "dipair-quality": dipair_quality}[a.mode](a, argv)
+              "dipair-quality": dipair_quality, "bundle-quality": bundle_quality}[a.mode](a, argv)
     _write(result, a.mode)
     print(json.dumps({k: v for k, v in result.items() if k not in ("versions", "split_rules")}, indent=1, default=float)[:6000])
     return 0

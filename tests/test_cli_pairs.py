@@ -54,6 +54,12 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     from ondevice.runtime import Bundle
 
     assert Bundle.load(tmp_path / "b").pair_scores("a cat", "a dog").shape == (1,)
+    # the exported bundle through the runtime: its head scores as the run's head did, up to int8
+    assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--bundle", str(tmp_path / "b")]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["bundle"]["head_kind"] == "pairs" and res["bundle"]["precision"] == "int8" and "blend" not in res["bundle"]
+    assert "pass --task stsb" in _one_line_error(capsys, ["pairs", "eval", "--task", "mrpc", "--data", str(pair_env.data),
+                                                          "--bundle", str(tmp_path / "b")])
     # the sweep's chosen alpha, souped into a new folder, exports like any run
     assert main(["pairs", "soup", "--run", str(tmp_path / "sweep"), "--out", str(tmp_path / "soup"), "--threads", "1"]) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -97,6 +103,21 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(res) == {"task", "split", "student", "student_encoder_cosine"} and "spearman" in res["student_encoder_cosine"]
     assert res["student"]["spearman"] == json.loads((tmp_path / "run" / "dev.json").read_text())["spearman"]
+    assert "pass --data DIR, or --no-blend" in _one_line_error(capsys, [
+        "pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "nodata"), "--bits", "64",
+        "--precision", "int8", "--data", str(tmp_path / "nope")])
+    assert not (tmp_path / "nodata").exists()  # refused before anything was written
     assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle"), "--bits", "64",
                  "--precision", "int8"]) == 0
-    assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["dipair"]["head"]["n"] == 3
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    block = json.loads((tmp_path / "bundle" / "manifest.json").read_text())["dipair"]
+    assert block["head"]["n"] == 3 and printed["blend"]["bundle"] == block["blend"]["dev"]
+    # the bundle as an app runs it: the head, and the head + Hamming blend it ranks by (fitted on dev: never below there)
+    assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--bundle", str(tmp_path / "bundle"),
+                 "--split", "dev"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["bundle"]
+    assert res["head_kind"] == "dipair" and res["blend"]["spearman"] == block["blend"]["dev"]["spearman"]
+    assert res["head"]["spearman"] == block["blend"]["dev"]["head_alone"] <= res["blend"]["spearman"]
+    assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle2"), "--bits", "64",
+                 "--precision", "fp32", "--no-blend", "--data", str(tmp_path / "nope")]) == 0
+    assert "blend" not in json.loads((tmp_path / "bundle2" / "manifest.json").read_text())["dipair"]

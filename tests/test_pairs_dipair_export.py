@@ -84,14 +84,75 @@ def test_bundle_states_scores_and_rerank(dipair_env):
             np.testing.assert_allclose(sb, ds.states(texts, "b"), atol=tol)
             np.testing.assert_allclose(sa, ds.states(texts, "a"), atol=tol)
             np.testing.assert_allclose(dp.pair_scores(texts, texts[::-1]), ds.logits(texts, texts[::-1])[:, 0] * 5.0, atol=1e-4)
-        _, rows_t = dp.rerank("the cat sat", texts, k=3)
-        _, rows_c = dp.rerank("the cat sat", sb, k=3)
-        np.testing.assert_array_equal(rows_t, rows_c)
-        # Hamming shortlist covering the catalog gives exactly the exhaustive head order
-        bundle.index_texts(texts)
-        _, ids = dp.search_rerank("the cat sat", q, k=3, shortlist=len(texts))
-        _, rows = dp.rerank("the cat sat", q, k=3)
-        np.testing.assert_array_equal(ids, rows)
+        codes = bundle.codes(texts)
+        for blend in (True, False):  # the bundle's head + Hamming blend, and the head alone
+            _, rows_t = dp.rerank("the cat sat", texts, k=3, blend=blend)
+            _, rows_c = dp.rerank("the cat sat", sb, k=3, codes=codes, blend=blend)
+            np.testing.assert_array_equal(rows_t, rows_c)
+            # Hamming shortlist covering the catalog gives exactly the exhaustive order
+            bundle.index_texts(texts)
+            _, ids = dp.search_rerank("the cat sat", q, k=3, shortlist=len(texts), blend=blend)
+            _, rows = dp.rerank("the cat sat", q, k=3, codes=codes, blend=blend)
+            np.testing.assert_array_equal(ids, rows)
+
+
+def test_blend_fitted_on_dev_through_the_bundle(dipair_env, pair_env):
+    # dipair-export fits z(logit) + w z(-Hamming) on the task's dev pairs through each folder's own graphs; the runtime
+    # ranks by it unless blend=False, and needs the candidates' codes to blend cached states
+    from ondevice.pairs.blend import Blend, fit_blend, hamming_distances
+    from ondevice.pairs.data import load_pairs, task_spec
+
+    _, root = dipair_env
+    dev = load_pairs("stsb", "dev", pair_env.data)
+    for precision in ("fp32", "int8"):
+        bundle = Bundle.load(root, precision=precision)
+        dp = bundle.dipair()
+        block = bundle.manifest["dipair"]["blend"]
+        assert block["bits"] == bundle.bits == 64 and block["fitted_on"]["pairs"] == len(dev.gold)
+        logits = dp.logits(dp.states(dev.a, "a"), dp.states(dev.b, "b"))
+        dist = hamming_distances(bundle.codes(dev.a), bundle.codes(dev.b))
+        refit, dev_metrics = fit_blend(task_spec("stsb"), logits[:, 0], -dist.astype(float), dev.gold, "minus_hamming")
+        assert refit == dp.blend == Blend.from_dict(block, "test") and block["dev"] == dev_metrics
+        assert dev_metrics["spearman"] >= dev_metrics["head_alone"]
+        z = (logits[:, 0].astype(np.float64) - refit.head_mean) / refit.head_std + refit.weight * (-dist - refit.sim_mean) / refit.sim_std
+        np.testing.assert_allclose(dp.pair_keys(dev.a, dev.b), z, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dp.pair_keys(dev.a, dev.b, blend=False), logits[:, 0], atol=1e-6)
+        with pytest.raises(OndeviceError, match="pass codes="):
+            dp.rerank("a cat", dp.states(dev.b[:4], "b"), k=2)
+        with pytest.raises(OndeviceError, match="codes must be uint8"):
+            dp.rerank("a cat", dp.states(dev.b[:4], "b"), k=2, codes=bundle.codes(dev.b[:3]))
+        with pytest.raises(OndeviceError, match="binary tasks"):
+            dp.pair_decisions(dev.a, dev.b)
+    g = root / "int8" / "golden"  # golden keys: the int8 folder's blend of the fp32 golden logits and golden codes
+    blend = Bundle.load(root, precision="int8").dipair().blend
+    codes, ia, ib = np.load(g / "codes.npy"), np.load(g / "dipair_pair_a.npy"), np.load(g / "dipair_pair_b.npy")
+    want = blend.keys(np.load(g / "dipair_logits.npy")[:, 0], -hamming_distances(codes[ia], codes[ib]).astype(float))
+    np.testing.assert_allclose(np.load(g / "dipair_blend_keys.npy"), want, rtol=1e-6)
+
+
+def test_blend_block_checked_on_load_and_optional(dipair_env, tmp_path):
+    _, root = dipair_env
+    for change, match in ((lambda b: b.update(weight="x"), "weight"), (lambda b: b.update(head_std=0.0), "head_std"),
+                          (lambda b: b.update(bits=128), "Hamming"), (lambda b: b.update(similarity="cosine"), "Hamming"),
+                          (lambda b: b.update(weight=-1.0), "negative")):
+        bad = tmp_path / "bad"
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(root / "fp32", bad)
+        m = json.loads((bad / "manifest.json").read_text())
+        change(m["dipair"]["blend"])
+        (bad / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(OndeviceError, match=match):
+            Bundle.load(bad).dipair()
+    m = json.loads((bad / "manifest.json").read_text())
+    del m["dipair"]["blend"]  # a bundle without a blend (older, or --no-blend) ranks by the head, and says so if asked
+    (bad / "manifest.json").write_text(json.dumps(m))
+    dp = Bundle.load(bad).dipair()
+    assert dp.blend is None
+    _, rows = dp.rerank("the cat", ["a cat", "the dog", "the cat sat"], k=3)
+    _, rows_head = Bundle.load(root / "fp32").dipair().rerank("the cat", ["a cat", "the dog", "the cat sat"], k=3, blend=False)
+    np.testing.assert_array_equal(rows, rows_head)
+    with pytest.raises(OndeviceError, match="no blend"):
+        dp.rerank("the cat", ["a cat"], blend=True)
 
 
 def test_golden_pairs(dipair_env):
@@ -158,3 +219,12 @@ def test_java_dipair_head_parity(dipair_env, tmp_path):
         values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
         assert out.returncode == 0, out.stdout + out.stderr
         assert int(values["pairs"]) == 300 and float(values["max_abs_diff"]) <= 1e-4
+        assert int(values["blend_pairs"]) == 300 and float(values["blend_max_abs_diff"]) <= 1e-5
+    bad = tmp_path / "bad"  # a blend over other codes than the bundle's is refused by the Java core too
+    shutil.copytree(root / "fp32", bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["dipair"]["blend"]["bits"] = 128
+    (bad / "manifest.json").write_text(json.dumps(m))
+    out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+                                            "ai.ondevice.core.DiPairParityCheck", str(bad)], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "dipair.blend" in out.stderr

@@ -116,11 +116,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--resume", action="store_true")
 
     s = sub.add_parser("eval", help="test-split metrics of a teacher and/or a DSE, DvBERT or DiPair run (its head, and "
-                       "its encoder's cosine)", formatter_class=fmt)
+                       "its encoder's cosine), or of an exported pair bundle through the runtime", formatter_class=fmt)
     _common(s)
     s.add_argument("--teacher", default=None, help="cross-encoder teacher dir")
     s.add_argument("--run", default=None, help="DSE or DvBERT run folder (an alpha sub-folder, or the parent with "
                                                "selection.json), or a DiPair run folder")
+    s.add_argument("--bundle", default=None, help="pair bundle (`pairs export` / `pairs dipair-export`; a two-precision "
+                   "folder is evaluated at --precision): its head, and a DiPair bundle's head + Hamming blend, as an app runs them")
+    s.add_argument("--precision", default="int8", choices=["fp32", "int8"], help="with --bundle: which folder of a "
+                   "two-precision export")
     s.add_argument("--split", default="test", choices=["dev", "test"])
     add_seed(s)
 
@@ -194,6 +198,9 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--no-int8-states", action="store_true", help="leave out the int8 token-state outputs")
     s.add_argument("--golden", action="store_true", help="golden files, including DiPair golden pairs")
     s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
+    s.add_argument("--no-blend", action="store_true", help="leave out the head + Hamming blend (fitted on the task's "
+                   "dev pairs; rerank and search_rerank rank by it); the bundle then ranks by the head alone")
+    s.add_argument("--data", default=None, help="shared data folder for the blend's dev pairs (default: the run's)")
     s.add_argument("--seed", type=int, default=0)
 
 
@@ -232,8 +239,11 @@ def _run_dipair(a: argparse.Namespace) -> int:
         raise OndeviceError(f"{a.run} is not a DiPair run (no dipair_head.json); pass a folder from `ondevice pairs dipair`")
     binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
     folders = export_dipair_bundle(a.run, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision, golden=a.golden,
-                                   with_weights=a.with_weights, int8_states=not a.no_int8_states, seed=a.seed)
-    print(json.dumps({"bundles": [str(f) for f in folders]}))
+                                   with_weights=a.with_weights, int8_states=not a.no_int8_states, seed=a.seed,
+                                   blend=not a.no_blend, data=a.data)
+    print(json.dumps({"bundles": [str(f) for f in folders],
+                      "blend": {Path(f).name: json.loads((Path(f) / "manifest.json").read_text())["dipair"].get("blend", {}).get("dev")
+                                for f in folders}}))
     return 0
 
 
@@ -358,8 +368,8 @@ def run(a: argparse.Namespace) -> int:
         from ondevice.pairs.data import load_pairs
         from ondevice.pairs.train import PairStudent
 
-        if not a.teacher and not a.run:
-            raise OndeviceError("nothing to evaluate; pass --teacher DIR and/or --run DIR")
+        if not a.teacher and not a.run and not a.bundle:
+            raise OndeviceError("nothing to evaluate; pass --teacher DIR, --run DIR and/or --bundle DIR")
         data = load_pairs(a.task, a.split, a.data, a.split_seed)
         out = {"task": a.task, "split": a.split}
         if a.teacher:
@@ -377,6 +387,14 @@ def run(a: argparse.Namespace) -> int:
             # the fine-tuned encoder's own vectors as the score: on STS-B test DSE's beat its head (docs/pairs-experiments.md)
             dev = data if a.split == "dev" else load_pairs(a.task, "dev", a.data, a.split_seed)
             out["student_encoder_cosine"] = cosine_metrics(task_spec(a.task), student.vectors, dev, data)
+        if a.bundle:
+            from pathlib import Path
+
+            from ondevice.pairs.bundle_eval import evaluate_pair_bundle
+
+            # a one-precision folder is what it is; --precision picks a folder of a two-precision export
+            precision = None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
+            out["bundle"] = evaluate_pair_bundle(a.bundle, data, precision=precision)
         print(json.dumps(out))
         return 0
     from pathlib import Path

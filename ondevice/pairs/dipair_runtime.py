@@ -3,8 +3,11 @@
     dp = Bundle.load("bundle").dipair()                     # a bundle from `ondevice pairs dipair-export`
     cache = dp.states(catalog_texts, role="b", int8=True)    # (n, M, D) int8: M x D bytes per catalog item
     dp.pair_scores(["how do I reset it?"], ["how to reset my phone"])     # task scores
-    keys, rows = dp.rerank("reset phone", cache, k=10)                   # texts or cached states
+    keys, rows = dp.rerank("reset phone", cache, k=10, codes=catalog_codes)   # texts, or cached states (+ codes)
     keys, ids = dp.search_rerank("reset phone", cache, k=10, shortlist=100)   # Hamming shortlist, then the head
+
+A bundle exported with a blend (`dipair-export`, on by default) ranks by `z(logit) + w * z(-Hamming distance)`, the
+constants fitted on the task's dev pairs (`ondevice.pairs.blend`); `blend=False` ranks by the head alone.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ondevice.errors import OndeviceError
+from ondevice.pairs.blend import Blend, hamming_distances
 from ondevice.pairs.dipair import dequantize_states
 from ondevice.pairs.runtime import HeadScorer, check_head, head_block, head_session
 
@@ -28,6 +32,13 @@ class DiPairScorer(HeadScorer):
         self.n, self.m, self.d = int(head["n"]), int(head["m"]), int(head["d"])
         # what the encoder graph really outputs, not what the manifest claims
         self.int8_outputs = {"token_states_a_int8", "token_states_b_int8"} <= {o.name for o in bundle.session.get_outputs()}
+        self.blend: Blend | None = None
+        if block.get("blend") is not None:
+            where = f"bundle {bundle.path}: manifest.json dipair"
+            self.blend = Blend.from_dict(block["blend"], where)
+            if self.blend.similarity != "minus_hamming" or block["blend"].get("bits") != bundle.bits or self.kind == "classes":
+                raise OndeviceError(f"{where}: the blend is not over this bundle's {bundle.bits}-bit Hamming distances of a "
+                                    "single-score head; re-export the bundle")
 
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
@@ -96,16 +107,88 @@ class DiPairScorer(HeadScorer):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
         return self.transform(self.logits(self.states(a, "a"), self.states(b, "b")))
 
-    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k candidates (texts or cached side-b states) for `query` by the head: (keys (k,), rows (k,)), ties by row."""
+    def _blend_on(self, blend: bool | None) -> bool:
+        """None: the bundle's blend when it has one; True: it must have one; False: the head alone."""
+        if blend is None:
+            return self.blend is not None
+        if blend and self.blend is None:
+            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it with `ondevice pairs dipair-export` "
+                                "(fitted by default) or pass blend=False")
+        return bool(blend)
+
+    def blend_keys(self, logits: np.ndarray, distances: np.ndarray) -> np.ndarray:
+        """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' Hamming distances (n,)."""
+        if self.blend is None:
+            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it with `ondevice pairs dipair-export`")
+        return self.blend.keys(np.asarray(logits)[:, 0], -np.asarray(distances, np.float64))
+
+    def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
+        """Rank keys of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's key."""
+        from ondevice.tokenizer import as_texts
+
+        a, b = as_texts(a), as_texts(b)
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        logits = self.logits(self.states(a, "a"), self.states(b, "b"))
+        if not self._blend_on(blend):
+            return self.rank_key(logits).astype(np.float64)
+        uniq = list(dict.fromkeys([*a, *b]))
+        pos = {t: i for i, t in enumerate(uniq)}
+        codes = self.bundle.codes(uniq)
+        return self.blend_keys(logits, hamming_distances(codes[[pos[t] for t in a]], codes[[pos[t] for t in b]]))
+
+    def pair_decisions(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
+        """Binary tasks: whether each pair is positive (`key > threshold`, both chosen on dev), blended by default."""
+        if self.kind != "binary":
+            raise OndeviceError(f"pair_decisions is for binary tasks; this head is {self.kind!r} (use pair_scores)")
+        on = self._blend_on(blend)
+        threshold = self.blend.threshold if on else self.block.get("threshold")
+        if threshold is None:
+            raise OndeviceError(f"bundle {self.bundle.path}: the manifest has no dev threshold; re-export the bundle")
+        return self.pair_keys(a, b, blend=on) > float(threshold)
+
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10, codes: np.ndarray | None = None,
+               blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k candidates (texts, or cached side-b states with their packed `codes` for the blend) for `query`:
+        (keys (k,), rows (k,)), ties by row; ranked by the blend when the bundle has one, unless blend=False."""
         if not isinstance(query, str):
             raise OndeviceError(f"query must be a str, got {type(query).__name__}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OndeviceError(f"k must be a positive integer, got {k!r}")
+        on = self._blend_on(blend)
         if isinstance(candidates, np.ndarray):
             cand = self._states(candidates, self.m, "candidate states")
+            if on:
+                if codes is None:
+                    raise OndeviceError("this bundle ranks by head + Hamming blend: pass codes= (the candidates' packed "
+                                        "codes, bundle.codes) with cached states, or blend=False")
+                codes = np.asarray(codes)
+                if codes.dtype != np.uint8 or codes.shape != (len(cand), self.bundle.code_bytes):
+                    raise OndeviceError(f"codes must be uint8 of shape ({len(cand)}, {self.bundle.code_bytes}), "
+                                        f"got {codes.dtype} {codes.shape}")
         else:
-            cand = self.states(list(candidates), "b") if len(candidates) else np.zeros((0, self.m, self.d), np.float32)
+            texts = list(candidates)
+            cand = self.states(texts, "b") if texts else np.zeros((0, self.m, self.d), np.float32)
+            if on and texts:
+                codes = self.bundle.codes(texts)
         if not len(cand):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        return self._top(self.rank_key(self.logits(self.states([query], "a"), cand)), k)
+        logits = self.logits(self.states([query], "a"), cand)
+        if not on:
+            return self._top(self.rank_key(logits), k)
+        return self._top(self.blend_keys(logits, hamming_distances(self.bundle.codes([query])[0], codes)), k)
+
+    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000,
+                      blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, reranked by the blend of the head and those distances (the
+        head alone with blend=False): (keys (k,), catalog ids (k,)); `cache[id]` is catalog item id's side-b states."""
+        dist, ids = self.bundle.search(query, k=int(shortlist))
+        keep = ids[0] >= 0
+        order = np.argsort(ids[0][keep], kind="stable")  # equal keys go to the smaller catalog id, as in `rerank`
+        ids, dist = ids[0][keep][order], dist[0][keep][order]
+        if not len(ids):
+            return np.zeros(0, np.float32), np.zeros(0, np.int64)
+        logits = self.logits(self.states([query], "a"), np.asarray(cache)[ids])
+        key = self.blend_keys(logits, dist) if self._blend_on(blend) else self.rank_key(logits)
+        keys, rows = self._top(key, k)
+        return keys, ids[rows]

@@ -89,10 +89,15 @@ def pair_vectors(encode, a: list[str], b: list[str]) -> tuple[np.ndarray, np.nda
     return vec[[pos[s] for s in a]], vec[[pos[s] for s in b]]
 
 
+def cosines(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of two float matrices (float64)."""
+    u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
+
+
 def pair_cosines(encode, a: list[str], b: list[str]) -> np.ndarray:
     """Cosine of each pair's sentence vectors, `encode` (texts -> float vectors) run once per distinct sentence."""
-    u, v = (np.asarray(x, np.float64) for x in pair_vectors(encode, a, b))
-    return (u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)
+    return cosines(*pair_vectors(encode, a, b))
 
 
 def cosine_metrics(spec: TaskSpec, encode, dev, test) -> dict:

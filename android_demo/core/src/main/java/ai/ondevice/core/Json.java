@@ -266,6 +266,16 @@ public final class Json {
         throw new BundleException(what + ": \"" + key + "\" must be an integer, got " + describe(v));
     }
 
+    /** {@code map.get(key)} as a finite double (a JSON integer or real), or a BundleException naming {@code what}. */
+    public static double getDouble(Map<String, Object> map, String key, String what) {
+        Object v = map.get(key);
+        if ((v instanceof Long || v instanceof Double) && !Double.isNaN(((Number) v).doubleValue())
+                && !Double.isInfinite(((Number) v).doubleValue())) {
+            return ((Number) v).doubleValue();
+        }
+        throw new BundleException(what + ": \"" + key + "\" must be a finite number, got " + describe(v));
+    }
+
     /** {@code map.get(key)} as a string, or a BundleException naming {@code what}. */
     public static String getString(Map<String, Object> map, String key, String what) {
         Object v = map.get(key);

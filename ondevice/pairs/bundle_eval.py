@@ -1,0 +1,41 @@
+"""Task metrics of an exported pair bundle, through the on-device runtime (onnxruntime graphs, not the torch run).
+
+What an app gets: the head's scores (DSE `pairs` block or DiPair `dipair` block), and for a DiPair bundle with a blend
+the head + Hamming blend it ranks by; binary decisions use the thresholds the manifest stores (chosen on dev at export).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ondevice.errors import OndeviceError
+from ondevice.pairs.data import PairData, task_spec
+from ondevice.pairs.metrics import evaluate_scores, pair_vectors
+
+
+def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None = None, threads: int = 0) -> dict:
+    """Metrics of the bundle's head on `data` (and of its blend, for a DiPair bundle with one), with its threshold."""
+    from ondevice.pairs.blend import hamming_distances
+    from ondevice.runtime import Bundle
+
+    bundle = Bundle.load(path, precision=precision, threads=threads)
+    key = "dipair" if "dipair" in bundle.manifest else "pairs" if "pairs" in bundle.manifest else None
+    if key is None:
+        raise OndeviceError(f"bundle {bundle.path} has no pair head; export one with `ondevice pairs export` or "
+                            "`ondevice pairs dipair-export`")
+    block = bundle.manifest[key]
+    if block.get("task") != data.task:
+        raise OndeviceError(f"bundle {bundle.path} scores {block.get('task')!r} pairs, not {data.task!r}; pass --task {block.get('task')}")
+    spec = task_spec(data.task)
+    out: dict = {"bundle": str(bundle.path), "precision": bundle.manifest["precision"], "head_kind": key, "bits": bundle.bits}
+    if key == "pairs":
+        scorer = bundle.pair_head(threads)
+        logits = scorer.logits(*pair_vectors(bundle.encode, data.a, data.b))
+    else:
+        scorer = bundle.dipair(threads)
+        logits = scorer.logits(scorer.states(data.a, "a"), scorer.states(data.b, "b"))
+    out["head"] = evaluate_scores(spec, logits, data.gold, block.get("threshold"))
+    if key == "dipair" and scorer.blend is not None:
+        keys = scorer.blend_keys(logits, hamming_distances(*pair_vectors(bundle.codes, data.a, data.b)))
+        out["blend"] = {**evaluate_scores(spec, keys, data.gold, scorer.blend.threshold), "weight": scorer.blend.weight}
+    return out
