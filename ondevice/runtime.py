@@ -441,10 +441,13 @@ class Bundle:
         """Task scores of text pairs (a[i], b[i]) by the pair head: regression scale, probability, or class probabilities."""
         return self.pair_head().pair_scores(a, b)
 
-    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k of `candidates` (texts or precomputed vectors) for `query` by the pair head: (keys, rows)."""
-        return self.pair_head().rerank(query, candidates, k)
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10,
+               blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k of `candidates` (texts or precomputed vectors) for `query` by the pair head (blended with the embedding
+        cosine when the bundle has a blend, unless blend=False): (keys, rows)."""
+        return self.pair_head().rerank(query, candidates, k, blend=blend)
 
-    def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    def search_rerank(self, query: str, vectors: np.ndarray, k: int = 10, shortlist: int = 1000,
+                      blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Hamming top-`shortlist` from the attached index, then the pair head's top-k: (keys, catalog ids)."""
-        return self.pair_head().search_rerank(query, vectors, k, shortlist)
+        return self.pair_head().search_rerank(query, vectors, k, shortlist, blend=blend)

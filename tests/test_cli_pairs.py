@@ -57,7 +57,10 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     # the exported bundle through the runtime: its head scores as the run's head did, up to int8
     assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--bundle", str(tmp_path / "b")]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert res["bundle"]["head_kind"] == "pairs" and res["bundle"]["precision"] == "int8" and "blend" not in res["bundle"]
+    got = res["bundle"]
+    assert got["head_kind"] == "pairs" and got["precision"] == "int8" and got["blend"]["similarity"] == "cosine"
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())["pairs"]
+    assert got["blend"]["weight"] == manifest["blend"]["weight"] and "spearman" in got["head"]
     assert "pass --task stsb" in _one_line_error(capsys, ["pairs", "eval", "--task", "mrpc", "--data", str(pair_env.data),
                                                           "--bundle", str(tmp_path / "b")])
     # the sweep's chosen alpha, souped into a new folder, exports like any run

@@ -98,3 +98,5 @@ def test_java_pair_head_parity(pair_env, tmp_path):
         values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
         assert out.returncode == 0, out.stdout + out.stderr
         assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
+        # the blend the bundle ranks by: head + embedding cosine, the same keys as Python's golden ones
+        assert values["blend_pairs"] == "500" and float(values["blend_max_abs_diff"]) <= 1e-5

@@ -14,18 +14,63 @@ from ondevice.runtime import Bundle
 
 
 def test_rerank_is_brute_force_order(pair_env):
+    from ondevice.pairs.metrics import cosines
+
     bundle = Bundle.load(pair_env.bundle(), precision="fp32")
     cands = ["the cat sat", "a dog runs fast", "the moon", "the cat sat on the mat", "red car", "the cat sat"]
-    keys, rows = bundle.rerank("the cat sat on the mat", cands, k=4)
     vec = bundle.encode(cands)
     q = bundle.encode(["the cat sat on the mat"])
     _, w = load_head_weights(pair_env.run())
     ref = head_forward_numpy(w, np.repeat(q, len(cands), 0), vec)[:, 0]
-    order = sorted(range(len(cands)), key=lambda i: (-round(float(ref[i]), 5), i))[:4]
-    assert rows.tolist() == order and np.allclose(keys, ref[order], atol=1e-5)
-    _, r2 = bundle.rerank("the cat sat on the mat", vec, k=4)  # precomputed vectors give the same
-    assert r2.tolist() == rows.tolist()
+    blend = bundle.pair_head().blend  # fitted on dev at export: the head's z-score + w x the embedding cosine's
+    z = (ref - blend.head_mean) / blend.head_std + blend.weight * (cosines(np.repeat(q, len(cands), 0), vec) - blend.sim_mean) / blend.sim_std
+    for on, want in ((False, ref), (None, z)):  # the head alone, and the bundle's default: its blend
+        keys, rows = bundle.rerank("the cat sat on the mat", cands, k=4, blend=on)
+        order = sorted(range(len(cands)), key=lambda i: (-round(float(want[i]), 5), i))[:4]
+        assert rows.tolist() == order and np.allclose(keys, want[order], atol=1e-4)
+        _, r2 = bundle.rerank("the cat sat on the mat", vec, k=4, blend=on)  # precomputed vectors give the same
+        assert r2.tolist() == rows.tolist()
+    np.testing.assert_allclose(bundle.pair_head().pair_keys(["the cat sat on the mat"] * 6, cands), z, atol=1e-5)
     assert bundle.rerank("x", [], k=3)[1].shape == (0,)
+
+
+def test_dse_blend_fitted_on_dev_and_optional(pair_env, tmp_path):
+    import json
+    import shutil
+
+    from ondevice.pairs.blend import fit_blend
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.metrics import cosines, pair_vectors
+
+    dev = load_pairs("stsb", "dev", pair_env.data)
+    for precision in ("fp32", "int8"):
+        bundle = Bundle.load(pair_env.bundle(), precision=precision)
+        block = bundle.manifest["pairs"]["blend"]
+        u, v = pair_vectors(bundle.encode, dev.a, dev.b)
+        refit, dev_metrics = fit_blend(task_spec("stsb"), bundle.pair_head().logits(u, v)[:, 0], cosines(u, v), dev.gold, "cosine")
+        assert refit == bundle.pair_head().blend and block["dev"] == dev_metrics and block["dim"] == bundle.dim
+        assert dev_metrics["spearman"] >= dev_metrics["head_alone"]
+        with pytest.raises(OndeviceError, match="binary tasks"):
+            bundle.pair_head().pair_decisions(["a"], ["b"])
+    g = pair_env.bundle() / "int8" / "golden"  # golden keys: the folder's blend of the fp32 golden logits and embeddings
+    emb, ia, ib = np.load(g / "embeddings.npy"), np.load(g / "pair_a.npy"), np.load(g / "pair_b.npy")
+    want = refit.keys(np.load(g / "pair_logits.npy")[:, 0], cosines(emb[ia], emb[ib]))
+    np.testing.assert_allclose(np.load(g / "pair_blend_keys.npy"), want, rtol=1e-6, atol=1e-6)
+    bad = tmp_path / "bad"
+    shutil.copytree(pair_env.bundle() / "fp32", bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["pairs"]["blend"]["similarity"] = "minus_hamming"  # a blend over what this head does not have
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(OndeviceError, match="embedding cosine"):
+        Bundle.load(bad).pair_head()
+    del m["pairs"]["blend"]
+    (bad / "manifest.json").write_text(json.dumps(m))
+    plain = Bundle.load(bad)
+    assert plain.pair_head().blend is None
+    assert plain.rerank("a cat", ["a dog", "the sun"], k=2)[1].tolist() == \
+        Bundle.load(pair_env.bundle(), precision="fp32").rerank("a cat", ["a dog", "the sun"], k=2, blend=False)[1].tolist()
+    with pytest.raises(OndeviceError, match="no blend"):
+        plain.rerank("a cat", ["a dog"], blend=True)
 
 
 def test_search_rerank_with_full_shortlist_is_exhaustive(pair_env):
@@ -35,9 +80,10 @@ def test_search_rerank_with_full_shortlist_is_exhaustive(pair_env):
     catalog = make_sentences(300, seed=4)
     bundle.index_texts(catalog)
     vec = bundle.encode(catalog)
-    exhaustive = bundle.rerank("the cat sat on the mat", vec, k=10)
-    shortlisted = bundle.search_rerank("the cat sat on the mat", vec, k=10, shortlist=300)
-    assert shortlisted[1].tolist() == exhaustive[1].tolist()
+    for blend in (None, False):
+        exhaustive = bundle.rerank("the cat sat on the mat", vec, k=10, blend=blend)
+        shortlisted = bundle.search_rerank("the cat sat on the mat", vec, k=10, shortlist=300, blend=blend)
+        assert shortlisted[1].tolist() == exhaustive[1].tolist()
     small = bundle.search_rerank("the cat sat on the mat", vec, k=10, shortlist=50)
     assert len(small[1]) == 10 and set(small[1].tolist()) <= set(range(300))
 

@@ -122,7 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--run", default=None, help="DSE or DvBERT run folder (an alpha sub-folder, or the parent with "
                                                "selection.json), or a DiPair run folder")
     s.add_argument("--bundle", default=None, help="pair bundle (`pairs export` / `pairs dipair-export`; a two-precision "
-                   "folder is evaluated at --precision): its head, and a DiPair bundle's head + Hamming blend, as an app runs them")
+                   "folder is evaluated at --precision): its head, and its blend, as an app runs them")
     s.add_argument("--precision", default="int8", choices=["fp32", "int8"], help="with --bundle: which folder of a "
                    "two-precision export")
     s.add_argument("--split", default="test", choices=["dev", "test"])
@@ -144,6 +144,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
     s.add_argument("--golden", action="store_true", help="golden files, including golden pairs")
     s.add_argument("--with-weights", action="store_true", help="student.safetensors for the Java encoder")
+    s.add_argument("--no-blend", action="store_true", help="leave out the head + embedding-cosine blend (fitted on the "
+                   "task's dev pairs; rerank and search_rerank rank by it); the bundle then ranks by the head alone")
+    s.add_argument("--data", default=None, help="shared data folder for the blend's dev pairs (default: the run's)")
     s.add_argument("--seed", type=int, default=0)
     _add_dipair(sub, fmt)
 
@@ -408,6 +411,8 @@ def run(a: argparse.Namespace) -> int:
                            "`ondevice pairs train` or `ondevice pairs dvbert`")
     binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
     folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
-                                 golden=a.golden, with_weights=a.with_weights, seed=a.seed)
-    print(json.dumps({"bundles": [str(f) for f in folders]}))
+                                 golden=a.golden, with_weights=a.with_weights, seed=a.seed, blend=not a.no_blend, data=a.data)
+    print(json.dumps({"bundles": [str(f) for f in folders],
+                      "blend": {Path(f).name: json.loads((Path(f) / "manifest.json").read_text())["pairs"].get("blend", {}).get("dev")
+                                for f in folders}}))
     return 0

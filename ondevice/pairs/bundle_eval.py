@@ -1,7 +1,7 @@
 """Task metrics of an exported pair bundle, through the on-device runtime (onnxruntime graphs, not the torch run).
 
-What an app gets: the head's scores (DSE `pairs` block or DiPair `dipair` block), and for a DiPair bundle with a blend
-the head + Hamming blend it ranks by; binary decisions use the thresholds the manifest stores (chosen on dev at export).
+What an app gets: the head's scores (DSE `pairs` block or DiPair `dipair` block), and for a bundle with a blend the
+blend it ranks by (head + embedding cosine for DSE, head + Hamming distance for DiPair); binary decisions use the thresholds the manifest stores (chosen on dev at export).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.data import PairData, task_spec
-from ondevice.pairs.metrics import evaluate_scores, pair_vectors
+from ondevice.pairs.metrics import cosines, evaluate_scores, pair_vectors
 
 
 def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None = None, threads: int = 0) -> dict:
-    """Metrics of the bundle's head on `data` (and of its blend, for a DiPair bundle with one), with its threshold."""
+    """Metrics of the bundle's head on `data` (and of its blend, when it has one), with the manifest's thresholds."""
     from ondevice.pairs.blend import hamming_distances
     from ondevice.runtime import Bundle
 
@@ -35,7 +35,10 @@ def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None
         scorer = bundle.dipair(threads)
         logits = scorer.logits(scorer.states(data.a, "a"), scorer.states(data.b, "b"))
     out["head"] = evaluate_scores(spec, logits, data.gold, block.get("threshold"))
-    if key == "dipair" and scorer.blend is not None:
-        keys = scorer.blend_keys(logits, hamming_distances(*pair_vectors(bundle.codes, data.a, data.b)))
-        out["blend"] = {**evaluate_scores(spec, keys, data.gold, scorer.blend.threshold), "weight": scorer.blend.weight}
+    if scorer.blend is not None:
+        sim = hamming_distances(*pair_vectors(bundle.codes, data.a, data.b)) if key == "dipair" else \
+            cosines(*pair_vectors(bundle.encode, data.a, data.b))
+        keys = scorer.blend_keys(logits, sim)
+        out["blend"] = {**evaluate_scores(spec, keys, data.gold, scorer.blend.threshold), "weight": scorer.blend.weight,
+                        "similarity": scorer.blend.similarity}
     return out

@@ -30,7 +30,7 @@ from ondevice.pairs.dipair import (
     head_weights,
     segment_ids,
 )
-from ondevice.pairs.export import quantize_matmuls, save_npy, seal_bundle
+from ondevice.pairs.export import add_blend, blend_dev_pairs, quantize_matmuls, save_npy, seal_bundle
 
 HEAD_ONNX = "dipair_head.onnx"
 GOLDEN_SENTENCES = 200
@@ -331,56 +331,6 @@ def _output_transform(cfg: DiPairHeadConfig) -> dict:
     return {"type": "softmax", "decision": "argmax"}
 
 
-def blend_dev_pairs(task: str, data: str | Path, split_seed: int = 0):
-    """The dev pairs a blend is fitted on (None for a 3-class task, which has no blend); missing data is a one-line error."""
-    from ondevice.pairs.data import load_pairs, task_spec
-
-    if task_spec(task).kind == "classes":
-        return None
-    try:
-        return load_pairs(task, "dev", data, split_seed)
-    except OndeviceError as exc:
-        raise OndeviceError(f"the blend is fitted on {task} dev pairs: {exc} (pass --data DIR, or --no-blend)") from None
-
-
-def add_blend(bundle_dir: str | Path, dev, split_seed: int = 0) -> dict:
-    """Fit `ondevice.pairs.blend` on `dev` pairs (`blend_dev_pairs`) through this bundle's own graphs (head logits, minus
-    the Hamming distance of its codes: what a rerank of a Hamming shortlist has) and store it as the `dipair` block's
-    `blend`, with golden blended keys when the folder has golden pairs."""
-    from ondevice.pairs.blend import fit_blend, minus_hamming
-    from ondevice.pairs.data import task_spec
-    from ondevice.pairs.metrics import pair_vectors
-    from ondevice.runtime import MANIFEST, Bundle
-
-    task = dev.task
-    spec = task_spec(task)
-    path = Path(bundle_dir)
-    bundle = Bundle.load(path)
-    dp = bundle.dipair()
-    logits = dp.logits(dp.states(dev.a, "a"), dp.states(dev.b, "b"))[:, 0]
-    sim = minus_hamming(*pair_vectors(bundle.codes, dev.a, dev.b))
-    blend, dev_metrics = fit_blend(spec, logits, sim, dev.gold, "minus_hamming")
-    manifest = read_json(path / MANIFEST, "bundle manifest")
-    gdir = path / "golden"
-    golden = None
-    if (gdir / "dipair_logits.npy").is_file() and (gdir / "codes.npy").is_file():
-        codes = np.load(gdir / "codes.npy")
-        ia, ib = np.load(gdir / "dipair_pair_a.npy"), np.load(gdir / "dipair_pair_b.npy")
-        keys = blend.keys(np.load(gdir / "dipair_logits.npy")[:, 0], minus_hamming(codes[ia], codes[ib]))
-        save_npy(gdir / "dipair_blend_keys.npy", keys.astype("<f4"))
-        golden = ("golden/dipair_blend_keys.npy: the blend of golden/dipair_logits.npy and the Hamming distance of "
-                  "golden/codes.npy rows dipair_pair_a, dipair_pair_b")
-    manifest["dipair"]["blend"] = {
-        **blend.to_dict(), "bits": bundle.bits,
-        "key": "(logit - head_mean) / head_std + weight * (sim - sim_mean) / sim_std, sim = minus the Hamming distance "
-               "of the two codes; higher ranks first" + ("; binary decision: key > threshold" if spec.kind == "binary" else ""),
-        "fitted_on": {"task": task, "split": "dev", "split_seed": split_seed, "pairs": len(dev.gold),
-                      "graphs": "this folder's encoder and head"},
-        "dev": dev_metrics, **({"golden": golden} if golden else {})}
-    seal_bundle(path, manifest)
-    return manifest["dipair"]["blend"]
-
-
 def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bits: int = 256, precision: str = "both",
                          golden: bool = False, with_weights: bool = False, int8_states: bool = True, seed: int = 0,
                          blend: bool = True, data: str | Path | None = None) -> list[Path]:
@@ -420,7 +370,7 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
             g = Path(folder) / "golden"
             fp32_states = [np.load(g / "dipair_states_a.npy"), np.load(g / "dipair_states_b.npy")]
         if dev is not None:
-            add_blend(folder, dev, run_cfg.get("split_seed", 0))
+            add_blend(folder, dev)
     return folders
 
 

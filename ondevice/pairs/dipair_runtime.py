@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ondevice.errors import OndeviceError
-from ondevice.pairs.blend import Blend, hamming_distances
+from ondevice.pairs.blend import hamming_distances
 from ondevice.pairs.dipair import dequantize_states
 from ondevice.pairs.runtime import HeadScorer, check_head, head_block, head_session
 
@@ -26,19 +26,14 @@ from ondevice.pairs.runtime import HeadScorer, check_head, head_block, head_sess
 class DiPairScorer(HeadScorer):
     """The DiPair head of one bundle: token states of texts, head logits of cached states, scores, reranking."""
 
+    similarity = "minus_hamming"
+
     def __init__(self, bundle, block: dict, session):
         super().__init__(bundle, block, session)
         head = block["head"]
         self.n, self.m, self.d = int(head["n"]), int(head["m"]), int(head["d"])
         # what the encoder graph really outputs, not what the manifest claims
         self.int8_outputs = {"token_states_a_int8", "token_states_b_int8"} <= {o.name for o in bundle.session.get_outputs()}
-        self.blend: Blend | None = None
-        if block.get("blend") is not None:
-            where = f"bundle {bundle.path}: manifest.json dipair"
-            self.blend = Blend.from_dict(block["blend"], where)
-            if self.blend.similarity != "minus_hamming" or block["blend"].get("bits") != bundle.bits or self.kind == "classes":
-                raise OndeviceError(f"{where}: the blend is not over this bundle's {bundle.bits}-bit Hamming distances of a "
-                                    "single-score head; re-export the bundle")
 
     @classmethod
     def from_bundle(cls, bundle, threads: int = 0) -> DiPairScorer:
@@ -107,20 +102,9 @@ class DiPairScorer(HeadScorer):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
         return self.transform(self.logits(self.states(a, "a"), self.states(b, "b")))
 
-    def _blend_on(self, blend: bool | None) -> bool:
-        """None: the bundle's blend when it has one; True: it must have one; False: the head alone."""
-        if blend is None:
-            return self.blend is not None
-        if blend and self.blend is None:
-            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it with `ondevice pairs dipair-export` "
-                                "(fitted by default) or pass blend=False")
-        return bool(blend)
-
     def blend_keys(self, logits: np.ndarray, distances: np.ndarray) -> np.ndarray:
         """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' Hamming distances (n,)."""
-        if self.blend is None:
-            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it with `ondevice pairs dipair-export`")
-        return self.blend.keys(np.asarray(logits)[:, 0], -np.asarray(distances, np.float64))
+        return self._blend_keys(logits, -np.asarray(distances, np.float64))
 
     def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
         """Rank keys of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's key."""
@@ -136,16 +120,6 @@ class DiPairScorer(HeadScorer):
         pos = {t: i for i, t in enumerate(uniq)}
         codes = self.bundle.codes(uniq)
         return self.blend_keys(logits, hamming_distances(codes[[pos[t] for t in a]], codes[[pos[t] for t in b]]))
-
-    def pair_decisions(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
-        """Binary tasks: whether each pair is positive (`key > threshold`, both chosen on dev), blended by default."""
-        if self.kind != "binary":
-            raise OndeviceError(f"pair_decisions is for binary tasks; this head is {self.kind!r} (use pair_scores)")
-        on = self._blend_on(blend)
-        threshold = self.blend.threshold if on else self.block.get("threshold")
-        if threshold is None:
-            raise OndeviceError(f"bundle {self.bundle.path}: the manifest has no dev threshold; re-export the bundle")
-        return self.pair_keys(a, b, blend=on) > float(threshold)
 
     def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10, codes: np.ndarray | None = None,
                blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -195,10 +195,76 @@ def _card_section(block: dict) -> str:
     return "\n".join(lines)
 
 
+def blend_dev_pairs(task: str, data: str | Path, split_seed: int = 0):
+    """The dev pairs a blend is fitted on (None for a 3-class task, which has no blend); missing data is a one-line error."""
+    from ondevice.pairs.data import load_pairs, task_spec
+
+    if task_spec(task).kind == "classes":
+        return None
+    try:
+        return load_pairs(task, "dev", data, split_seed)
+    except OndeviceError as exc:
+        raise OndeviceError(f"the blend is fitted on {task} dev pairs: {exc} (pass --data DIR, or --no-blend)") from None
+
+
+def add_blend(bundle_dir: str | Path, dev) -> dict:
+    """Fit `ondevice.pairs.blend` on `dev` pairs (`blend_dev_pairs`) through this bundle folder's own graphs and store it
+    as its head block's `blend`: a DSE/DvBERT head (`pairs`) with the cosine of the two embeddings (the vectors its
+    rerank holds), a DiPair head (`dipair`) with minus the Hamming distance of the two codes (what a Hamming shortlist
+    has). Golden blended keys are written when the folder has golden pairs."""
+    from ondevice.pairs.blend import fit_blend, minus_hamming
+    from ondevice.pairs.data import task_spec
+    from ondevice.pairs.metrics import cosines, pair_vectors
+    from ondevice.runtime import MANIFEST, Bundle
+
+    spec = task_spec(dev.task)
+    path = Path(bundle_dir)
+    bundle = Bundle.load(path)
+    manifest = read_json(path / MANIFEST, "bundle manifest")
+    key = "dipair" if "dipair" in manifest else "pairs"
+    g = path / "golden"
+    if key == "dipair":
+        dp = bundle.dipair()
+        logits = dp.logits(dp.states(dev.a, "a"), dp.states(dev.b, "b"))[:, 0]
+        blend, dev_metrics = fit_blend(spec, logits, minus_hamming(*pair_vectors(bundle.codes, dev.a, dev.b)), dev.gold,
+                                       "minus_hamming")
+        extra = {"bits": bundle.bits}
+        golden_files = ("dipair_logits.npy", "codes.npy", "dipair_pair_a.npy", "dipair_pair_b.npy")
+        similarity = lambda rows, ia, ib: minus_hamming(rows[ia], rows[ib])
+        keys_name, what = "dipair_blend_keys.npy", "minus the Hamming distance of golden/codes.npy rows"
+    else:
+        u, v = pair_vectors(bundle.encode, dev.a, dev.b)
+        blend, dev_metrics = fit_blend(spec, bundle.pair_head().logits(u, v)[:, 0], cosines(u, v), dev.gold, "cosine")
+        extra = {"dim": bundle.dim}
+        golden_files = ("pair_logits.npy", "embeddings.npy", "pair_a.npy", "pair_b.npy")
+        similarity = lambda rows, ia, ib: cosines(rows[ia], rows[ib])
+        keys_name, what = "pair_blend_keys.npy", "the cosine of golden/embeddings.npy rows"
+    golden = None
+    if all((g / f).is_file() for f in golden_files):
+        logits_g, rows, ia, ib = (np.load(g / f, allow_pickle=False) for f in golden_files)
+        save_npy(g / keys_name, blend.keys(logits_g[:, 0], similarity(rows, ia, ib)).astype("<f4"))
+        golden = f"golden/{keys_name}: the blend of golden/{golden_files[0]} and {what} {golden_files[2][:-4]}, {golden_files[3][:-4]}"
+    sim = "minus the Hamming distance of the two codes" if key == "dipair" else "the cosine of the two embeddings"
+    manifest[key]["blend"] = {
+        **blend.to_dict(), **extra,
+        "key": f"(logit - head_mean) / head_std + weight * (sim - sim_mean) / sim_std, sim = {sim}; higher ranks first"
+               + ("; binary decision: key > threshold" if spec.kind == "binary" else ""),
+        "fitted_on": {"task": dev.task, "split": "dev", "pairs": len(dev.gold), "graphs": "this folder's encoder and head"},
+        "dev": dev_metrics, **({"golden": golden} if golden else {})}
+    card = None
+    if key == "pairs":
+        from ondevice.export.modelcard import model_card
+
+        card = lambda m: model_card(m) + _card_section(m["pairs"])
+    seal_bundle(path, manifest, card=card)
+    return manifest[key]["blend"]
+
+
 def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bits: int = 256, precision: str = "both",
                        golden: bool = False, with_weights: bool = False, seed: int = 0, extra_info: dict | None = None,
-                       sentences: list[str] | None = None) -> list[Path]:
-    """Export a DSE run's fine-tuned encoder as a bundle (`ondevice export`) and add its pair head to each folder.
+                       sentences: list[str] | None = None, blend: bool = True, data: str | Path | None = None) -> list[Path]:
+    """Export a DSE run's fine-tuned encoder as a bundle (`ondevice export`) and add its pair head to each folder;
+    with `blend`, the head + cosine blend fitted on the task's dev split (`data`: default the run's data folder).
 
     Without `binarizer`, a `bits`-bit random projection is fitted (seeded) on the encoder's vectors of
     `sentences` (the task's training sentences by default).
@@ -210,13 +276,16 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
 
     run = Path(run_dir)
     pair = PairStudent.load(run)
+    run_cfg = read_json(_config_path(run), "pair run config")
+    # before any file is written: a blend without its dev pairs would stop a half-made bundle
+    dev = blend_dev_pairs(run_cfg["task"], data if data is not None else run_cfg["data"], run_cfg.get("split_seed", 0)) \
+        if blend else None
     if binarizer is None:
         if sentences is None:
             from ondevice.pairs.augment import training_sentences
             from ondevice.pairs.data import load_pairs
 
-            cfg = read_json(_config_path(run), "pair run config")
-            sentences = training_sentences(load_pairs(cfg["task"], "train", cfg["data"], cfg.get("split_seed", 0)))
+            sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(pair.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
                                                                  with_weights=with_weights, seed=seed),
@@ -228,6 +297,8 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
                                "(zero u*v block), b1 = [b; -b], W2 = [I, -I], b2 = 0, since x = relu(x) - relu(-x)")
     for folder in folders:
         add_pair_head(folder, head_cfg, weights, info, seed=seed)
+        if dev is not None:
+            add_blend(folder, dev)
     return folders
 
 

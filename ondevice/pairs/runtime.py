@@ -4,6 +4,10 @@
     bundle.pair_scores(["how do I reset it?"], ["how to reset my phone"])   # task scores, (n,) or (n, classes)
     scores, rows = bundle.rerank("reset phone", candidates, k=10)         # texts or precomputed vectors
     scores, ids = bundle.search_rerank("reset phone", catalog_vectors, k=10, shortlist=1000)  # Hamming, then head
+
+A bundle exported with a blend (on by default) ranks by `z(logit) + w * z(similarity)`, fitted on the task's dev
+pairs (`ondevice.pairs.blend`): the cosine of the two embeddings for a DSE head, minus the Hamming distance of the two
+codes for a DiPair head; `blend=False` ranks by the head alone.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ondevice.errors import OndeviceError, ort_error_line
+from ondevice.pairs.blend import Blend
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -93,12 +98,53 @@ def head_session(bundle, block: dict, data: bytes, threads: int):
 
 class HeadScorer:
     """What the DSE and DiPair scorers share once their inputs are checked: the head graph run in batches, task
-    scores and rank keys from logits, the top-k order, and reranking a Hamming shortlist."""
+    scores and rank keys from logits, the blend, the top-k order, and reranking a Hamming shortlist."""
+
+    similarity = ""  # what the head's blend takes: "cosine" (DSE) or "minus_hamming" (DiPair)
 
     def __init__(self, bundle, block: dict, session):
         self.bundle, self.block, self.session = bundle, block, session
         self.kind = block["task_type"]
         self.outputs = int(block["head"]["outputs"])
+        self.blend: Blend | None = None
+        if block.get("blend") is not None:
+            where = f"bundle {bundle.path}: manifest.json {block.get('method', 'pairs')} block"
+            self.blend = Blend.from_dict(block["blend"], where)
+            fits = block["blend"].get("bits") == bundle.bits if self.similarity == "minus_hamming" else \
+                block["blend"].get("dim") == bundle.dim
+            if self.blend.similarity != self.similarity or not fits or self.kind == "classes":
+                what = f"{bundle.bits}-bit Hamming distances" if self.similarity == "minus_hamming" else \
+                    f"{bundle.dim}-d embedding cosine"
+                raise OndeviceError(f"{where}: the blend is not over this bundle's {what} for a single-score head; "
+                                    "re-export the bundle")
+
+    def _blend_on(self, blend: bool | None) -> bool:
+        """None: the bundle's blend when it has one; True: it must have one; False: the head alone."""
+        if blend is None:
+            return self.blend is not None
+        if blend and self.blend is None:
+            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it (`ondevice pairs export` or "
+                                "`dipair-export` fit one by default) or pass blend=False")
+        return bool(blend)
+
+    def _blend_keys(self, logits: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+        if self.blend is None:
+            raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it")
+        return self.blend.keys(np.asarray(logits)[:, 0], similarity)
+
+    def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
+        """Rank keys (float64) of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's."""
+        raise NotImplementedError
+
+    def pair_decisions(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
+        """Binary tasks: whether each pair is positive (`key > threshold`, both chosen on dev), blended by default."""
+        if self.kind != "binary":
+            raise OndeviceError(f"pair_decisions is for binary tasks; this head is {self.kind!r} (use pair_scores)")
+        on = self._blend_on(blend)
+        threshold = self.blend.threshold if on else self.block.get("threshold")
+        if threshold is None:
+            raise OndeviceError(f"bundle {self.bundle.path}: the manifest has no dev threshold; re-export the bundle")
+        return self.pair_keys(a, b, blend=on) > float(threshold)
 
     def _run(self, names: tuple[str, str], first: np.ndarray, second: np.ndarray, batch_size: int) -> np.ndarray:
         """Head logits (n, outputs) of input pairs (first[i], second[i]), `batch_size` rows per graph call."""
@@ -133,20 +179,23 @@ class HeadScorer:
         order = np.lexsort((np.arange(len(key)), -key))[: int(k)]
         return key[order].astype(np.float32), order.astype(np.int64)
 
-    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000) -> tuple[np.ndarray, np.ndarray]:
-        """Hamming top-`shortlist` from the attached index, reranked by the head: (keys (k,), catalog ids (k,)).
+    def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000,
+                      blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Hamming top-`shortlist` from the attached index, reranked by the head (blended when the bundle has a blend,
+        unless blend=False): (keys (k,), catalog ids (k,)). `cache[id]` is catalog item id's float vector.
 
-        `cache[id]` must be the head input of catalog item `id` (its float vector for DSE, its side-b states for
-        DiPair). Equal keys go to the smaller id, so a shortlist covering the catalog gives the exhaustive order.
+        Equal keys go to the smaller id, so a shortlist covering the catalog gives the exhaustive order.
         """
         _, ids = self.bundle.search(query, k=int(shortlist))
         ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
-        keys, rows = self.rerank(query, np.asarray(cache)[ids], k)
+        keys, rows = self.rerank(query, np.asarray(cache)[ids], k, blend=blend)
         return keys, ids[rows]
 
 
 class PairScorer(HeadScorer):
     """The pair head of one bundle: logits of precomputed vectors, task scores, and reranking."""
+
+    similarity = "cosine"
 
     def __init__(self, bundle, block: dict, session):
         super().__init__(bundle, block, session)
@@ -191,13 +240,34 @@ class PairScorer(HeadScorer):
         a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        return self.transform(self.logits(*self._pair_vectors(a, b)))
+
+    def _pair_vectors(self, a: list[str], b: list[str]) -> tuple[np.ndarray, np.ndarray]:
         uniq = list(dict.fromkeys([*a, *b]))
         pos = {t: i for i, t in enumerate(uniq)}
         vec = self.bundle.encode(uniq)
-        return self.transform(self.logits(vec[[pos[t] for t in a]], vec[[pos[t] for t in b]]))
+        return vec[[pos[t] for t in a]], vec[[pos[t] for t in b]]
 
-    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k candidates for `query` by the head: (rank keys (k,), candidate rows (k,)), best first, ties by row."""
+    def blend_keys(self, logits: np.ndarray, cosines: np.ndarray) -> np.ndarray:
+        """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' embedding cosines (n,)."""
+        return self._blend_keys(logits, cosines)
+
+    def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
+        """Rank keys (float64) of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's."""
+        from ondevice.pairs.metrics import cosines
+        from ondevice.tokenizer import as_texts
+
+        a, b = as_texts(a), as_texts(b)
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        u, v = self._pair_vectors(a, b)
+        logits = self.logits(u, v)
+        return self.blend_keys(logits, cosines(u, v)) if self._blend_on(blend) else self.rank_key(logits).astype(np.float64)
+
+    def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10,
+               blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k candidates for `query`: (rank keys (k,), candidate rows (k,)), best first, ties by row; by the blend of
+        head and embedding cosine when the bundle has one, unless blend=False."""
         if not isinstance(query, str):
             raise OndeviceError(f"query must be a str, got {type(query).__name__}")
         if not isinstance(k, (int, np.integer)) or k < 1:
@@ -210,4 +280,10 @@ class PairScorer(HeadScorer):
             vec = self.bundle.encode(as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
         if not len(vec):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        return self._top(self.rank_key(self.logits(self.bundle.encode([query]), vec)), k)
+        from ondevice.pairs.metrics import cosines
+
+        q = self.bundle.encode([query])
+        logits = self.logits(q, vec)
+        if self._blend_on(blend):
+            return self._top(self.blend_keys(logits, cosines(np.broadcast_to(q, vec.shape), vec)), k)
+        return self._top(self.rank_key(logits), k)

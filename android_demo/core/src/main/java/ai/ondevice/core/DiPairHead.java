@@ -24,8 +24,8 @@ public final class DiPairHead {
     public final boolean pooled;
     /** "regression", "binary" or "classes". */
     public final String kind;
-    /** The head + Hamming blend the bundle ranks by ({@link DiPairBlend}), or null when the manifest has none. */
-    public final DiPairBlend blend;
+    /** The head + Hamming blend the bundle ranks by ({@link PairBlend#keyOfDistance}), or null when the manifest has none. */
+    public final PairBlend blend;
     private final float[] embedAdd; // [slots][d]: position + segment embedding
     private final float[] compareW; // [d][4 d] (pooled heads only)
     private final float[] compareB;
@@ -38,7 +38,7 @@ public final class DiPairHead {
         "o.bias", "ln1.weight", "ln1.bias", "ff1.weight", "ff1.bias", "ff2.weight", "ff2.bias", "ln2.weight", "ln2.bias"};
 
     private DiPairHead(int[] dims, String kind, float[] embedAdd, float[][][] w, float[] outW, float[] outB, float[][] compare,
-                       DiPairBlend blend) {
+                       PairBlend blend) {
         this.n = dims[0];
         this.m = dims[1];
         this.d = dims[2];
@@ -118,7 +118,7 @@ public final class DiPairHead {
         float[] outW = st.get("out.weight", file).requireShape(file, outputs, d).floats();
         float[] outB = st.get("out.bias", file).requireShape(file, outputs).floats();
         return new DiPairHead(dims, Json.getString(block, "task_type", "manifest.json dipair"), embedAdd, w, outW, outB, compare,
-            DiPairBlend.of(block, bundle.bits()));
+            PairBlend.of(block, "dipair", bundle));
     }
 
     private static double[] linear(double[] x, int rows, int in, float[] wt, float[] b, int out) {

@@ -14,6 +14,8 @@ public final class PairHead {
     public final int outputs;
     /** "regression", "binary" or "classes". */
     public final String kind;
+    /** The head + embedding-cosine blend the bundle ranks by ({@link PairBlend}), or null when the manifest has none. */
+    public final PairBlend blend;
     private final float[] w1; // [hidden][4 dim], row-major
     private final float[] b1;
     private final float[] w2; // [outputs][hidden]
@@ -23,8 +25,9 @@ public final class PairHead {
     private final double threshold;
 
     private PairHead(int dim, int hidden, int outputs, String kind, float[] w1, float[] b1, float[] w2, float[] b2,
-                     double scale, double offset, double threshold) {
+                     double scale, double offset, double threshold, PairBlend blend) {
         this.dim = dim;
+        this.blend = blend;
         this.hidden = hidden;
         this.outputs = outputs;
         this.kind = kind;
@@ -64,7 +67,7 @@ public final class PairHead {
         float[] b2 = st.get("out.bias", file).requireShape(file, outputs).floats();
         Map<String, Object> t = Json.getObject(block, "output_transform", "manifest.json pairs");
         return new PairHead(dim, hidden, outputs, kind, w1, b1, w2, b2, number(t.get("scale"), 1.0),
-                number(t.get("offset"), 0.0), number(block.get("threshold"), 0.0));
+                number(t.get("offset"), 0.0), number(block.get("threshold"), 0.0), PairBlend.of(block, "pairs", bundle));
     }
 
     /** Head logits (length {@code outputs}) of one pair of embeddings. */

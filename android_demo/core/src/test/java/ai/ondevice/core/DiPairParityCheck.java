@@ -1,9 +1,11 @@
 package ai.ondevice.core;
 
+import java.util.Arrays;
+
 /**
  * Checks {@link DiPairHead} against the golden DiPair files of {@code ondevice pairs dipair-export --golden}: for
  * every golden pair (rows of golden/dipair_states_a.npy and dipair_states_b.npy), the Java logits against
- * golden/dipair_logits.npy; with a blend in the manifest, also {@link DiPairBlend#key} of the golden logits and the
+ * golden/dipair_logits.npy; with a blend in the manifest, also {@link PairBlend#keyOfDistance} of the golden logits and the
  * Hamming distances of the pairs' golden codes against golden/dipair_blend_keys.npy (within 1e-5, the keys' float32
  * rounding). Prints key=value lines and exits non-zero on a mismatch:
  *
@@ -24,26 +26,18 @@ public final class DiPairParityCheck {
             float[] got = head.logits(GoldenPairs.row(sa, g.a[p], head.n * head.d), GoldenPairs.row(sb, g.b[p], head.m * head.d));
             g.compare(got, ref, p * head.outputs);
         }
-        String[] extra = {};
         if (head.blend != null && g.bundle.has("golden/dipair_blend_keys.npy")) {
             byte[] codes = g.npy("codes.npy").bytes();
             int cb = g.bundle.codeBytes();
             float[] keys = g.npy("dipair_blend_keys.npy").floats();
             double blendWorst = 0;
             for (int p = 0; p < g.a.length; p++) {
-                int distance = Codes.hamming(Codes.toWords(java.util.Arrays.copyOfRange(codes, (int) g.a[p] * cb, (int) (g.a[p] + 1) * cb)),
-                    Codes.toWords(java.util.Arrays.copyOfRange(codes, (int) g.b[p] * cb, (int) (g.b[p] + 1) * cb)));
-                blendWorst = Math.max(blendWorst, Math.abs(head.blend.key(ref[p * head.outputs], distance) - keys[p]));
+                int distance = Codes.hamming(Codes.toWords(Arrays.copyOfRange(codes, (int) g.a[p] * cb, (int) (g.a[p] + 1) * cb)),
+                    Codes.toWords(Arrays.copyOfRange(codes, (int) g.b[p] * cb, (int) (g.b[p] + 1) * cb)));
+                blendWorst = Math.max(blendWorst, Math.abs(head.blend.keyOfDistance(ref[p * head.outputs], distance) - keys[p]));
             }
-            extra = new String[] {"blend_pairs=" + g.a.length, String.format(java.util.Locale.ROOT, "blend_max_abs_diff=%.3e", blendWorst)};
-            if (!(blendWorst <= 1e-5)) {
-                for (String line : extra) {
-                    System.out.println(line);
-                }
-                System.out.println("DIPAIR BLEND PARITY FAILED");
-                System.exit(1);
-            }
+            g.finishBlend(head.kind, "DIPAIR", blendWorst);
         }
-        g.finish(head.kind, "DIPAIR", extra);
+        g.finish(head.kind, "DIPAIR");
     }
 }

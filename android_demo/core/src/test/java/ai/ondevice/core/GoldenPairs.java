@@ -62,6 +62,26 @@ final class GoldenPairs {
         }
     }
 
+    /**
+     * Prints the blend lines; a blend key off by more than 1e-5 (the golden keys' float32 rounding) ends the check
+     * with the verdict and exit code 1, otherwise {@link #finish} prints the lines and the logits' verdict.
+     */
+    void finishBlend(String kind, String label, double blendWorst, String... extraLines) {
+        String[] lines = new String[extraLines.length + 2];
+        System.arraycopy(extraLines, 0, lines, 0, extraLines.length);
+        lines[extraLines.length] = "blend_pairs=" + a.length;
+        lines[extraLines.length + 1] = String.format(Locale.ROOT, "blend_max_abs_diff=%.3e", blendWorst);
+        if (!(blendWorst <= 1e-5)) {
+            System.out.println("pairs=" + a.length);
+            for (String line : lines) {
+                System.out.println(line);
+            }
+            System.out.println(label + " BLEND PARITY FAILED");
+            System.exit(1);
+        }
+        finish(kind, label, lines);
+    }
+
     /** Prints pairs, kind, max_abs_diff and the verdict, then exits 0 (within maxDiff) or 1. */
     void finish(String kind, String label, String... extraLines) {
         System.out.println("pairs=" + a.length);

@@ -3,7 +3,9 @@ package ai.ondevice.core;
 /**
  * Checks {@link PairHead} against the golden pair files of {@code ondevice pairs export --golden}: for every golden
  * pair (rows of golden/embeddings.npy), the Java logits against golden/pair_logits.npy, and the decisions (binary
- * threshold, class argmax). Prints key=value lines and exits non-zero on a mismatch:
+ * threshold, class argmax); with a blend in the manifest, also {@link PairBlend#key} of the golden logits and the
+ * golden embeddings' cosine against golden/pair_blend_keys.npy (within 1e-5, the keys' float32 rounding). Prints
+ * key=value lines and exits non-zero on a mismatch:
  *
  * <pre>java -cp build ai.ondevice.core.PairParityCheck BUNDLE_DIR [--max-abs-diff 1e-4]</pre>
  */
@@ -26,7 +28,17 @@ public final class PairParityCheck {
             g.compare(got, want, 0);
             sameDecision += decision(head, got) == decision(head, want) ? 1 : 0;
         }
-        g.finish(head.kind, "PAIR", "decisions_identical=" + sameDecision + "/" + g.a.length);
+        String decisions = "decisions_identical=" + sameDecision + "/" + g.a.length;
+        if (head.blend != null && g.bundle.has("golden/pair_blend_keys.npy")) {
+            float[] keys = g.npy("pair_blend_keys.npy").floats();
+            double blendWorst = 0;
+            for (int p = 0; p < g.a.length; p++) {
+                double cos = PairBlend.cosine(GoldenPairs.row(all, g.a[p], dim), GoldenPairs.row(all, g.b[p], dim));
+                blendWorst = Math.max(blendWorst, Math.abs(head.blend.key(ref[p * head.outputs], cos) - keys[p]));
+            }
+            g.finishBlend(head.kind, "PAIR", blendWorst, decisions);
+        }
+        g.finish(head.kind, "PAIR", decisions);
     }
 
     private static int decision(PairHead head, float[] logits) {
