@@ -586,13 +586,19 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             rows.append(row)
     out["bundles"] = rows
     ce = out.get("cross_encoder", {}).get(spec.metric)
+    # per head kind (DiPair `dipair`, DSE `pairs`) and precision: mean and spread of the head and of the blend
     out["summary"] = {}
-    for precision in a.precision:
-        mine = [r for r in rows if r["precision"] == precision]
-        out["summary"][precision] = {part: {**_spread([r[part][spec.metric] for r in mine]),
-                                            **({"ratio_of_mean": round(float(np.mean([r[part][spec.metric] for r in mine])) / ce, 4)}
-                                               if ce else {})}
-                                     for part in ("head", "blend") if mine and all(part in r for r in mine)}
+    for kind in dict.fromkeys(r["head_kind"] for r in rows):
+        for precision in a.precision:
+            mine = [r for r in rows if r["head_kind"] == kind and r["precision"] == precision]
+            out["summary"].setdefault(kind, {})[precision] = {
+                part: {**_spread([r[part][spec.metric] for r in mine]),
+                       **({"ratio_of_mean": round(float(np.mean([r[part][spec.metric] for r in mine])) / ce, 4)} if ce else {})}
+                for part in ("head", "blend") if mine and all(part in r for r in mine)}
+    if {"dipair", "pairs"} <= set(out["summary"]):  # DiPair's lead over DSE, each as it ranks on device
+        out["dipair_minus_dse"] = {p: {part: round(out["summary"]["dipair"][p][part]["mean"] - out["summary"]["pairs"][p][part]["mean"], 2)
+                                       for part in ("head", "blend") if part in out["summary"]["dipair"][p]
+                                       and part in out["summary"]["pairs"][p]} for p in a.precision}
     return out
 
 
