@@ -575,8 +575,38 @@ def dipair_quality(*paths: str) -> str:
     return "\n".join(lines).rstrip()
 
 
+def bundle_quality(*paths: str) -> str:
+    """Exported pair bundles through the runtime (benchmarks/pairs.py bundle-quality): head and blend per bundle, then
+    each head kind's mean ± std per precision."""
+    lines = ["| task | bundle | head | precision | bits | w (dev) | dev: head / blend | test: head | test: blend | blend x cross-encoder |",
+             "|---|---|---|---|---:|---:|---|---:|---:|---:|"]
+    notes = []
+    for path in paths:
+        b = _load(path)
+        key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
+        for r in b["bundles"]:
+            kind = "DiPair" if r["head_kind"] == "dipair" else "DSE"
+            dv = r.get("dev_blend") or {}
+            blend = r.get("blend")
+            lines.append(f"| {b['task']} | {Path(r['bundle']).parent.name} | {kind} | {r['precision']} | {r['bits']} | "
+                         + (f"{blend['weight']:.2f} | {dv['head_alone']:.2f} / {dv[key]:.2f} | " if blend else "- | - | ")
+                         + f"{r['head'][key]:.2f} | " + (f"{blend[key]:.2f} | {blend['ratio_to_cross_encoder']:.3f} |" if blend else "- | - |"))
+        summary = []
+        for kind, per in b["summary"].items():
+            for precision, parts in per.items():
+                if parts.get("blend", {}).get("n", 0) > 1:
+                    summary.append(f"{'DiPair' if kind == 'dipair' else 'DSE'} {precision}: head {_mean_std(parts['head'])}, "
+                                   f"blend {_mean_std(parts['blend'])} ({parts['blend']['ratio_of_mean']:.3f}x)")
+        lead = b.get("dipair_minus_dse", {})
+        lead_text = "; ".join(f"{p}: head {v['head']:+.2f}, blend {v['blend']:+.2f}" for p, v in lead.items() if "blend" in v)
+        notes.append(f"`{Path(path).name}` ({b['task']}, {key} x100 on test; cross-encoder {b['cross_encoder'][key]:.2f}; "
+                     f"{b['date'][:10]}, commit {b['commit'][:7]}, {b['cpu_model']})"
+                     + (": " + "; ".join(summary) if summary else "") + (f". DiPair - DSE, {lead_text}" if lead_text else "") + ".")
+    return "\n".join(lines + [""] + notes)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
+    bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
