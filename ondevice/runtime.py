@@ -405,20 +405,39 @@ class Bundle:
     def index_texts(self, texts: Sequence[str], batch_size: int = 64) -> Bundle:
         """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i]); the index searches on
         the bundle's thread count (threads=0: chosen from the work size)."""
+        return self.index_codes(self.codes(texts, batch_size))
+
+    def index_codes(self, codes: np.ndarray) -> Bundle:
+        """Attach an exact Hamming index over packed codes this bundle made (uint8 (n, code_bytes); id i = row i), e.g.
+        from `dipair().states_and_codes` or a saved catalog, without encoding the texts again."""
         from ondevice.index import HammingIndex
 
+        codes = np.asarray(codes)
+        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.code_bytes:
+            raise OndeviceError(f"catalog codes must be uint8 of shape (n, {self.code_bytes}), got {codes.dtype} {codes.shape}")
         index = HammingIndex(bits=self.bits, threads=self.threads or None, encoder=self.encoder_id)
-        index.add(self.codes(texts, batch_size))
+        index.add(codes)
         self.index = index
         return self
 
     def search(self, texts: str | Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded."""
+        self._check_search(k)
+        return self.index.search(self.codes(texts), int(k))
+
+    def search_codes(self, codes: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for packed query codes this bundle made (uint8 (q, code_bytes)): (distances, ids), -1 padded."""
+        self._check_search(k)
+        codes = np.asarray(codes)
+        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.code_bytes:
+            raise OndeviceError(f"query codes must be uint8 of shape (q, {self.code_bytes}), got {codes.dtype} {codes.shape}")
+        return self.index.search(codes, int(k))
+
+    def _check_search(self, k: int) -> None:
         if self.index is None:
             raise OndeviceError("no index attached; call bundle.index_texts(catalog) or bundle.attach_index(index) first")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
             raise OndeviceError(f"k must be an integer in 1..{MAX_K:,}, got {k!r}")
-        return self.index.search(self.codes(texts), int(k))
 
     # Pair head (optional, `ondevice pairs export`); the logic lives in ondevice.pairs.runtime.
     def pair_head(self, threads: int = 0):

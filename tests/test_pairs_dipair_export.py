@@ -85,12 +85,15 @@ def test_bundle_states_scores_and_rerank(dipair_env):
             np.testing.assert_allclose(sa, ds.states(texts, "a"), atol=tol)
             np.testing.assert_allclose(dp.pair_scores(texts, texts[::-1]), ds.logits(texts, texts[::-1])[:, 0] * 5.0, atol=1e-4)
         codes = bundle.codes(texts)
+        both = dp.states_and_codes(texts, "b", int8=True, batch_size=3)  # one encoder pass, what a catalog caches
+        np.testing.assert_array_equal(both[0], q)
+        np.testing.assert_array_equal(both[1], codes)
         for blend in (True, False):  # the bundle's head + Hamming blend, and the head alone
             _, rows_t = dp.rerank("the cat sat", texts, k=3, blend=blend)
             _, rows_c = dp.rerank("the cat sat", sb, k=3, codes=codes, blend=blend)
             np.testing.assert_array_equal(rows_t, rows_c)
             # Hamming shortlist covering the catalog gives exactly the exhaustive order
-            bundle.index_texts(texts)
+            bundle.index_codes(both[1]) if blend else bundle.index_texts(texts)  # the same index either way
             _, ids = dp.search_rerank("the cat sat", q, k=3, shortlist=len(texts), blend=blend)
             _, rows = dp.rerank("the cat sat", q, k=3, codes=codes, blend=blend)
             np.testing.assert_array_equal(ids, rows)
@@ -194,6 +197,13 @@ def test_tampered_missing_and_bad_input(dipair_env, tmp_path):
         dp.states(["x"], role="c")
     with pytest.raises(OndeviceError, match="equal counts"):
         dp.pair_scores(["a", "b"], ["c"])
+    with pytest.raises(OndeviceError, match="no index attached"):
+        dp.search_rerank("a cat", np.zeros((2, 5, 8), np.float32))
+    dp.bundle.index_texts(["a cat", "a dog"])
+    with pytest.raises(OndeviceError, match="query codes must be uint8"):
+        dp.bundle.search_codes(np.zeros((1, 3), np.uint8))
+    with pytest.raises(OndeviceError, match="catalog codes must be uint8"):
+        dp.bundle.index_codes(np.zeros((4, 3), np.int64))
 
 
 JAVAC, JAVA = shutil.which("javac"), shutil.which("java")

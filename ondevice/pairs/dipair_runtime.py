@@ -1,9 +1,9 @@
 """DiPair scoring on device (numpy + onnxruntime, no torch): token states from the bundle's encoder, the head graph.
 
     dp = Bundle.load("bundle").dipair()                     # a bundle from `ondevice pairs dipair-export`
-    cache = dp.states(catalog_texts, role="b", int8=True)    # (n, M, D) int8: M x D bytes per catalog item
+    cache, codes = dp.states_and_codes(catalog_texts, role="b", int8=True)   # (n, M, D) int8 + Hamming codes, one pass
     dp.pair_scores(["how do I reset it?"], ["how to reset my phone"])     # task scores
-    keys, rows = dp.rerank("reset phone", cache, k=10, codes=catalog_codes)   # texts, or cached states (+ codes)
+    keys, rows = dp.rerank("reset phone", cache, k=10, codes=codes)   # texts, or cached states (+ codes)
     keys, ids = dp.search_rerank("reset phone", cache, k=10, shortlist=100)   # Hamming shortlist, then the head
 
 A bundle exported with a blend (`dipair-export`, on by default) ranks by `z(logit) + w * z(-Hamming distance)`, the
@@ -56,6 +56,16 @@ class DiPairScorer(HeadScorer):
 
     def states(self, texts: str | Sequence[str], role: str = "b", int8: bool = False, batch_size: int = 256) -> np.ndarray:
         """Token states of texts as side 'a' (N slots) or 'b' (M slots): float32, or int8 (q = round(127 x)) to cache."""
+        return self._encode(texts, role, int8, batch_size, codes=False)[0]
+
+    def states_and_codes(self, texts: str | Sequence[str], role: str = "b", int8: bool = False,
+                         batch_size: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """`states` and the texts' packed Hamming codes (uint8 (n, bits/8)) from one encoder pass: what a catalog caches
+        for a blended rerank."""
+        return self._encode(texts, role, int8, batch_size, codes=True)
+
+    def _encode(self, texts: str | Sequence[str], role: str, int8: bool, batch_size: int,
+                codes: bool) -> tuple[np.ndarray, np.ndarray | None]:
         from ondevice.tokenizer import as_texts
 
         if role not in ("a", "b"):
@@ -66,11 +76,15 @@ class DiPairScorer(HeadScorer):
         texts = as_texts(texts)
         slots = self.n if role == "a" else self.m
         out = np.zeros((len(texts), slots, self.d), np.int8 if int8 else np.float32)
-        name = f"token_states_{role}" + ("_int8" if int8 else "")
+        code = np.zeros((len(texts), self.bundle.code_bytes), np.uint8) if codes else None
+        names = [f"token_states_{role}" + ("_int8" if int8 else "")] + (["code"] if codes else [])
         for s in range(0, len(texts), batch_size):
             ids, lengths = self.bundle.tokenizer.batch(texts[s : s + batch_size])
-            out[s : s + batch_size] = self.bundle.session.run([name], {"ids": ids, "lengths": lengths})[0]
-        return out
+            got = self.bundle.session.run(names, {"ids": ids, "lengths": lengths})
+            out[s : s + batch_size] = got[0]
+            if codes:
+                code[s : s + batch_size] = got[1]
+        return out, code
 
     def _states(self, x: Any, slots: int, what: str) -> np.ndarray:
         arr = np.asarray(x)
@@ -113,13 +127,10 @@ class DiPairScorer(HeadScorer):
         a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
-        logits = self.logits(self.states(a, "a"), self.states(b, "b"))
-        if not self._blend_on(blend):
-            return self.rank_key(logits).astype(np.float64)
-        uniq = list(dict.fromkeys([*a, *b]))
-        pos = {t: i for i, t in enumerate(uniq)}
-        codes = self.bundle.codes(uniq)
-        return self.blend_keys(logits, hamming_distances(codes[[pos[t] for t in a]], codes[[pos[t] for t in b]]))
+        on = self._blend_on(blend)
+        (sa, ca), (sb, cb) = self._encode(a, "a", False, 256, on), self._encode(b, "b", False, 256, on)
+        logits = self.logits(sa, sb)
+        return self.blend_keys(logits, hamming_distances(ca, cb)) if on else self.rank_key(logits).astype(np.float64)
 
     def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10, codes: np.ndarray | None = None,
                blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -142,27 +153,31 @@ class DiPairScorer(HeadScorer):
                                         f"got {codes.dtype} {codes.shape}")
         else:
             texts = list(candidates)
-            cand = self.states(texts, "b") if texts else np.zeros((0, self.m, self.d), np.float32)
-            if on and texts:
-                codes = self.bundle.codes(texts)
+            if not texts:
+                return np.zeros(0, np.float32), np.zeros(0, np.int64)
+            cand, codes = self._encode(texts, "b", False, 256, on)
         if not len(cand):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        logits = self.logits(self.states([query], "a"), cand)
+        qs, qc = self._encode([query], "a", False, 1, on)
+        logits = self.logits(qs, cand)
         if not on:
             return self._top(self.rank_key(logits), k)
-        return self._top(self.blend_keys(logits, hamming_distances(self.bundle.codes([query])[0], codes)), k)
+        return self._top(self.blend_keys(logits, hamming_distances(qc[0], codes)), k)
 
     def search_rerank(self, query: str, cache: np.ndarray, k: int = 10, shortlist: int = 1000,
                       blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Hamming top-`shortlist` from the attached index, reranked by the blend of the head and those distances (the
         head alone with blend=False): (keys (k,), catalog ids (k,)); `cache[id]` is catalog item id's side-b states."""
-        dist, ids = self.bundle.search(query, k=int(shortlist))
+        if not isinstance(query, str):
+            raise OndeviceError(f"query must be a str, got {type(query).__name__}")
+        qs, qc = self._encode([query], "a", False, 1, codes=True)  # one encoder pass: the query's states and its code
+        dist, ids = self.bundle.search_codes(qc, k=shortlist)
         keep = ids[0] >= 0
         order = np.argsort(ids[0][keep], kind="stable")  # equal keys go to the smaller catalog id, as in `rerank`
         ids, dist = ids[0][keep][order], dist[0][keep][order]
         if not len(ids):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        logits = self.logits(self.states([query], "a"), np.asarray(cache)[ids])
+        logits = self.logits(qs, np.asarray(cache)[ids])
         key = self.blend_keys(logits, dist) if self._blend_on(blend) else self.rank_key(logits)
         keys, rows = self._top(key, k)
         return keys, ids[rows]
