@@ -63,6 +63,18 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     assert got["blend"]["weight"] == manifest["blend"]["weight"] and "spearman" in got["head"]
     assert "pass --task stsb" in _one_line_error(capsys, ["pairs", "eval", "--task", "mrpc", "--data", str(pair_env.data),
                                                           "--bundle", str(tmp_path / "b")])
+    # scoring pairs with the bundle: one JSON line per pair, the blended key by default; bad input is one line
+    assert main(["pairs", "score", "--bundle", str(tmp_path / "b"), "--a", "a cat sat", "--b", "a cat sits"]) == 0
+    row = json.loads(capsys.readouterr().out.strip())
+    scores, keys = Bundle.load(tmp_path / "b").pair_head().score_pairs(["a cat sat"], ["a cat sits"])
+    assert row["score"] == float(scores[0]) and row["key"] == round(float(keys[0]), 6) and "decision" not in row
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one\ttwo\nno tab here\n")
+    assert "line 2: expected first<TAB>second" in _one_line_error(capsys, ["pairs", "score", "--bundle", str(tmp_path / "b"),
+                                                                           "--pairs", str(bad)])
+    assert "--pairs FILE" in _one_line_error(capsys, ["pairs", "score", "--bundle", str(tmp_path / "b"), "--a", "x"])
+    assert "cannot read" in _one_line_error(capsys, ["pairs", "score", "--bundle", str(tmp_path / "b"), "--pairs",
+                                                     str(tmp_path / "missing.tsv")])
     # the sweep's chosen alpha, souped into a new folder, exports like any run
     assert main(["pairs", "soup", "--run", str(tmp_path / "sweep"), "--out", str(tmp_path / "soup"), "--threads", "1"]) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -310,3 +310,29 @@ def test_teachers_load_on_the_runs_device(teachers, monkeypatch):
                         classmethod(lambda cls, d, device="cpu": seen.append(device) or real(cls, d, device)))
     load_views(teachers.config(device="auto"))
     assert seen == ["auto"] * 3  # three distinct teacher folders, each on the run's device
+
+
+def test_binary_bundle_decides_by_its_blend_and_scores_from_the_command_line(bundle, capsys, tmp_path):
+    # an MRPC bundle: the blend's dev threshold decides on the blended key; --no-blend / blend=False on the head logit
+    from ondevice.cli import main
+    from ondevice.pairs.metrics import cosines
+    from ondevice.runtime import Bundle
+
+    ps = Bundle.load(bundle, precision="int8").pair_head()
+    a = ["the cat sat on the mat.", "a big red car", "he said no", "the market fell"]
+    b = ["the cat sat on a mat.", "a small blue car", "she said yes", "stocks dropped today"]
+    assert ps.kind == "binary" and ps.blend is not None and ps.blend.threshold is not None
+    scores, keys = ps.score_pairs(a, b)
+    u, v = ps.bundle.encode(a), ps.bundle.encode(b)
+    logits = ps.logits(u, v)
+    np.testing.assert_allclose(keys, ps.blend.keys(logits[:, 0], cosines(u, v)), atol=1e-9)
+    np.testing.assert_allclose(scores, ps.pair_scores(a, b), atol=1e-6)
+    np.testing.assert_array_equal(ps.pair_decisions(a, b), keys > ps.blend.threshold)
+    np.testing.assert_array_equal(ps.pair_decisions(a, b, blend=False), logits[:, 0] > ps.block["threshold"])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{x}\t{y}\n" for x, y in zip(a, b)) + "\n")
+    for flags, want in (([], ps.pair_decisions(a, b)), (["--no-blend"], ps.pair_decisions(a, b, blend=False))):
+        assert main(["pairs", "score", "--bundle", str(bundle), "--pairs", str(pairs), *flags]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+        assert [r["a"] for r in rows] == a and [r["decision"] for r in rows] == want.tolist()
+        np.testing.assert_allclose([r["score"] for r in rows], scores, atol=1e-6)

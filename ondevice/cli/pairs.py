@@ -128,6 +128,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--split", default="test", choices=["dev", "test"])
     add_seed(s)
 
+    s = sub.add_parser("score", help="score sentence pairs with an exported pair bundle (DSE or DiPair), as an app "
+                       "would: task score, rank key (the bundle's blend unless --no-blend), binary decision", formatter_class=fmt)
+    s.add_argument("--bundle", required=True, help="bundle folder from `ondevice pairs export` or `pairs dipair-export`")
+    s.add_argument("--precision", default="int8", choices=["fp32", "int8"], help="which folder of a two-precision export")
+    s.add_argument("--pairs", default=None, help="UTF-8 file of pairs, one per line: first<TAB>second")
+    s.add_argument("--a", default=None, help="the first sentence of one pair (with --b)")
+    s.add_argument("--b", default=None, help="the second sentence of one pair (with --a)")
+    s.add_argument("--no-blend", action="store_true", help="rank keys and decisions by the head alone")
+    s.add_argument("--threads", type=int, default=0)
+    add_seed(s)
+
     s = sub.add_parser("soup", help="average a finished DSE or DiPair run's dev-best and final weights into a new run "
                        "folder, kept where dev is higher", formatter_class=fmt)
     s.add_argument("--run", required=True, help="finished run folder (DiPair, or a DSE run or its alpha sub-folder)")
@@ -291,6 +302,54 @@ def _dvbert(a: argparse.Namespace) -> int:
     return 0
 
 
+def _read_pair_file(path: str) -> tuple[list[str], list[str]]:
+    """first<TAB>second per line (blank lines skipped); a line without exactly one tab is a one-line error."""
+    from pathlib import Path
+
+    from ondevice.errors import OndeviceError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OndeviceError(f"--pairs {path}: cannot read it as UTF-8 text ({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+    a, b = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise OndeviceError(f"--pairs {path}, line {n}: expected first<TAB>second, got {len(parts)} tab-separated fields")
+        a.append(parts[0])
+        b.append(parts[1])
+    if not a:
+        raise OndeviceError(f"--pairs {path} has no pairs; write one pair per line as first<TAB>second")
+    return a, b
+
+
+def _score(a: argparse.Namespace) -> int:
+    """`ondevice pairs score`: one JSON line per pair."""
+    from pathlib import Path
+
+    from ondevice.errors import OndeviceError
+    from ondevice.runtime import Bundle
+
+    if (a.pairs is None) == (a.a is None and a.b is None) or (a.pairs is None and (a.a is None or a.b is None)):
+        raise OndeviceError("give the pairs as --pairs FILE (first<TAB>second per line) or as one --a TEXT --b TEXT")
+    first, second = _read_pair_file(a.pairs) if a.pairs else ([a.a], [a.b])
+    precision = None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
+    bundle = Bundle.load(a.bundle, precision=precision, threads=a.threads)
+    scorer = bundle.dipair(a.threads) if "dipair" in bundle.manifest else bundle.pair_head(a.threads)
+    blend = False if a.no_blend else None
+    scores, keys = scorer.score_pairs(first, second, blend=blend)
+    threshold = scorer.decision_threshold(blend) if scorer.kind == "binary" else None
+    for i, (x, y) in enumerate(zip(first, second)):
+        row = {"a": x, "b": y, "score": scores[i].tolist(), "key": round(float(keys[i]), 6)}
+        if threshold is not None:
+            row["decision"] = bool(keys[i] > threshold)
+        print(json.dumps(row, ensure_ascii=False))
+    return 0
+
+
 def _run_dir(path: str):
     from ondevice.pairs.train import chosen_run
 
@@ -315,6 +374,8 @@ def run(a: argparse.Namespace) -> int:
     cmd = a.pairs_command
     if cmd in ("dipair", "dipair-export"):
         return _run_dipair(a)
+    if cmd == "score":
+        return _score(a)
     if cmd == "soup":
         from ondevice.pairs.soup import soup_run
 

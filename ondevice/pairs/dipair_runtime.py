@@ -120,17 +120,9 @@ class DiPairScorer(HeadScorer):
         """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' Hamming distances (n,)."""
         return self._blend_keys(logits, -np.asarray(distances, np.float64))
 
-    def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
-        """Rank keys of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's key."""
-        from ondevice.tokenizer import as_texts
-
-        a, b = as_texts(a), as_texts(b)
-        if len(a) != len(b):
-            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
-        on = self._blend_on(blend)
-        (sa, ca), (sb, cb) = self._encode(a, "a", False, 256, on), self._encode(b, "b", False, 256, on)
-        logits = self.logits(sa, sb)
-        return self.blend_keys(logits, hamming_distances(ca, cb)) if on else self.rank_key(logits).astype(np.float64)
+    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        (sa, ca), (sb, cb) = self._encode(a, "a", False, 256, similarity), self._encode(b, "b", False, 256, similarity)
+        return self.logits(sa, sb), (-hamming_distances(ca, cb).astype(np.float64) if similarity else None)
 
     def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10, codes: np.ndarray | None = None,
                blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:

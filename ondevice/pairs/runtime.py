@@ -132,19 +132,39 @@ class HeadScorer:
             raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it")
         return self.blend.keys(np.asarray(logits)[:, 0], similarity)
 
+    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Head logits of the text pairs and, when asked, the similarity the blend takes, from one encoder pass."""
+        raise NotImplementedError
+
+    def score_pairs(self, a: str | Sequence[str], b: str | Sequence[str],
+                    blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(task scores as `pair_scores`, rank keys as `pair_keys`) of the text pairs (a[i], b[i]) from one encoder pass."""
+        from ondevice.tokenizer import as_texts
+
+        a, b = as_texts(a), as_texts(b)
+        if len(a) != len(b):
+            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
+        on = self._blend_on(blend)
+        logits, sim = self._logits_and_similarity(a, b, on)
+        keys = self._blend_keys(logits, sim) if on else self.rank_key(logits).astype(np.float64)
+        return self.transform(logits), keys
+
     def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
         """Rank keys (float64) of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's."""
-        raise NotImplementedError
+        return self.score_pairs(a, b, blend)[1]
 
     def pair_decisions(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
         """Binary tasks: whether each pair is positive (`key > threshold`, both chosen on dev), blended by default."""
+        return self.pair_keys(a, b, blend=blend) > self.decision_threshold(blend)
+
+    def decision_threshold(self, blend: bool | None = None) -> float:
+        """Binary tasks: the dev-chosen threshold on the rank key (the blend's, or with blend=False the head logit's)."""
         if self.kind != "binary":
-            raise OndeviceError(f"pair_decisions is for binary tasks; this head is {self.kind!r} (use pair_scores)")
-        on = self._blend_on(blend)
-        threshold = self.blend.threshold if on else self.block.get("threshold")
+            raise OndeviceError(f"decisions are for binary tasks; this head is {self.kind!r} (use pair_scores)")
+        threshold = self.blend.threshold if self._blend_on(blend) else self.block.get("threshold")
         if threshold is None:
             raise OndeviceError(f"bundle {self.bundle.path}: the manifest has no dev threshold; re-export the bundle")
-        return self.pair_keys(a, b, blend=on) > float(threshold)
+        return float(threshold)
 
     def _run(self, names: tuple[str, str], first: np.ndarray, second: np.ndarray, batch_size: int) -> np.ndarray:
         """Head logits (n, outputs) of input pairs (first[i], second[i]), `batch_size` rows per graph call."""
@@ -252,17 +272,11 @@ class PairScorer(HeadScorer):
         """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' embedding cosines (n,)."""
         return self._blend_keys(logits, cosines)
 
-    def pair_keys(self, a: str | Sequence[str], b: str | Sequence[str], blend: bool | None = None) -> np.ndarray:
-        """Rank keys (float64) of the text pairs (a[i], b[i]): the blend (default when the bundle has one) or the head's."""
+    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
         from ondevice.pairs.metrics import cosines
-        from ondevice.tokenizer import as_texts
 
-        a, b = as_texts(a), as_texts(b)
-        if len(a) != len(b):
-            raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
         u, v = self._pair_vectors(a, b)
-        logits = self.logits(u, v)
-        return self.blend_keys(logits, cosines(u, v)) if self._blend_on(blend) else self.rank_key(logits).astype(np.float64)
+        return self.logits(u, v), (cosines(u, v) if similarity else None)
 
     def rerank(self, query: str, candidates: Sequence[str] | np.ndarray, k: int = 10,
                blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
