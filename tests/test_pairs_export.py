@@ -49,7 +49,8 @@ def test_bundle_has_pair_block_and_scores_like_torch(pair_env):
         assert block["file"] in bundle.manifest["files"] and block["weights"] in bundle.manifest["files"]
         assert block["golden"]["pairs"] == 500 and block["run"]["config"]["alpha"] == 0.5
         np.testing.assert_allclose(bundle.pair_scores(a, b), ref, atol=tol)
-        assert "## Pair head" in (root / precision / "README.md").read_text()
+        card = (root / precision / "README.md").read_text()
+        assert "## Pair head" in card and f"weight {block['blend']['weight']:.2f} chosen on 120 stsb dev pairs" in card
     g = root / "fp32" / "golden"
     emb = np.load(g / "embeddings.npy")
     _, w = load_head_weights(pair_env.run())
