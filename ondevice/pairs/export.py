@@ -196,10 +196,10 @@ def _card_section(block: dict) -> str:
     if blend:
         dev = blend["dev"]
         metric = next(k for k in dev if k not in ("head_alone", "similarity_alone", "n", "weights_tried"))
-        lines += [f"`rerank`, `search_rerank` and `pair_keys` rank by the head blended with the embeddings' cosine: "
+        lines += [(f"`rerank`, `search_rerank` and `pair_keys` rank by the head blended with the embeddings' cosine: "
                   f"`{blend['key']}`, weight {blend['weight']:.2f} chosen on {blend['fitted_on']['pairs']:,} "
                   f"{blend['fitted_on']['task']} dev pairs ({metric} x100 there: head {dev['head_alone']:.2f}, "
-                  f"cosine {dev['similarity_alone']:.2f}, blend {dev[metric]:.2f}); `blend=False` ranks by the head alone.", ""]
+                  f"cosine {dev['similarity_alone']:.2f}, blend {dev[metric]:.2f}); `blend=False` ranks by the head alone."), ""]
     return "\n".join(lines)
 
 
