@@ -560,10 +560,10 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     """Test metrics of exported pair bundles through the runtime (`ondevice.pairs.bundle_eval`): the head and, for a
     DiPair bundle with one, the head + Hamming blend it ranks by; each row with its manifest's dev blend. Bundles that
     are seeds of one setting: mean and spread of both."""
+    from ondevice.io import read_json
     from ondevice.pairs.bundle_eval import evaluate_pair_bundle
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
-    from ondevice.runtime import Bundle
 
     spec = task_spec(a.task)
     out = {**_meta(argv, a.threads), "task": a.task}
@@ -574,7 +574,7 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     for b in a.bundles:
         for precision in a.precision:
             row = evaluate_pair_bundle(b, test, precision=precision, threads=a.threads)
-            manifest = Bundle.load(b, precision=precision).manifest
+            manifest = read_json(Path(row["bundle"]) / "manifest.json", "bundle manifest")  # loaded and verified just now
             block = manifest.get("dipair") or manifest.get("pairs")
             row.update({"run": (block.get("run") or {}).get("config"), "dev_blend": (block.get("blend") or {}).get("dev"),
                         "blend_constants": {k: v for k, v in (block.get("blend") or {}).items()

@@ -412,11 +412,8 @@ class Bundle:
         from `dipair().states_and_codes` or a saved catalog, without encoding the texts again."""
         from ondevice.index import HammingIndex
 
-        codes = np.asarray(codes)
-        if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.code_bytes:
-            raise OndeviceError(f"catalog codes must be uint8 of shape (n, {self.code_bytes}), got {codes.dtype} {codes.shape}")
         index = HammingIndex(bits=self.bits, threads=self.threads or None, encoder=self.encoder_id)
-        index.add(codes)
+        index.add(self._packed(codes, "catalog codes", "n"))
         self.index = index
         return self
 
@@ -428,10 +425,14 @@ class Bundle:
     def search_codes(self, codes: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """`search` for packed query codes this bundle made (uint8 (q, code_bytes)): (distances, ids), -1 padded."""
         self._check_search(k)
+        return self.index.search(self._packed(codes, "query codes", "q"), int(k))
+
+    def _packed(self, codes: np.ndarray, what: str, rows: str) -> np.ndarray:
+        """`codes` as this bundle's packed codes, uint8 (rows, code_bytes), or a one-line error naming `what`."""
         codes = np.asarray(codes)
         if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != self.code_bytes:
-            raise OndeviceError(f"query codes must be uint8 of shape (q, {self.code_bytes}), got {codes.dtype} {codes.shape}")
-        return self.index.search(codes, int(k))
+            raise OndeviceError(f"{what} must be uint8 of shape ({rows}, {self.code_bytes}), got {codes.dtype} {codes.shape}")
+        return codes
 
     def _check_search(self, k: int) -> None:
         if self.index is None:
@@ -455,6 +456,10 @@ class Bundle:
 
             self._dipair = DiPairScorer.from_bundle(self, threads)
         return self._dipair
+
+    def pair_scorer(self, threads: int = 0):
+        """The bundle's pair scorer, whichever head it has: DiPair (`dipair`) or DSE / DvBERT (`pair_head`)."""
+        return self.dipair(threads) if "dipair" in self.manifest else self.pair_head(threads)
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of text pairs (a[i], b[i]) by the pair head: regression scale, probability, or class probabilities."""

@@ -326,19 +326,22 @@ def _read_pair_file(path: str) -> tuple[list[str], list[str]]:
     return a, b
 
 
-def _score(a: argparse.Namespace) -> int:
-    """`ondevice pairs score`: one JSON line per pair."""
+def _bundle_precision(a: argparse.Namespace) -> str | None:
+    """A one-precision bundle folder is what it is; `--precision` picks a folder of a two-precision export."""
     from pathlib import Path
 
+    return None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
+
+
+def _score(a: argparse.Namespace) -> int:
+    """`ondevice pairs score`: one JSON line per pair."""
     from ondevice.errors import OndeviceError
     from ondevice.runtime import Bundle
 
     if (a.pairs is None) == (a.a is None and a.b is None) or (a.pairs is None and (a.a is None or a.b is None)):
         raise OndeviceError("give the pairs as --pairs FILE (first<TAB>second per line) or as one --a TEXT --b TEXT")
     first, second = _read_pair_file(a.pairs) if a.pairs else ([a.a], [a.b])
-    precision = None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
-    bundle = Bundle.load(a.bundle, precision=precision, threads=a.threads)
-    scorer = bundle.dipair(a.threads) if "dipair" in bundle.manifest else bundle.pair_head(a.threads)
+    scorer = Bundle.load(a.bundle, precision=_bundle_precision(a), threads=a.threads).pair_scorer(a.threads)
     blend = False if a.no_blend else None
     scores, keys = scorer.score_pairs(first, second, blend=blend)
     threshold = scorer.decision_threshold(blend) if scorer.kind == "binary" else None
@@ -452,13 +455,9 @@ def run(a: argparse.Namespace) -> int:
             dev = data if a.split == "dev" else load_pairs(a.task, "dev", a.data, a.split_seed)
             out["student_encoder_cosine"] = cosine_metrics(task_spec(a.task), student.vectors, dev, data)
         if a.bundle:
-            from pathlib import Path
-
             from ondevice.pairs.bundle_eval import evaluate_pair_bundle
 
-            # a one-precision folder is what it is; --precision picks a folder of a two-precision export
-            precision = None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
-            out["bundle"] = evaluate_pair_bundle(a.bundle, data, precision=precision)
+            out["bundle"] = evaluate_pair_bundle(a.bundle, data, precision=_bundle_precision(a))
         print(json.dumps(out))
         return 0
     from pathlib import Path

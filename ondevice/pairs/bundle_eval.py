@@ -10,12 +10,11 @@ from pathlib import Path
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.data import PairData, task_spec
-from ondevice.pairs.metrics import cosines, evaluate_scores, pair_vectors
+from ondevice.pairs.metrics import evaluate_scores
 
 
 def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None = None, threads: int = 0) -> dict:
     """Metrics of the bundle's head on `data` (and of its blend, when it has one), with the manifest's thresholds."""
-    from ondevice.pairs.blend import hamming_distances
     from ondevice.runtime import Bundle
 
     bundle = Bundle.load(path, precision=precision, threads=threads)
@@ -28,17 +27,11 @@ def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None
         raise OndeviceError(f"bundle {bundle.path} scores {block.get('task')!r} pairs, not {data.task!r}; pass --task {block.get('task')}")
     spec = task_spec(data.task)
     out: dict = {"bundle": str(bundle.path), "precision": bundle.manifest["precision"], "head_kind": key, "bits": bundle.bits}
-    if key == "pairs":
-        scorer = bundle.pair_head(threads)
-        logits = scorer.logits(*pair_vectors(bundle.encode, data.a, data.b))
-    else:
-        scorer = bundle.dipair(threads)
-        logits = scorer.logits(scorer.states(data.a, "a"), scorer.states(data.b, "b"))
+    scorer = bundle.pair_scorer(threads)
+    logits, sim = scorer.logits_and_similarity(data.a, data.b, similarity=scorer.blend is not None)
     out["head"] = evaluate_scores(spec, logits, data.gold, block.get("threshold"))
     if scorer.blend is not None:
-        sim = hamming_distances(*pair_vectors(bundle.codes, data.a, data.b)) if key == "dipair" else \
-            cosines(*pair_vectors(bundle.encode, data.a, data.b))
-        keys = scorer.blend_keys(logits, sim)
+        keys = scorer.blend.keys(logits[:, 0], sim)
         out["blend"] = {**evaluate_scores(spec, keys, data.gold, scorer.blend.threshold), "weight": scorer.blend.weight,
                         "similarity": scorer.blend.similarity}
     return out

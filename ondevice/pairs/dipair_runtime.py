@@ -120,7 +120,7 @@ class DiPairScorer(HeadScorer):
         """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' Hamming distances (n,)."""
         return self._blend_keys(logits, -np.asarray(distances, np.float64))
 
-    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
         (sa, ca), (sb, cb) = self._encode(a, "a", False, 256, similarity), self._encode(b, "b", False, 256, similarity)
         return self.logits(sa, sb), (-hamming_distances(ca, cb).astype(np.float64) if similarity else None)
 

@@ -203,8 +203,10 @@ def write_sra_cosine(out: Path, before: float | None, after: float | None) -> No
 
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> float:
-    u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
-    return float(((u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12)).mean())
+    """Mean row-wise cosine of two float matrices."""
+    from ondevice.pairs.metrics import cosines
+
+    return float(cosines(u, v).mean())
 
 
 def _sra_teacher(config: DiPairConfig, student: Student):

@@ -222,7 +222,7 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     has). Golden blended keys are written when the folder has golden pairs."""
     from ondevice.pairs.blend import fit_blend, minus_hamming
     from ondevice.pairs.data import task_spec
-    from ondevice.pairs.metrics import cosines, pair_vectors
+    from ondevice.pairs.metrics import cosines
     from ondevice.runtime import MANIFEST, Bundle
 
     spec = task_spec(dev.task)
@@ -230,19 +230,16 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     bundle = Bundle.load(path)
     manifest = read_json(path / MANIFEST, "bundle manifest")
     key = "dipair" if "dipair" in manifest else "pairs"
+    scorer = bundle.pair_scorer()
+    logits, sim = scorer.logits_and_similarity(dev.a, dev.b, similarity=True)
+    blend, dev_metrics = fit_blend(spec, logits[:, 0], sim, dev.gold, scorer.similarity)
     g = path / "golden"
     if key == "dipair":
-        dp = bundle.dipair()
-        logits = dp.logits(dp.states(dev.a, "a"), dp.states(dev.b, "b"))[:, 0]
-        blend, dev_metrics = fit_blend(spec, logits, minus_hamming(*pair_vectors(bundle.codes, dev.a, dev.b)), dev.gold,
-                                       "minus_hamming")
         extra = {"bits": bundle.bits}
         golden_files = ("dipair_logits.npy", "codes.npy", "dipair_pair_a.npy", "dipair_pair_b.npy")
         similarity = lambda rows, ia, ib: minus_hamming(rows[ia], rows[ib])
         keys_name, what = "dipair_blend_keys.npy", "minus the Hamming distance of golden/codes.npy rows"
     else:
-        u, v = pair_vectors(bundle.encode, dev.a, dev.b)
-        blend, dev_metrics = fit_blend(spec, bundle.pair_head().logits(u, v)[:, 0], cosines(u, v), dev.gold, "cosine")
         extra = {"dim": bundle.dim}
         golden_files = ("pair_logits.npy", "embeddings.npy", "pair_a.npy", "pair_b.npy")
         similarity = lambda rows, ia, ib: cosines(rows[ia], rows[ib])

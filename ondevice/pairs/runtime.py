@@ -132,8 +132,9 @@ class HeadScorer:
             raise OndeviceError(f"bundle {self.bundle.path} has no blend; re-export it")
         return self.blend.keys(np.asarray(logits)[:, 0], similarity)
 
-    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """Head logits of the text pairs and, when asked, the similarity the blend takes, from one encoder pass."""
+    def logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Head logits (n, outputs) of the text pairs and, with `similarity`, what this head's blend takes (the
+        embeddings' cosine for DSE, minus the codes' Hamming distance for DiPair; float64 (n,)), from one encoder pass."""
         raise NotImplementedError
 
     def score_pairs(self, a: str | Sequence[str], b: str | Sequence[str],
@@ -145,7 +146,7 @@ class HeadScorer:
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
         on = self._blend_on(blend)
-        logits, sim = self._logits_and_similarity(a, b, on)
+        logits, sim = self.logits_and_similarity(a, b, on)
         keys = self._blend_keys(logits, sim) if on else self.rank_key(logits).astype(np.float64)
         return self.transform(logits), keys
 
@@ -272,7 +273,7 @@ class PairScorer(HeadScorer):
         """The bundle's blended rank keys (float64) of head logits (n, 1) and the same pairs' embedding cosines (n,)."""
         return self._blend_keys(logits, cosines)
 
-    def _logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
         from ondevice.pairs.metrics import cosines
 
         u, v = self._pair_vectors(a, b)
