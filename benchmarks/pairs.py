@@ -338,7 +338,10 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
 
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
+    from ondevice.pairs.dvbert import CONFIG as DVBERT_CONFIG
     from ondevice.pairs.dvbert import DvBERTConfig, finished, parse_teachers, parse_view, train_dvbert
+    from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
 
     if a.threads:
@@ -355,12 +358,17 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     out = {**_meta(argv, a.threads), "task": a.task, "metric": spec.metric, "seeds": seed_list, "test_pairs": len(test),
            "dvbert_teachers": views, "dse_teacher": dse_teacher, "dse_alphas": alphas, "workdir": str(work)}
     common = {"task": a.task, "data": a.data, "student": a.student, "epochs": a.epochs, "batch_size": a.batch_size,
-              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads, "device": a.device}
+              "lr": a.lr, "max_train_pairs": a.max_train_pairs, "threads": a.threads, "device": a.device,
+              # the same transfer set for both students, each scored by its own teacher(s)
+              "augment_random": a.augment_random, "augment_neighbors": a.augment_neighbors,
+              "augment_tasks": a.augment_tasks, "augment_edits": a.augment_edits}
+    dv_augment = {} if a.dvbert_augment else {"augment_random": 0, "augment_neighbors": 0, "augment_tasks": "",
+                                                "augment_edits": 0}
+    out["dvbert_augment"] = bool(a.dvbert_augment)
     rows: dict[str, dict] = {"dse": {}, "dvbert": {}}
     for seed in seed_list:
         dse_dir = work / f"dse-seed{seed}"
-        dcfg = DSEConfig(teacher=dse_teacher, seed=seed, augment_random=a.augment_random,
-                         augment_neighbors=a.augment_neighbors, **common)
+        dcfg = DSEConfig(teacher=dse_teacher, seed=seed, **common)
         sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=True, progress=not a.quiet)
         chosen = dse_dir / sel["chosen_dir"]
         rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
@@ -368,8 +376,10 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
                              # every alpha's test figures too: paper 000's alpha comparison is on them
                              "alphas_test": {f"{x:g}": PairStudent.load(dse_dir / f"alpha-{x:g}").evaluate(test) for x in alphas}}
         dv_dir = work / f"dvbert-seed{seed}"
-        vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **common)
-        if not finished(dv_dir, vcfg.epochs):
+        vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **{**common, **dv_augment})
+        if finished(dv_dir, vcfg.epochs):
+            same_settings(dv_dir, vcfg, DVBERT_CONFIG, "DvBERT config", DVBERT_KEYS)
+        else:
             train_dvbert(vcfg, dv_dir, resume=(dv_dir / "checkpoint").exists(), progress=not a.quiet)
         rows["dvbert"][seed] = {"test": PairStudent.load(dv_dir).evaluate(test),
                                 "dev": json.loads((dv_dir / "dev.json").read_text())}
@@ -660,8 +670,14 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--epochs", type=int, default=4)
     v.add_argument("--batch-size", type=int, default=32)
     v.add_argument("--lr", type=float, default=5e-4)
-    v.add_argument("--augment-random", type=int, default=5000, help="DSE augmentation (DvBERT uses none)")
+    v.add_argument("--augment-random", type=int, default=5000, help="augmentation pairs of both students (DSE's "
+                   "transfer set; DvBERT's are scored by all its teachers)")
     v.add_argument("--augment-neighbors", type=int, default=1)
+    v.add_argument("--augment-tasks", default="", help="other tasks' train text as augmentation (e.g. sick,mrpc,qqp)")
+    v.add_argument("--augment-edits", type=int, default=0, help="edited copies of every training pair")
+    v.add_argument("--dvbert-augment", action=argparse.BooleanOptionalAction, default=True,
+                   help="DvBERT trains on the augmentation pairs too (--no-dvbert-augment: training pairs only, as "
+                        "before 2026-11-26)")
     v.add_argument("--max-train-pairs", type=int, default=None)
     v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
     v.add_argument("--threads", type=int, default=0)

@@ -48,7 +48,7 @@ class Teachers:
     def config(self, **kw) -> DvBERTConfig:
         base = {"task": "mrpc", "data": str(self.env.data), "student": str(self.env.student),
                 "teachers": [self.dirs["s0"], self.dirs["s1"], self.dirs["swap"], self.dirs["s0"] + ":ba"],
-                "epochs": 3, "batch_size": 16, "lr": 3e-3, "seed": 0}
+                "epochs": 3, "batch_size": 16, "lr": 3e-3, "seed": 0, "augment_random": 0, "augment_neighbors": 0}
         base.update(kw)
         return DvBERTConfig(**base)
 
@@ -203,9 +203,78 @@ def test_regression_uses_the_dse_head(pair_env, teachers, tmp_path):
     fine_tune(CrossEncoderConfig(task="stsb", data=str(pair_env.data), base=str(pair_env.base), epochs=1,
                                  batch_size=16, lr=2e-3, swap=True, max_train_pairs=48), tmp_path / "swap", progress=False)
     cfg = DvBERTConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), epochs=1, head_hidden=8,
-                       teachers=[str(pair_env.teacher()), str(tmp_path / "swap")], max_train_pairs=48)
+                       teachers=[str(pair_env.teacher()), str(tmp_path / "swap")], max_train_pairs=48,
+                       augment_random=20, augment_neighbors=1)
     ps = train_dvbert(cfg, tmp_path / "run", progress=False)
-    assert ps.head_cfg.hidden == 8 and json.loads((tmp_path / "run" / "data.json").read_text())["head"] == "mlp"
+    data = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert ps.head_cfg.hidden == 8 and data["head"] == "mlp" and data["augment_pairs"] > 20
+
+
+def test_augmentation_pairs_keep_the_teachers_target():
+    """Unlabeled rows: lambda 0 whatever the schedule says, and their placeholder gold (NaN here) never reaches the
+    loss; labeled rows anneal as before."""
+    rng = np.random.default_rng(5)
+    k, n = 2, 6
+    logits = rng.normal(size=(n, 1)).astype(np.float32)
+    tl = rng.normal(size=(k, n, 1)).astype(np.float32)
+    gold = rng.random(n).astype(np.float32)
+    labeled = np.array([True, False, True, True, False, False])
+    probs = np.stack([teacher_predictions(t, "binary") for t in tl])
+    g = gold_targets(np.where(labeled, gold, np.nan), "binary", 1)
+    got = dvbert_loss(torch.from_numpy(logits), torch.from_numpy(probs), torch.from_numpy(g), 0.6, "binary",
+                      torch.from_numpy(labeled)).item()
+    lab, unl = np.flatnonzero(labeled), np.flatnonzero(~labeled)
+    want = (_brute_loss(logits[lab], tl[:, lab], gold[lab], 0.6, "binary") * len(lab)
+            + _brute_loss(logits[unl], tl[:, unl], gold[unl], 0.0, "binary") * len(unl)) / n
+    assert np.isfinite(got) and got == pytest.approx(want, rel=1e-5)
+    every = dvbert_loss(torch.from_numpy(logits), torch.from_numpy(probs), torch.from_numpy(np.nan_to_num(g)), 0.6,
+                        "binary", torch.ones(n, dtype=torch.bool)).item()
+    assert every == pytest.approx(_brute_loss(logits, tl, gold * labeled, 0.6, "binary"), rel=1e-5)
+
+
+def test_augmentation_is_dses_transfer_set_scored_by_every_view(teachers, pair_env, tmp_path):
+    """The same flags draw the same pairs as a DSE run; every view scores them (its own cache entry), and with
+    them the teachers still shape a gold-only (lambda 1) run."""
+    from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
+    from ondevice.pairs.data import load_pairs
+    from ondevice.student import Student
+
+    t = teachers.dirs
+    flags = {"augment_random": 24, "augment_neighbors": 1, "augment_edits": 1, "max_train_pairs": 32, "epochs": 1}
+    train_dvbert(teachers.config(teachers=[t["s0"], t["s1"] + ":ba"], **flags), tmp_path / "aug", progress=False)
+    data = json.loads((tmp_path / "aug" / "data.json").read_text())
+    train = load_pairs("mrpc", "train", pair_env.data)
+    train = train.subset(np.random.default_rng(0).permutation(len(train))[:32])
+    aug = augmentation_pairs(train, Student.load(pair_env.student).encode, AugmentConfig(24, 1, 256, 0, 1))
+    assert data["augment_pairs"] == len(aug) > 24 + 32  # random + neighbours + edited copies
+    saved = json.loads((tmp_path / "aug" / "dvbert_config.json").read_text())
+    assert saved["augment_random"] == 24 and saved["augment_edits"] == 1
+
+    def head(name: str, view: str) -> bytes:
+        train_dvbert(teachers.config(teachers=[view], anneal="constant:1", **flags), tmp_path / name, progress=False)
+        return (tmp_path / name / "checkpoint" / "model.safetensors").read_bytes()
+
+    assert head("g0", t["s0"]) != head("g1", t["s1"])  # without augmentation these are equal (test above)
+
+
+def test_resuming_a_run_saved_before_augmentation(teachers, tmp_path):
+    cfg = teachers.config(epochs=2, max_train_pairs=32)
+
+    def stop(step):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(OndeviceError, match="--resume"):
+        train_dvbert(cfg, tmp_path / "old", progress=False, on_step=stop)
+    saved = json.loads((tmp_path / "old" / "dvbert_config.json").read_text())
+    for k in [k for k in saved if k.startswith("augment_")]:  # as an earlier version wrote it
+        del saved[k]
+    (tmp_path / "old" / "dvbert_config.json").write_text(json.dumps(saved))
+    with pytest.raises(OndeviceError, match="without augmentation pairs"):
+        train_dvbert(teachers.config(epochs=2, max_train_pairs=32, augment_random=8), tmp_path / "old", resume=True,
+                     progress=False)
+    train_dvbert(cfg, tmp_path / "old", resume=True, progress=False)
+    assert len((tmp_path / "old" / "train_log.jsonl").read_text().splitlines()) == 2
 
 
 def _one_line_error(capsys, argv) -> str:
@@ -224,6 +293,8 @@ def test_bad_input_is_one_line(capsys, teachers, pair_env, tmp_path):
     assert "twice" in _one_line_error(capsys, [*base, "--teachers", f"{teachers.dirs['s0']},{teachers.dirs['s0']}"])
     assert "--anneal" in _one_line_error(capsys, [*base, "--teachers", teachers.dirs["s0"], "--anneal", "cosine"])
     assert "not a cross-encoder teacher" in _one_line_error(capsys, [*base, "--teachers", str(tmp_path)])
+    assert "--augment-edits" in _one_line_error(capsys, [*base, "--teachers", teachers.dirs["s0"], "--augment-edits", "-1"])
+    assert "--augment-tasks" in _one_line_error(capsys, [*base, "--teachers", teachers.dirs["s0"], "--augment-tasks", "nope"])
     assert not (tmp_path / "o").exists()  # nothing written before the input is checked
 
 
@@ -231,9 +302,11 @@ def test_cli_trains_evaluates_and_exports(capsys, teachers, pair_env, tmp_path):
     t = teachers.dirs
     assert main(["pairs", "dvbert", "--task", "mrpc", "--data", str(pair_env.data), "--student", str(pair_env.student),
                  "--teachers", f"{t['s0']},{t['s1']}", "--both-orders", "--out", str(tmp_path / "r"), "--epochs", "1",
-                 "--max-train-pairs", "32", "--quiet", "--seed", "3"]) == 0
+                 "--max-train-pairs", "32", "--augment-random", "16", "--augment-neighbors", "0", "--quiet",
+                 "--seed", "3"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["teachers"] == [t["s0"], t["s1"], t["s0"] + ":ba", t["s1"] + ":ba"]
+    assert json.loads((tmp_path / "r" / "data.json").read_text())["augment_pairs"] == 16
     assert main(["pairs", "eval", "--task", "mrpc", "--data", str(pair_env.data), "--run", str(tmp_path / "r")]) == 0
     assert "accuracy" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["student"]
 

@@ -60,6 +60,9 @@ def test_alpha_selection_and_task_mismatch(pair_env, tmp_path):
     again = train_dse_alphas(pair_env.dse_config(epochs=1, augment_random=10), tmp_path / "sweep", alphas=(0.0, 1.0),
                              progress=False)  # finished alphas are not retrained
     assert again == sel
+    with pytest.raises(OndeviceError, match="finished run with other settings \\(augment_random\\)"):
+        train_dse_alphas(pair_env.dse_config(epochs=1, augment_random=11), tmp_path / "sweep", alphas=(1.0,),
+                         progress=False)  # nor taken for a run with other settings
     sweep = tmp_path / "sweep"
     assert chosen_run(sweep) == sweep / sel["chosen_dir"] and chosen_run(sweep / "alpha-0") == sweep / "alpha-0"
     for chosen in ("/etc", "../elsewhere", "alpha-1/../../x", 7, None):  # a selection.json that points out of its run

@@ -281,6 +281,12 @@ def _add_dvbert(sub, fmt) -> None:
     s.add_argument("--epochs", type=int, default=v.epochs)
     s.add_argument("--batch-size", type=int, default=v.batch_size)
     s.add_argument("--lr", type=float, default=v.lr)
+    s.add_argument("--augment-random", type=int, default=v.augment_random,
+                   help="random pairings of training sentences, scored by every teacher view (DSE's transfer set)")
+    s.add_argument("--augment-neighbors", type=int, default=v.augment_neighbors,
+                   help="Hamming-nearest pairings per training sentence, scored by every teacher view")
+    s.add_argument("--augment-bits", type=int, default=v.augment_bits, help="code bits for the neighbour search")
+    _augment_extra_flags(s, v)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--device", default=v.device, help=DEVICE_HELP)
@@ -293,7 +299,10 @@ def _dvbert(a: argparse.Namespace) -> int:
 
     cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
                        anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
-                       lr=a.lr, max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
+                       lr=a.lr, augment_random=a.augment_random, augment_neighbors=a.augment_neighbors,
+                       augment_bits=a.augment_bits, augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
+                       augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
+                       max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
                        threads=a.threads, device=a.device)
     train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
     from ondevice.io import read_json

@@ -13,6 +13,10 @@ rises from 0 at the first optimizer step to 1 at the last (Clark et al. 2019), `
 `constant:X` keeps X. D is linear in the target for BCE and cross-entropy, so this equals D against the mean
 teacher; for squared error the two differ by a constant, with the same gradients.
 
+The student is DSE's, and so is its transfer set (paper 000 Sec. 3.2, `ondevice.pairs.augment`): unlabeled pairs
+made from the training sentences, scored by every teacher view. They have no gold label, so their target stays the
+teachers' (lambda = 0 for them); the same augmentation flags as a DSE run draw the same pairs.
+
 A teacher view is a teacher folder and an input order: `DIR` scores (a, b), `DIR:ba` scores (b, a); a teacher
 fine-tuned with `--swap` is already a (b, a) teacher. Each view's logits are cached by `ondevice.pairs.logits`.
 
@@ -39,6 +43,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
+from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_checks, extra_texts
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
@@ -63,6 +68,16 @@ class DvBERTConfig:
     epochs: int = 4
     batch_size: int = 32
     lr: float = 5e-4
+    # DSE's transfer set, scored by every teacher view (the same fields and defaults as ondevice.pairs.train.DSEConfig)
+    augment_random: int = 5000
+    augment_neighbors: int = 1
+    augment_bits: int = 256
+    augment_tasks: str = ""
+    augment_tasks_max: int = 50000
+    augment_text: str = ""
+    augment_text_max: int = 50000
+    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
+    augment_edits: int = 0
     max_train_pairs: int | None = None
     seed: int = 0
     split_seed: int = 0
@@ -79,7 +94,13 @@ class DvBERTConfig:
                        (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
                        (self.head_hidden >= 1, "--head-hidden must be >= 1"), device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
-                       *pair_run_checks(self.threads, self.max_train_pairs)])
+                       *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
+                       *extra_checks(self)])
+
+    def augments(self) -> bool:
+        """Whether this run makes any augmentation pairs."""
+        return bool(self.augment_random or self.augment_neighbors or self.augment_tasks or self.augment_text
+                    or self.augment_edits)
 
     def head_type(self) -> str:
         """The head this run trains: `linear` (DvBERT) or `mlp` (DSE)."""
@@ -88,8 +109,10 @@ class DvBERTConfig:
         return "mlp" if task_spec(self.task).kind == "regression" else "linear"
 
 
-_RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", "max_train_pairs",
-                "seed", "split_seed")
+_AUGMENT_KEYS = ("augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
+                 "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits")
+_RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", *_AUGMENT_KEYS,
+                "max_train_pairs", "seed", "split_seed")
 
 
 def parse_view(spec: str) -> tuple[str, str]:
@@ -157,15 +180,20 @@ def gold_targets(gold: np.ndarray, kind: str, outputs: int) -> np.ndarray:
     return g.astype(np.float32).reshape(-1, 1)
 
 
-def annealed_targets(teacher_probs, gold, lam: float):
-    """lambda * gold + (1 - lambda) * q_k for every teacher view: (K, n, outputs) from (K, n, outputs), (n, outputs)."""
+def annealed_targets(teacher_probs, gold, lam):
+    """lambda * gold + (1 - lambda) * q_k for every teacher view: (K, n, outputs) from (K, n, outputs), (n, outputs);
+    `lam` is one weight or one per pair, shaped (n, 1)."""
     return lam * gold[None] + (1.0 - lam) * teacher_probs
 
 
-def dvbert_loss(logits, teacher_probs, gold, lam: float, kind: str):
-    """Mean over the K teacher views of D(annealed target_k, student logits), each averaged over the batch."""
+def dvbert_loss(logits, teacher_probs, gold, lam: float, kind: str, labeled=None):
+    """Mean over the K teacher views of D(annealed target_k, student logits), each averaged over the batch.
+    `labeled` (bool per pair, default all): unlabeled (augmentation) pairs keep the teachers' target, lambda 0."""
     torch = require("torch", "train")
     F = torch.nn.functional
+    if labeled is not None:  # gold of unlabeled rows is a placeholder: weight 0, and no NaN may reach the sum
+        lam = (lam * labeled.to(teacher_probs.dtype)).unsqueeze(-1)
+        gold = torch.where(labeled.unsqueeze(-1), gold, torch.zeros_like(gold))
     targets = annealed_targets(teacher_probs, gold, lam)  # (K, B, O)
     k = targets.shape[0]
     f = logits.unsqueeze(0).expand(k, *logits.shape)
@@ -265,6 +293,20 @@ def load_views(config: DvBERTConfig) -> list[tuple[str, str, object]]:
     return [(path, order, loaded[path]) for path, order in parsed]
 
 
+def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
+    """A run saved before DvBERT had a transfer set trained without one: resuming it with augmentation would mix."""
+    saved = out / CONFIG
+    if not resume or not saved.is_file():
+        return
+    raw = read_json(saved, "DvBERT config")
+    if isinstance(raw, dict) and not any(k in raw for k in _AUGMENT_KEYS):
+        if config.augments():
+            raise OndeviceError(f"{out} was trained without augmentation pairs (an earlier ondevice); resume it with "
+                                "--augment-random 0 --augment-neighbors 0, or train a new --out")
+        raw.update({k: getattr(config, k) for k in _AUGMENT_KEYS})
+        write_json(saved, raw)
+
+
 def _view_logits(teacher, order: str, a: list[str], b: list[str], progress: bool) -> np.ndarray:
     from ondevice.pairs.logits import teacher_logits
 
@@ -284,6 +326,8 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
+    extra = extra_texts(config)  # before the resume check: it fills in a checksum
+    _check_legacy_resume(out, config, resume)
     check_resume(out, config, CONFIG, "DvBERT config", _RESUME_KEYS, resume)
     views = load_views(config)
     if config.threads:
@@ -296,10 +340,20 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
-    logits = [_view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
-    probs = np.stack([teacher_predictions(x, spec.kind) for x in logits])  # (K, n, outputs)
-    gold = gold_targets(spec.normalize(train.gold), spec.kind, spec.num_outputs)
-    texts, pa, pb = _index([], train.a, train.b)
+    train_logits = [_view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
+    aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
+                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
+                                           config.seed, config.augment_edits), extra) if config.augments() else None
+    aug_logits = [_view_logits(t, order, aug.a, aug.b, progress) for _, order, t in views] if aug is not None and len(aug) else []
+    n_aug = len(aug) if aug_logits else 0
+    logits = [np.concatenate([x, y]) for x, y in zip(train_logits, aug_logits)] if aug_logits else train_logits
+    probs = np.stack([teacher_predictions(x, spec.kind) for x in logits])  # (K, n + n_aug, outputs)
+    gold = np.concatenate([gold_targets(spec.normalize(train.gold), spec.kind, spec.num_outputs),
+                           np.zeros((n_aug, spec.num_outputs), np.float32)])
+    labeled = np.arange(len(train) + n_aug) < len(train)
+    a = train.a + (aug.a if n_aug else [])
+    b = train.b + (aug.b if n_aug else [])
+    texts, pa, pb = _index([], a, b)
     ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in texts]
     dev_texts, da, db = _index([], dev.a, dev.b)
     dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
@@ -321,9 +375,10 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     else:
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / CONFIG, config)
-        train_metric = [evaluate_scores(spec, x, train.gold, t.info.get("threshold")) for x, (_, _, t) in zip(logits, views)]
+        train_metric = [evaluate_scores(spec, x, train.gold, t.info.get("threshold"))
+                        for x, (_, _, t) in zip(train_logits, views)]
         write_json(out / "data.json", {
-            "train_pairs": len(train), "augment_pairs": 0, "dev_pairs": len(dev), "head": head_type,
+            "train_pairs": len(train), "augment_pairs": n_aug, "dev_pairs": len(dev), "head": head_type,
             "teacher": views[0][2].identity,
             "teachers": [{"dir": p, "order": o, "identity": t.identity, "dev": t.info.get("dev"), "train": m}
                          for (p, o, t), m in zip(views, train_metric)]})
@@ -334,9 +389,9 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
 
-    probs_t, gold_t = _on(probs, device), _on(gold, device)
+    probs_t, gold_t, labeled_t = _on(probs, device), _on(gold, device), _on(labeled, device)
 
-    n = len(train)
+    n = len(a)
     per_epoch = math.ceil(n / config.batch_size)
     total = per_epoch * config.epochs
     epoch, step = state["epoch"], state["step"]
@@ -350,7 +405,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
                 lam = anneal_lambda(config.anneal, epoch * per_epoch + step, total)
                 f = _batch_logits(model, ids, pa, pb, rows, device)
                 r = _on(rows, device)
-                loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind)
+                loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind, labeled_t[r])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()

@@ -45,6 +45,16 @@ def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequ
             write_json(out / config_file, config)
 
 
+def same_settings(out: Path, config: Any, config_file: str, what: str, keys: Sequence[str]) -> None:
+    """A finished run folder about to be reused in place of training `config`: one-line error unless its saved
+    settings equal `config`'s in every key of `keys`."""
+    saved = dataclass_from_dict(type(config), read_json(out / config_file, what), what)
+    diff = [k for k in keys if getattr(saved, k) != getattr(config, k)]
+    if diff:
+        raise OndeviceError(f"{out} holds a finished run with other settings ({', '.join(diff)}); "
+                            "use another folder, or the flags it was trained with")
+
+
 def start_or_resume(out: Path, holder, opt, config: Any, config_file: str, resume: bool) -> dict:
     """The run state {"epoch", "step", "log", "best"}: from the checkpoint, or fresh (config saved beside)."""
     from ondevice.distill import _load_checkpoint

@@ -35,7 +35,7 @@ from ondevice.pairs.model import (
     load_head_weights,
     save_head,
 )
-from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
+from ondevice.pairs.runloop import Position, check_resume, run_epochs, same_settings, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -302,7 +302,11 @@ def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[fl
         sub = out / f"alpha-{alpha:g}"
         cfg = dataclasses.replace(config, alpha=float(alpha))
         done = (sub / "train_log.jsonl").is_file() and len((sub / "train_log.jsonl").read_text().splitlines()) >= cfg.epochs
-        if not done:
+        if done:  # reused as is: only if it was trained with these settings
+            if cfg.alpha > 0:  # as train_dse: fills in the --augment-text checksum the saved config holds
+                extra_texts(cfg)
+            same_settings(sub, cfg, "dse_config.json", "DSE config", _RESUME_KEYS)
+        else:
             train_dse(cfg, sub, resume=resume and (sub / "checkpoint").exists(), progress=progress)
         rows[f"{alpha:g}"] = read_json(sub / "dev.json", "dev metrics")
     spec = task_spec(config.task)
