@@ -431,6 +431,13 @@ def pairs_seeds(path: str) -> str:
               f"{ms(diff['dev_per_seed'])}; beyond the seed spread: {diff['beyond_seed_spread']}; DSE alpha(s) "
               f"{', '.join(f'{x:g}' for x in b['dse_alphas'])}; DvBERT teachers: {', '.join(Path(t).name for t in b['dvbert_teachers'])}"
               + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items()) + "."]
+    if "dvbert_augment" in b:  # files before 2026-11-26 trained DvBERT on the labelled pairs only and do not say so
+        c = b["dvbert_config"]
+        what = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
+                + (f" + {c['augment_tasks']} train text" if c["augment_tasks"] else "")
+                + (f" + {c['augment_edits']} edited copies/pair" if c["augment_edits"] else ""))
+        lines[-1] += (f" Transfer set: {what}, the same pairs for both students (DvBERT's scored by each of its teachers)."
+                      if b["dvbert_augment"] else " DvBERT trained on the labelled pairs only (`--no-dvbert-augment`).")
     return "\n".join(lines)
 
 
