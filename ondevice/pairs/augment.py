@@ -112,6 +112,15 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
     return PairData(train.task, "augment", a, b, np.full(len(a), np.nan))
 
 
+def transfer_set(train: PairData, encode: Callable[[list[str]], np.ndarray], config,
+                 extra: Sequence[ExtraText] = ()) -> PairData:
+    """The augmentation pairs a DSE, DvBERT or DiPair config asks for (its `augment_*` fields and seed); `encode` is
+    the SRA student's, used only where neighbours are searched."""
+    return augmentation_pairs(train, encode if config.augment_neighbors or extra else None,
+                              AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
+                                            config.seed, config.augment_edits), extra)
+
+
 def edit_sentence(sentence: str, rng: np.random.Generator, vocabulary: Sequence[str], prob: float) -> str:
     """`sentence` with each word dropped with probability `prob`, else replaced by a random `vocabulary` word
     with probability `prob` (words are whitespace-separated); never empty. Unchanged only when every draw kept."""

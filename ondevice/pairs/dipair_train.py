@@ -227,7 +227,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
 
     from ondevice.distill import _save_checkpoint, checkpoint_errors, load_optimizer
     from ondevice.io import check_out_dir
-    from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_texts
+    from ondevice.pairs.augment import extra_texts, transfer_set
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
@@ -258,10 +258,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
-    aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits, config.seed,
-                                           config.augment_edits),
-                             extra)
+    aug = transfer_set(train, student.encode, config, extra)
     a, b = train.a + aug.a, train.b + aug.b
     # Two lists, as DSE labels them: a DSE run with the same augmentation flags fills the very same cache folders,
     # so either run reuses the other's logits, also when both start at once (the second waits on the fill lock).

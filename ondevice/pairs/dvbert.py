@@ -43,7 +43,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
-from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_checks, extra_texts
+from ondevice.pairs.augment import extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
@@ -341,9 +341,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
     train_logits = [_view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
-    aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
-                                           config.seed, config.augment_edits), extra) if config.augments() else None
+    aug = transfer_set(train, student.encode, config, extra) if config.augments() else None
     aug_logits = [_view_logits(t, order, aug.a, aug.b, progress) for _, order, t in views] if aug is not None and len(aug) else []
     n_aug = len(aug) if aug_logits else 0
     logits = [np.concatenate([x, y]) for x, y in zip(train_logits, aug_logits)] if aug_logits else train_logits

@@ -23,7 +23,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
-from ondevice.pairs.augment import AugmentConfig, augmentation_pairs, extra_checks, extra_texts
+from ondevice.pairs.augment import extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
@@ -198,9 +198,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     use_teacher = config.alpha > 0
     t_train = teacher_logits(teacher, train.a, train.b, progress=progress) if use_teacher else \
         np.zeros((len(train), spec.num_outputs), np.float32)
-    aug = augmentation_pairs(train, student.encode if config.augment_neighbors or extra else None,
-                             AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
-                                           config.seed, config.augment_edits), extra) if use_teacher else None
+    aug = transfer_set(train, student.encode, config, extra) if use_teacher else None
     use_aug = aug is not None and len(aug) > 0
     t_aug = teacher_logits(teacher, aug.a, aug.b, progress=progress) if use_aug else no_logits
 
