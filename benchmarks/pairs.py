@@ -341,6 +341,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
     from ondevice.pairs.dvbert import CONFIG as DVBERT_CONFIG
     from ondevice.pairs.dvbert import DvBERTConfig, finished, parse_teachers, parse_view, train_dvbert
+    from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
 
@@ -402,8 +403,13 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
                                                                for s in seed_list])} for x in alphas}
     if not a.skip_teachers:
         out["teachers_test"] = {}
-        for v in dict.fromkeys(parse_view(p)[0] for p in views):
-            out["teachers_test"][v] = evaluate_teacher(CrossEncoderTeacher.load(v, device=a.device), test)
+        loaded = {v: CrossEncoderTeacher.load(v, device=a.device) for v in dict.fromkeys(parse_view(p)[0] for p in views)}
+        for v, teacher in loaded.items():
+            out["teachers_test"][v] = evaluate_teacher(teacher, test)
+        if spec.kind == "regression":  # the views' mean logit: what DvBERT's loss averages over, as one teacher
+            mean = np.mean([loaded[p].logits(test.b, test.a) if o == "ba" else loaded[p].logits(test.a, test.b)
+                            for p, o in map(parse_view, views)], axis=0)
+            out["teachers_mean_test"] = evaluate_scores(spec, mean, test.gold, None)
     return out
 
 

@@ -430,7 +430,9 @@ def pairs_seeds(path: str) -> str:
     lines += ["", f"{metric} x100 on {b['task']} ({b['test_pairs']:,} test pairs); DvBERT - DSE on dev: "
               f"{ms(diff['dev_per_seed'])}; beyond the seed spread: {diff['beyond_seed_spread']}; DSE alpha(s) "
               f"{', '.join(f'{x:g}' for x in b['dse_alphas'])}; DvBERT teachers: {', '.join(Path(t).name for t in b['dvbert_teachers'])}"
-              + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items()) + "."]
+              + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items())
+              + (f"; the teachers' mean logit test {b['teachers_mean_test'][metric]:.2f}" if "teachers_mean_test" in b else "")
+              + "."]
     if "dvbert_augment" in b:  # files before 2026-11-26 trained DvBERT on the labelled pairs only and do not say so
         c = b["dvbert_config"]
         what = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"

@@ -171,6 +171,13 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     assert out["dvbert_minus_dse"]["per_seed"]["mean"] == pytest.approx(np.mean(per_seed), abs=2e-3)
     assert out["dvbert_teachers"] == [teacher, teacher + ":ba"] and teacher in out["teachers_test"]
     assert out["dvbert_augment"] is True and out["dvbert_config"]["augment_random"] == 10
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.metrics import evaluate_scores
+
+    t, test = CrossEncoderTeacher.load(teacher), load_pairs("stsb", "test", pair_env.data)
+    both = (t.logits(test.a, test.b) + t.logits(test.b, test.a)) / 2  # the (a, b) and (b, a) views' mean
+    assert out["teachers_mean_test"]["spearman"] == pytest.approx(evaluate_scores(t.spec, both, test.gold, None)["spearman"], abs=0.01)
     dse_aug = json.loads((tmp_path / "w" / "dse-seed0" / "alpha-0.5" / "data.json").read_text())["augment_pairs"]
     assert json.loads((tmp_path / "w" / "dvbert-seed0" / "data.json").read_text())["augment_pairs"] == dse_aug == 10
     assert "Transfer set: 10 random + 0 neighbour(s)/sentence, the same pairs" in _script("tables").pairs_seeds(str(path))
