@@ -683,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--augment-edits", type=int, default=0, help="edited copies of every training pair")
     v.add_argument("--dvbert-augment", action=argparse.BooleanOptionalAction, default=True,
                    help="DvBERT trains on the augmentation pairs too (--no-dvbert-augment: training pairs only, as "
-                        "before 2026-11-26)")
+                        "until commit 383dddd, 2026-11-26)")
     v.add_argument("--max-train-pairs", type=int, default=None)
     v.add_argument("--skip-teachers", action="store_true", help="leave out the teachers' own test metrics")
     v.add_argument("--threads", type=int, default=0)

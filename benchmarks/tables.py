@@ -433,7 +433,7 @@ def pairs_seeds(path: str) -> str:
               + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items())
               + (f"; the teachers' mean logit test {b['teachers_mean_test'][metric]:.2f}" if "teachers_mean_test" in b else "")
               + "."]
-    if "dvbert_augment" in b:  # files before 2026-11-26 trained DvBERT on the labelled pairs only and do not say so
+    if "dvbert_augment" in b:  # files written before that (commit 383dddd) trained DvBERT on the labelled pairs only and do not say so
         c = b["dvbert_config"]
         what = (f"{c['augment_random']:,} random + {c['augment_neighbors']} neighbour(s)/sentence"
                 + (f" + {c['augment_tasks']} train text" if c["augment_tasks"] else "")
