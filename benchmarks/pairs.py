@@ -340,7 +340,14 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
     from ondevice.pairs.dvbert import CONFIG as DVBERT_CONFIG
-    from ondevice.pairs.dvbert import DvBERTConfig, finished, parse_teachers, parse_view, train_dvbert
+    from ondevice.pairs.dvbert import (
+        DvBERTConfig,
+        _view_logits,
+        finished,
+        parse_teachers,
+        parse_view,
+        train_dvbert,
+    )
     from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
@@ -407,8 +414,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         for v, teacher in loaded.items():
             out["teachers_test"][v] = evaluate_teacher(teacher, test)
         if spec.kind == "regression":  # the views' mean logit: what DvBERT's loss averages over, as one teacher
-            mean = np.mean([loaded[p].logits(test.b, test.a) if o == "ba" else loaded[p].logits(test.a, test.b)
-                            for p, o in map(parse_view, views)], axis=0)
+            mean = np.mean([_view_logits(loaded[p], o, test.a, test.b, False) for p, o in map(parse_view, views)], axis=0)
             out["teachers_mean_test"] = evaluate_scores(spec, mean, test.gold, None)
     return out
 

@@ -26,7 +26,13 @@ def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _augment_extra_flags(s: argparse.ArgumentParser, d) -> None:
+def _augment_flags(s: argparse.ArgumentParser, d) -> None:
+    """The augmentation flags of `pairs train`, `pairs dipair` and `pairs dvbert` (defaults from config `d`)."""
+    s.add_argument("--augment-random", type=int, default=d.augment_random,
+                   help="random pairings of training sentences, scored by the teacher(s)")
+    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors,
+                   help="Hamming nearest-neighbour pairs per training sentence, scored by the teacher(s)")
+    s.add_argument("--augment-bits", type=int, default=d.augment_bits, help="code bits for the neighbour search")
     s.add_argument("--augment-tasks", default=d.augment_tasks,
                    help="other tasks' train-split text as extra augmentation: each sentence paired with its Hamming "
                         "nearest, scored by the teacher (e.g. sick,mrpc,qqp; dev/test text is never used)")
@@ -40,6 +46,13 @@ def _augment_extra_flags(s: argparse.ArgumentParser, d) -> None:
     s.add_argument("--augment-edits", type=int, default=d.augment_edits, metavar="N",
                    help="N edited copies of every training pair, each word dropped or replaced by a training word with "
                         "probability 0.1 (Tang et al. 2019), scored by the teacher")
+
+
+def _augment_kwargs(a: argparse.Namespace) -> dict:
+    """The augmentation fields of a DSE, DiPair or DvBERT config, from the flags `_augment_flags` added."""
+    from ondevice.pairs.augment import AUGMENT_KEYS
+
+    return {k: getattr(a, k) for k in AUGMENT_KEYS if k != "augment_text_sha256"}  # the trainer fills the checksum in
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,11 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--epochs", type=int, default=d.epochs)
     s.add_argument("--batch-size", type=int, default=d.batch_size)
     s.add_argument("--lr", type=float, default=d.lr)
-    s.add_argument("--augment-random", type=int, default=d.augment_random, help="random augmentation pairs")
-    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors,
-                   help="Hamming nearest-neighbour pairs per training sentence")
-    s.add_argument("--augment-bits", type=int, default=d.augment_bits, help="code bits for the neighbour search")
-    _augment_extra_flags(s, d)
+    _augment_flags(s, d)
     s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
@@ -193,10 +202,7 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--temperature", type=float, default=d.temperature)
     s.add_argument("--sra-weight", type=float, default=d.sra_weight, help="SRA cosine loss weight in stage 2")
     s.add_argument("--dropout", type=float, default=d.dropout, help="head dropout while training (BERT: 0.1; 0 = off)")
-    s.add_argument("--augment-random", type=int, default=d.augment_random)
-    s.add_argument("--augment-neighbors", type=int, default=d.augment_neighbors)
-    s.add_argument("--augment-bits", type=int, default=d.augment_bits)
-    _augment_extra_flags(s, d)
+    _augment_flags(s, d)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--seed", type=int, default=d.seed)
@@ -234,10 +240,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
         cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
                            pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
-                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, augment_random=a.augment_random,
-                           augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
-                           augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
-                           augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
+                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, **_augment_kwargs(a),
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
@@ -281,12 +284,7 @@ def _add_dvbert(sub, fmt) -> None:
     s.add_argument("--epochs", type=int, default=v.epochs)
     s.add_argument("--batch-size", type=int, default=v.batch_size)
     s.add_argument("--lr", type=float, default=v.lr)
-    s.add_argument("--augment-random", type=int, default=v.augment_random,
-                   help="random pairings of training sentences, scored by every teacher view (DSE's transfer set)")
-    s.add_argument("--augment-neighbors", type=int, default=v.augment_neighbors,
-                   help="Hamming-nearest pairings per training sentence, scored by every teacher view")
-    s.add_argument("--augment-bits", type=int, default=v.augment_bits, help="code bits for the neighbour search")
-    _augment_extra_flags(s, v)
+    _augment_flags(s, v)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0)
     s.add_argument("--device", default=v.device, help=DEVICE_HELP)
@@ -299,10 +297,7 @@ def _dvbert(a: argparse.Namespace) -> int:
 
     cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
                        anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
-                       lr=a.lr, augment_random=a.augment_random, augment_neighbors=a.augment_neighbors,
-                       augment_bits=a.augment_bits, augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
-                       augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
-                       max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
+                       lr=a.lr, **_augment_kwargs(a), max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
                        threads=a.threads, device=a.device)
     train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
     from ondevice.io import read_json
@@ -421,10 +416,7 @@ def run(a: argparse.Namespace) -> int:
         from ondevice.pairs.train import DSEConfig, train_dse_alphas
 
         cfg = DSEConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, head_hidden=a.head_hidden,
-                        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, augment_random=a.augment_random,
-                        augment_neighbors=a.augment_neighbors, augment_bits=a.augment_bits,
-                        augment_tasks=a.augment_tasks, augment_tasks_max=a.augment_tasks_max,
-                        augment_text=a.augment_text, augment_text_max=a.augment_text_max, augment_edits=a.augment_edits,
+                        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, **_augment_kwargs(a),
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
                         split_seed=a.split_seed, threads=a.threads, device=a.device)
         print(json.dumps(train_dse_alphas(cfg, a.out, _alphas(a.alphas), resume=a.resume, progress=not a.quiet)))

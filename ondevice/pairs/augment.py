@@ -25,6 +25,10 @@ import numpy as np
 
 from ondevice.pairs.data import PairData
 
+# the augmentation fields every DSE, DvBERT and DiPair config has (same names and meaning); a resume must match them
+AUGMENT_KEYS = ("augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
+                "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits")
+
 
 @dataclass
 class AugmentConfig:

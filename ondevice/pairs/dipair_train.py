@@ -26,7 +26,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json, write_text
-from ondevice.pairs.augment import extra_checks
+from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     build_head,
@@ -112,8 +112,7 @@ class DiPairConfig:
 
 
 _RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "pooled_slot", "stage1_epochs", "stage2_epochs", "batch_size",
-                "lr1", "lr2", "temperature", "sra_weight", "dropout", "augment_random", "augment_neighbors", "augment_bits",
-                "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits", "max_train_pairs", "seed", "split_seed")
+                "lr1", "lr2", "temperature", "sra_weight", "dropout", *AUGMENT_KEYS, "max_train_pairs", "seed", "split_seed")
 
 
 def soft_label_loss(logits, teacher, kind: str, temperature: float):

@@ -43,7 +43,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
-from ondevice.pairs.augment import extra_checks, extra_texts, transfer_set
+from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
@@ -109,9 +109,7 @@ class DvBERTConfig:
         return "mlp" if task_spec(self.task).kind == "regression" else "linear"
 
 
-_AUGMENT_KEYS = ("augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
-                 "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits")
-_RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", *_AUGMENT_KEYS,
+_RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", *AUGMENT_KEYS,
                 "max_train_pairs", "seed", "split_seed")
 
 
@@ -299,11 +297,11 @@ def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
     if not resume or not saved.is_file():
         return
     raw = read_json(saved, "DvBERT config")
-    if isinstance(raw, dict) and not any(k in raw for k in _AUGMENT_KEYS):
+    if isinstance(raw, dict) and not any(k in raw for k in AUGMENT_KEYS):
         if config.augments():
             raise OndeviceError(f"{out} was trained without augmentation pairs (an earlier ondevice); resume it with "
                                 "--augment-random 0 --augment-neighbors 0, or train a new --out")
-        raw.update({k: getattr(config, k) for k in _AUGMENT_KEYS})
+        raw.update({k: getattr(config, k) for k in AUGMENT_KEYS})
         write_json(saved, raw)
 
 

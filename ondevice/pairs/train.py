@@ -23,7 +23,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
-from ondevice.pairs.augment import extra_checks, extra_texts, transfer_set
+from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
@@ -82,9 +82,8 @@ class DSEConfig:
                        *extra_checks(self)])
 
 
-_RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "augment_random", "augment_neighbors",
-                "augment_bits", "augment_tasks", "augment_tasks_max", "augment_text", "augment_text_max",
-                "augment_text_sha256", "augment_edits", "freeze_encoder", "max_train_pairs", "seed", "split_seed")
+_RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", *AUGMENT_KEYS, "freeze_encoder",
+                "max_train_pairs", "seed", "split_seed")
 
 
 class PairStudent:
