@@ -1,4 +1,5 @@
-"""The `ondevice` command itself: every subcommand takes --seed, and the seed reaches the global generators."""
+"""The `ondevice` command itself: every subcommand takes --seed, the seed reaches the global generators, and --help
+shows every option's default."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ def test_the_walk_sees_every_command_and_step():
 def test_every_command_takes_seed(name, parser):
     (action,) = [a for a in parser._actions if "--seed" in a.option_strings]
     assert action.type is int and isinstance(action.default, int), name
+
+
+@pytest.mark.parametrize("name,parser", LEAVES, ids=[name for name, _ in LEAVES])
+def test_help_shows_every_real_default_once(name, parser):
+    text = parser.format_help()
+    assert "(default: )" not in text and "(default: None)" not in text, name
+    for action in parser._actions:
+        if not action.option_strings or action.default in (None, "", argparse.SUPPRESS) or action.default is False:
+            continue
+        shown = parser._get_formatter()._expand_help(action) if action.help else ""
+        assert shown.count("default") >= 1, f"{name} {action.option_strings[0]}: default {action.default!r} not shown"
+        assert shown.count("(default: ") <= 1, f"{name} {action.option_strings[0]}: default shown twice"
 
 
 def test_seed_globals_makes_the_global_generators_repeat():

@@ -21,12 +21,17 @@ def _commands() -> dict[str, object]:
     return {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
 
 
+def _shown(default) -> bool:
+    """Whether --help should print this default (not None, False, "" or suppressed; 0 is a value worth showing)."""
+    return not (default is None or default is False or default == "" or default == argparse.SUPPRESS)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows "(default: X)" once: not when the help already names its default, nor for None or False defaults."""
+    """Shows "(default: X)" once: not when the help already names its default, nor for None, False or "" defaults."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+        if "default" in text or not _shown(action.default) or not action.option_strings:
             return text
         return super()._get_help_string(action)
 
@@ -65,8 +70,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is None or name == command:
             # building every subcommand would import torch-free but heavy modules (eval, binarize: ~0.2 s)
             module.add_arguments(p)
+            _show_bare_defaults(p)
         p.set_defaults(_run=module.run)
     return parser
+
+
+def _show_bare_defaults(parser: argparse.ArgumentParser) -> None:
+    """An option declared without help text still shows its default in --help (argparse prints nothing for it)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _show_bare_defaults(child)
+        elif action.help is None and action.option_strings and _shown(action.default):
+            action.help = "(default: %(default)s)"
 
 
 def _command(argv: Sequence[str]) -> str | None:

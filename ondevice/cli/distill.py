@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "distill a Hugging Face teacher into a GloVe-initialized BiLSTM student (SRA cosine loss)"
+HELP = ("distill a Hugging Face teacher into a BiLSTM student (word vectors made from the teacher, or GloVe as in "
+        "the paper; SRA cosine loss)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

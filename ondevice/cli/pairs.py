@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     sub = p.add_subparsers(dest="pairs_command", metavar="STEP")
     sub.required = True
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    from ondevice.cli import HelpFormatter as fmt
 
     s = sub.add_parser("data", help="split sizes and label balance of a task", formatter_class=fmt)
     _common(s)
@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _augment_flags(s, d)
     s.add_argument("--freeze-encoder", action="store_true", help="train the head only")
     s.add_argument("--max-train-pairs", type=int, default=None)
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     s.add_argument("--device", default=d.device, help=DEVICE_HELP)
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue unfinished alphas from their checkpoints")
@@ -120,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--batch-size", type=int, default=h.batch_size)
     s.add_argument("--lr", type=float, default=h.lr)
     s.add_argument("--max-train", type=int, default=None, help="train on a seeded subset of this many sentences")
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     s.add_argument("--seed", type=int, default=h.seed)
     s.add_argument("--resume", action="store_true")
 
@@ -145,7 +145,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--a", default=None, help="the first sentence of one pair (with --b)")
     s.add_argument("--b", default=None, help="the second sentence of one pair (with --a)")
     s.add_argument("--no-blend", action="store_true", help="rank keys and decisions by the head alone")
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     add_seed(s)
 
     s = sub.add_parser("soup", help="average a finished DSE or DiPair run's dev-best and final weights into a new run "
@@ -153,10 +153,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--run", required=True, help="finished run folder (DiPair, or a DSE run or its alpha sub-folder)")
     s.add_argument("--out", required=True, help="new run folder to write (the source run is left as it is)")
     s.add_argument("--data", default=None, help="shared data folder (default: the one the run was trained on)")
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     add_seed(s)
 
-    s = sub.add_parser("export", help="bundle of a DSE run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
+    s = sub.add_parser("export", help="bundle of a DSE or DvBERT run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
     s.add_argument("--run", required=True, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
     s.add_argument("--out", required=True, help="bundle folder to write")
     s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
@@ -204,7 +204,7 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--dropout", type=float, default=d.dropout, help="head dropout while training (BERT: 0.1; 0 = off)")
     _augment_flags(s, d)
     s.add_argument("--max-train-pairs", type=int, default=None)
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
 
@@ -286,7 +286,7 @@ def _add_dvbert(sub, fmt) -> None:
     s.add_argument("--lr", type=float, default=v.lr)
     _augment_flags(s, v)
     s.add_argument("--max-train-pairs", type=int, default=None)
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     s.add_argument("--device", default=v.device, help=DEVICE_HELP)
     s.add_argument("--seed", type=int, default=v.seed)
     s.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
