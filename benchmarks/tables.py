@@ -297,6 +297,25 @@ def demo_output(path: str) -> str:
             "command):\n\n```\n" + "\n".join(blob["results"]["lines"]).strip("\n") + "\n```")
 
 
+def walkthrough(path: str) -> str:
+    """README's first-ten-minutes: every step's commands and what they printed (benchmarks/walkthrough.py)."""
+    blob = _load(path)
+    m, r = blob["meta"], blob["results"]
+    lines = [(f"Run `{Path(path).name}` (`benchmarks/walkthrough.py`, commit {m['commit'][:12]}, {m['date']}, "
+             f"{m['cpu_model']}, {m['cpu_count']} cores, load average {m['load_average_start'][0]:.1f} at start; "
+             f"{sum(s['seconds'] for s in r['steps']):.0f} s for the steps):"), ""]
+    for i, s in enumerate(r["steps"]):
+        if i == 0:  # the install line is shown with the first step, not run
+            lines += ["```bash", r["install"], f"{s['text']}   # {s['title']}", "```"]
+        else:
+            lines += [f"```{s['kind']}", f"# {s['title']}", s["text"], "```"]
+        shown = s["output"].replace(r["root"], "...").rstrip("\n")
+        if shown:
+            lines += ["```", shown, "```"]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
 def _run_line(path: str) -> str:
     m = _load(path)["meta"]
     return (f"Run `{Path(path).name}`: commit {m['commit'][:12]}, {m['date']}, {m['cpu_model']}, {m['cpu_count']} cores, "
@@ -617,7 +636,7 @@ def bundle_quality(*paths: str) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
+    bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
 
 
