@@ -5,7 +5,7 @@
 The steps (below, the one list README renders from the results file with `benchmarks/tables.py`) run in a fresh
 folder whose `../shared/data` is the data folder, through the `ondevice` command this checkout installed, with the
 shipped pretrained model. The pip install line is shown, not run. Outputs are stored exactly as printed; the table
-renderer shortens this checkout's path to `...`.
+renderer shortens the path of the ondevice install the steps ran to `...`.
 """
 
 from __future__ import annotations
@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no `ondevice` command beside {sys.executable}: run `make install` first")
     meta = start_run(data=str(data))
     steps = run_steps(data, bin_dir)
-    path = write_result("walkthrough", {"install": INSTALL, "root": str(ROOT), "steps": steps}, meta, a.out_dir)
+    import ondevice
+
+    root = Path(ondevice.__file__).resolve().parent.parent  # the install the steps ran (their paths start here)
+    path = write_result("walkthrough", {"install": INSTALL, "root": str(root), "steps": steps}, meta, a.out_dir)
     for s in steps:
         print(f"--- {s['title']} ({s['seconds']} s)\n{s['output']}")
     print(f"wrote {path}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -46,12 +47,13 @@ TINY = {
     "jvm_core": ["--quick"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
+    "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "2", "--batch", "4",
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
-WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "bundle", "jvm_core", "distill_ablation"}
+WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "bundle", "jvm_core", "distill_ablation", "walkthrough"}
 
 
 def test_every_benchmark_has_tiny_arguments():
@@ -81,6 +83,19 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert set(encoders) == {"teacher", "student"}
         assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
         assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
+    if name == "walkthrough":  # every step printed what README shows, and the rendered block hides the checkout path
+        import json
+
+        (found,) = (bench / "results").glob("walkthrough_*.json")
+        steps = json.loads(found.read_text())["results"]["steps"]
+        assert "(2, 256) uint8" in steps[1]["output"]
+        assert "index saved to catalog.odx: 5,000 codes x 2048 bits" in steps[2]["output"]
+        assert "stsb-test app/codes-2048" in steps[3]["output"]
+        spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
+        tables = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tables)
+        text = tables.walkthrough(str(found))
+        assert "Bundle('.../ondevice/pretrained/default'" in text and str(ROOT) not in text
     if name == "cli_search":  # warm runs load every kernel from Numba's disk cache: none compiles again
         import json
 
