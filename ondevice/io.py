@@ -118,9 +118,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     clean_stale_temps(path.parent, path.name)
     tmp = path.parent / temp_name(path.name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the kernel applies the umask
+    mode = os.fstat(fd).st_mode & 0o777
     os.close(fd)
     try:
         yield tmp
+        if os.stat(tmp).st_mode & 0o777 != mode:  # a writer that replaced the file (safetensors does) made it 0600
+            os.chmod(tmp, mode)
         with open(tmp, "rb+") as fh:  # make the bytes durable before the rename publishes them
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from ondevice.index import HammingIndex
 from ondevice.io import atomic_path, new_file_mode, write_json, write_text
@@ -21,6 +23,8 @@ def test_atomic_writes_respect_the_umask(tmp_path, umask):
         with atomic_path(tmp_path / "c.bin") as tmp:
             tmp.write_bytes(b"x")
         HammingIndex(8).save(tmp_path / "d.odx")
+        with atomic_path(tmp_path / "e.safetensors") as tmp:  # safetensors replaces the file it is given, as 0600
+            save_file({"w": np.zeros(2, np.float32)}, str(tmp))
         with open(tmp_path / "plain.txt", "w") as fh:  # what the user's shell would give
             fh.write("x")
     finally:
