@@ -1,0 +1,150 @@
+"""A student folder from an exported bundle, so a bundle (the shipped pretrained one included) can be trained on.
+
+`ondevice distill --init-from` and `ondevice pairs train/dvbert/dipair --student` take a student folder (config.json,
+model.safetensors, vocab.txt, tokenizer.json). A bundle carries the same network as an ONNX graph: `unpack_bundle`
+reads its weights back out of the verified `encoder.onnx` (or takes `student.safetensors` where an export with
+`--with-weights` left the fp32 weights), undoing what export did: ONNX gate order back to torch's, the int8 range
+anchors (export/onnx_graph.py) removed, int8 weights (embedding rows, LSTM channels) dequantized. An int8 bundle
+therefore gives the fp32 network up to int8 rounding of its weights; `unpacked.json` beside the weights says which
+it was and how close the unpacked network comes to the bundle's golden fp32 embeddings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import atomic_path, check_out_dir, write_json
+from ondevice.student import CONFIG, WEIGHTS, StudentConfig
+
+PROVENANCE = "unpacked.json"
+_TORCH_GATES = (0, 2, 3, 1)  # torch gate k (input, forget, cell, output) is ONNX gate _TORCH_GATES[k] (i, o, f, c)
+
+
+def _student_config(manifest: dict, where: str) -> StudentConfig:
+    from ondevice.io import dataclass_from_dict
+
+    raw = manifest.get("student")
+    if not isinstance(raw, dict):
+        raise OndeviceError(f"{where}: its manifest has no student config (not an encoder bundle); unpack a bundle "
+                            "written by `ondevice export` or `ondevice pairs export`")
+    config = dataclass_from_dict(StudentConfig, raw, f"{where} manifest student config")
+    config.validate(f"{where} manifest student config")
+    return config
+
+
+def _initializers(model_bytes: bytes) -> dict[str, np.ndarray]:
+    onnx = require("onnx", "export")
+    model = onnx.load_model_from_string(model_bytes)
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _dequantized(inits: dict[str, np.ndarray], name: str) -> np.ndarray:
+    """An LSTM weight in ONNX layout (dirs, 4H, in): float as stored, or onnxruntime's int8 (dirs, in, 4H) dequantized."""
+    if name in inits:
+        return inits[name].astype(np.float32)
+    q = inits.get(f"{name}_quantized")
+    if q is None:
+        raise OndeviceError(f"encoder.onnx has no {name} weights")
+    dirs = q.shape[0]
+    scale = inits[f"{name}_scale"].astype(np.float32).reshape(dirs, 1, -1)
+    zero = inits[f"{name}_zero_point"].astype(np.float32).reshape(dirs, 1, -1)
+    return np.ascontiguousarray(((q.astype(np.float32) - zero) * scale).transpose(0, 2, 1))
+
+
+def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.ndarray]:
+    """The torch state dict of `config`'s student from the weights of an encoder graph (fp32 or int8, anchored or not)."""
+    inits = _initializers(model_bytes)
+    E, H = config.embedding_dim, config.hidden_size
+    if "embedding_int8" in inits:
+        table = inits["embedding_int8"].astype(np.float32) * inits["embedding_scale"].astype(np.float32)
+    elif "embedding_weight" in inits:
+        table = inits["embedding_weight"].astype(np.float32)
+    else:
+        raise OndeviceError("encoder.onnx has no embedding table (embedding_weight or embedding_int8)")
+    W, R = _dequantized(inits, "lstm_W"), _dequantized(inits, "lstm_R")
+    B = inits["lstm_B"].astype(np.float32)
+    HA = R.shape[2]  # hidden units in the graph: H, or H plus the range anchors
+    proj = inits["proj_weight_t"].astype(np.float32).T
+    expected = {"embedding": (config.vocab_size, E), "lstm_W": (2, 4 * HA, W.shape[2]), "lstm_R": (2, 4 * HA, HA),
+                "lstm_B": (2, 8 * HA), "proj": (config.output_dim, config.pooled_dim)}
+    got = {"embedding": table.shape, "lstm_W": W.shape, "lstm_R": R.shape, "lstm_B": B.shape, "proj": proj.shape}
+    if got != {k: tuple(v) for k, v in expected.items()} or HA < H or W.shape[2] - E != HA - H:
+        raise OndeviceError(f"encoder.onnx weights {got} do not fit the manifest's student {asdict(config)}; "
+                            "re-export the bundle")
+    state = {"embedding.weight": table, "proj.weight": np.ascontiguousarray(proj)}
+    for d, suffix in enumerate(("l0", "l0_reverse")):
+        rows = np.concatenate([np.arange(g * HA, g * HA + H) for g in _TORCH_GATES])  # real units, torch gate order
+        state[f"lstm.weight_ih_{suffix}"] = np.ascontiguousarray(W[d][rows, :E])
+        state[f"lstm.weight_hh_{suffix}"] = np.ascontiguousarray(R[d][rows][:, :H])
+        state[f"lstm.bias_ih_{suffix}"] = np.ascontiguousarray(B[d, :4 * HA][rows])
+        state[f"lstm.bias_hh_{suffix}"] = np.ascontiguousarray(B[d, 4 * HA:][rows])
+    bad = [k for k, v in state.items() if not np.isfinite(v).all()]
+    if bad:
+        raise OndeviceError(f"encoder.onnx has NaN or inf weights (in {bad[0]}); re-export the bundle")
+    return state
+
+
+def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = None) -> dict:
+    """Write a student folder at `out` from a bundle folder, or 'pretrained' for the shipped model; returns the
+    provenance record it writes as unpacked.json."""
+    from ondevice.runtime import read_manifest, resolve_bundle, verify_files
+    from ondevice.tokenizer import Tokenizer
+
+    path = resolve_bundle(bundle, precision)
+    manifest = read_manifest(path)
+    files = verify_files(path, manifest)  # every byte checked against the manifest before any is parsed
+    config = _student_config(manifest, f"bundle {path}")
+    tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], str(path))
+    if len(tokenizer) != config.vocab_size:
+        raise OndeviceError(f"bundle {path}: vocab.txt has {len(tokenizer)} tokens, its student config {config.vocab_size}")
+    st = require("safetensors.numpy", "train")
+    if "student.safetensors" in manifest["files"]:  # an export with --with-weights: the exact fp32 weights
+        state = dict(st.load((path / "student.safetensors").read_bytes()))
+        source = "student.safetensors (fp32, exact)"
+    else:
+        state = state_from_graph(files["encoder.onnx"], config)
+        source = f"encoder.onnx ({manifest['precision']}{', weights dequantized' if manifest['precision'] == 'int8' else ''})"
+    out = check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / WEIGHTS) as tmp:
+        st.save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in state.items()}, str(tmp))
+    tokenizer.save(out)
+    write_json(out / CONFIG, config)
+    record = {"bundle": str(path), "precision": manifest["precision"], "weights_from": source,
+              "manifest_sha256": hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest(),
+              "golden": _golden_check(path, manifest, out)}
+    write_json(out / PROVENANCE, record)
+    return record
+
+
+def _verified(path: Path, manifest: dict, name: str) -> bytes:
+    """A bundle file's bytes, checked against its manifest entry (verify_files keeps only the files it parses)."""
+    data = (path / name).read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest["files"][name]["sha256"]:
+        raise OndeviceError(f"bundle {path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
+    return data
+
+
+def _golden_check(path: Path, manifest: dict, out: Path) -> dict | None:
+    """The unpacked network against the bundle's golden fp32 embeddings (if it carries them): mean and min cosine."""
+    import io
+    import json
+
+    from ondevice.student import Student
+
+    if not {"golden/embeddings.npy", "golden/sentences.jsonl"} <= set(manifest["files"]):
+        return None
+    lines = _verified(path, manifest, "golden/sentences.jsonl").decode("utf-8").splitlines()
+    texts = [json.loads(line) for line in lines if line.strip()]
+    expected = np.load(io.BytesIO(_verified(path, manifest, "golden/embeddings.npy")), allow_pickle=False)
+    if len(texts) != len(expected) or not all(isinstance(x, str) for x in texts):
+        raise OndeviceError(f"bundle {path}: golden/sentences.jsonl and golden/embeddings.npy do not match; re-export")
+    got = Student.load(out).encode(texts, batch_size=64)
+    cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1) + 1e-12)
+    return {"sentences": len(texts), "mean_cosine": round(float(cos.mean()), 6), "min_cosine": round(float(cos.min()), 6)}

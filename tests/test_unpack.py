@@ -1,0 +1,104 @@
+"""`ondevice unpack`: a bundle's network back as a student folder (fp32 exact, int8 dequantized), every pooling."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import make_sentences
+from test_export import _binarizer, _state, _student
+
+from ondevice.cli import main
+from ondevice.errors import OndeviceError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+TEXTS = make_sentences(30, seed=7) + ["", "the the the", " ".join(["a cat"] * 25)]
+
+
+def _export(tmp_path, pooling: str, **kw):
+    from ondevice.export.bundle import ExportConfig, export
+
+    student = _student(pooling, seed=1)
+    (folder,) = export(student, _binarizer(student, bits=24), tmp_path / f"b-{pooling}", ExportConfig(**kw))
+    return student, folder
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "last", "meanmax"])
+def test_fp32_bundle_unpacks_to_the_same_network(tmp_path, pooling):
+    from ondevice.student import Student
+    from ondevice.unpack import unpack_bundle
+
+    student, folder = _export(tmp_path, pooling, precision="fp32", torchscript=False)
+    record = unpack_bundle(folder, tmp_path / "s")
+    back = Student.load(tmp_path / "s")
+    assert back.config == student.config and back.tokenizer.vocab == student.tokenizer.vocab
+    original = _state(student)
+    for name, value in _state(back).items():  # gate order and bias halves restored exactly
+        np.testing.assert_allclose(value, original[name], rtol=0, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(back.encode(TEXTS), student.encode(TEXTS), atol=1e-6)
+    assert record["weights_from"] == "encoder.onnx (fp32)" and record["golden"] is None
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_int8_bundle_unpacks_to_its_dequantized_weights(tmp_path, pooling):
+    from ondevice.export.onnx_graph import rowwise_int8
+    from ondevice.student import Student
+    from ondevice.unpack import unpack_bundle
+
+    student, folder = _export(tmp_path, pooling, precision="int8", golden=True, torchscript=False)
+    record = unpack_bundle(folder, tmp_path / "s")
+    back, original = _state(Student.load(tmp_path / "s")), _state(student)
+    q, scale = rowwise_int8(original["embedding.weight"])  # the table is exactly its row-wise int8 values
+    np.testing.assert_allclose(back["embedding.weight"], q * scale, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(back["proj.weight"], original["proj.weight"])  # the projection stays float
+    for name in ("lstm.weight_ih_l0", "lstm.weight_hh_l0_reverse"):  # per gate row: within half an int8 step
+        peak = np.abs(original[name]).max(axis=1, keepdims=True)
+        assert (np.abs(back[name] - original[name]) <= peak / 127 * 0.5 + 1e-6).all(), name
+    for name in ("lstm.bias_ih_l0", "lstm.bias_hh_l0_reverse"):
+        np.testing.assert_array_equal(back[name], original[name])
+    assert record["weights_from"] == "encoder.onnx (int8, weights dequantized)"
+    assert record["golden"]["mean_cosine"] > 0.999  # against the fp32 graph's golden embeddings
+    assert _cosines(Student.load(tmp_path / "s").encode(TEXTS), student.encode(TEXTS)).min() > 0.995
+
+
+def test_weights_in_the_bundle_are_taken_as_they_are(tmp_path):
+    from ondevice.student import Student
+    from ondevice.unpack import unpack_bundle
+
+    student, folder = _export(tmp_path, "max", precision="int8", with_weights=True, torchscript=False)
+    assert unpack_bundle(folder, tmp_path / "s")["weights_from"] == "student.safetensors (fp32, exact)"
+    back = _state(Student.load(tmp_path / "s"))
+    for name, value in _state(student).items():
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
+def test_the_pretrained_model_unpacks_close_to_its_fp32_golden_vectors(tmp_path, capsys):
+    assert main(["unpack", "--bundle", "pretrained", "--out", str(tmp_path / "s")]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["precision"] == "int8" and record["golden"]["sentences"] == 64
+    assert record["golden"]["min_cosine"] > 0.999
+    assert json.loads((tmp_path / "s" / "unpacked.json").read_text()) == record
+
+
+def test_bad_bundles_are_one_line_errors(tmp_path, capsys):
+    from ondevice.unpack import unpack_bundle
+
+    _, folder = _export(tmp_path, "mean", precision="fp32", torchscript=False)
+    onnx_file = folder / "encoder.onnx"
+    data = bytearray(onnx_file.read_bytes())
+    data[-5] ^= 1
+    onnx_file.write_bytes(bytes(data))
+    with pytest.raises(OndeviceError, match="sha256"):
+        unpack_bundle(folder, tmp_path / "s")
+    assert not (tmp_path / "s").exists()  # nothing written from a bundle that failed its checks
+    (tmp_path / "empty").mkdir()
+    assert main(["unpack", "--bundle", str(tmp_path / "empty"), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "manifest.json is missing" in err
