@@ -49,6 +49,7 @@ def test_fp32_bundle_unpacks_to_the_same_network(tmp_path, pooling):
 @pytest.mark.parametrize("pooling", ["mean", "max"])
 def test_int8_bundle_unpacks_to_its_dequantized_weights(tmp_path, pooling):
     from ondevice.export.onnx_graph import rowwise_int8
+
     from ondevice.student import Student
     from ondevice.unpack import unpack_bundle
 
