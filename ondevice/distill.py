@@ -177,7 +177,9 @@ def apply_init(config: DistillConfig) -> Student:
     from ondevice.student import WEIGHTS
 
     if not config.init_from or not Path(config.init_from).is_dir():
-        raise OndeviceError(f"--init-from {config.init_from!r} is not a folder; give a student dir written by `ondevice distill`")
+        from ondevice.student import unpack_hint
+
+        raise OndeviceError(f"--init-from {config.init_from!r} is not a folder; {unpack_hint(config.init_from)}")
     init = Student.load(config.init_from)
     c = init.config
     config.hidden_size, config.pooling, config.max_tokens = c.hidden_size, c.pooling, c.max_tokens

@@ -191,7 +191,8 @@ class Student:
         st = require("safetensors.torch", "train")
         directory = Path(directory)
         if not (directory / CONFIG).is_file() or not (directory / WEIGHTS).is_file():
-            raise OndeviceError(f"{directory} is not a student dir (needs {CONFIG} and {WEIGHTS}); run `ondevice distill` first")
+            raise OndeviceError(f"{directory} is not a student dir (needs {CONFIG} and {WEIGHTS}); "
+                                + unpack_hint(directory))
         config = dataclass_from_dict(StudentConfig, read_json(directory / CONFIG, "student config"), "student config")
         config.validate(f"{directory / CONFIG}")
         tokenizer = Tokenizer.load(directory)
@@ -206,6 +207,13 @@ class Student:
             raise OndeviceError(f"cannot load {weights}: {str(exc).splitlines()[0]}; the file is corrupt or from another config") from None
         check_finite(model.state_dict(), str(weights))
         return cls(config, tokenizer, model)
+
+
+def unpack_hint(path: str | Path) -> str:
+    """What to run when a student folder was expected at `path`: a bundle (or 'pretrained') is unpacked, else distilled."""
+    if str(path).split(":", 1)[0] == "pretrained" or (Path(path) / "manifest.json").is_file():
+        return f"it is a bundle: `ondevice unpack --bundle {path} --out DIR` writes its student folder"
+    return "run `ondevice distill` first (or `ondevice unpack --bundle pretrained --out DIR` for the shipped student)"
 
 
 def check_finite(state: dict, what: str) -> None:

@@ -103,3 +103,16 @@ def test_bad_bundles_are_one_line_errors(tmp_path, capsys):
     assert main(["unpack", "--bundle", str(tmp_path / "empty"), "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "manifest.json is missing" in err
+
+
+def test_a_bundle_where_a_student_is_expected_says_to_unpack_it(tmp_path):
+    from ondevice.distill import DistillConfig, apply_init
+    from ondevice.student import Student
+
+    _, folder = _export(tmp_path, "mean", precision="fp32", torchscript=False)
+    with pytest.raises(OndeviceError, match=f"ondevice unpack --bundle {folder} --out DIR"):
+        Student.load(folder)
+    with pytest.raises(OndeviceError, match="it is a bundle: `ondevice unpack --bundle pretrained --out DIR`"):
+        apply_init(DistillConfig(corpus="x.txt", init_from="pretrained"))
+    with pytest.raises(OndeviceError, match="run `ondevice distill` first"):
+        Student.load(tmp_path)
