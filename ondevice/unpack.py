@@ -140,11 +140,17 @@ def _golden_check(path: Path, manifest: dict, out: Path) -> dict | None:
 
     if not {"golden/embeddings.npy", "golden/sentences.jsonl"} <= set(manifest["files"]):
         return None
-    lines = _verified(path, manifest, "golden/sentences.jsonl").decode("utf-8").splitlines()
-    texts = [json.loads(line) for line in lines if line.strip()]
-    expected = np.load(io.BytesIO(_verified(path, manifest, "golden/embeddings.npy")), allow_pickle=False)
-    if len(texts) != len(expected) or not all(isinstance(x, str) for x in texts):
-        raise OndeviceError(f"bundle {path}: golden/sentences.jsonl and golden/embeddings.npy do not match; re-export")
-    got = Student.load(out).encode(texts, batch_size=64)
+    student = Student.load(out)
+    try:  # the bundle's own files: a hand-made one may hold anything its manifest vouches for
+        lines = _verified(path, manifest, "golden/sentences.jsonl").decode("utf-8").splitlines()
+        texts = [json.loads(line) for line in lines if line.strip()]
+        expected = np.load(io.BytesIO(_verified(path, manifest, "golden/embeddings.npy")), allow_pickle=False)
+    except (ValueError, RecursionError, UnicodeDecodeError, OSError) as exc:
+        raise OndeviceError(f"bundle {path}: cannot read its golden files ({type(exc).__name__}); re-export it") from None
+    if (not all(isinstance(x, str) for x in texts) or expected.shape != (len(texts), student.config.output_dim)
+            or not np.issubdtype(expected.dtype, np.floating)):
+        raise OndeviceError(f"bundle {path}: golden/sentences.jsonl and golden/embeddings.npy do not match its "
+                            "student; re-export it")
+    got = student.encode(texts, batch_size=64)
     cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1) + 1e-12)
     return {"sentences": len(texts), "mean_cosine": round(float(cos.mean()), 6), "min_cosine": round(float(cos.min()), 6)}

@@ -116,3 +116,20 @@ def test_a_bundle_where_a_student_is_expected_says_to_unpack_it(tmp_path):
         apply_init(DistillConfig(corpus="x.txt", init_from="pretrained"))
     with pytest.raises(OndeviceError, match="run `ondevice distill` first"):
         Student.load(tmp_path)
+
+
+def test_golden_files_that_do_not_parse_are_one_line_errors(tmp_path):
+    """The golden files are checked against the bundle's own manifest, which a hand-made bundle also controls."""
+    import hashlib
+
+    from ondevice.unpack import unpack_bundle
+
+    _, folder = _export(tmp_path, "mean", precision="fp32", golden=True, torchscript=False)
+    for body in ("[" * 100_000 + "\n", '{"not": "a string"}\n'):
+        (folder / "golden" / "sentences.jsonl").write_text(body)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["files"]["golden/sentences.jsonl"] = {"bytes": len(body.encode()),
+                                                       "sha256": hashlib.sha256(body.encode()).hexdigest()}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(OndeviceError, match="cannot read its golden files|do not match its student"):
+            unpack_bundle(folder, tmp_path / "s")
