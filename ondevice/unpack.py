@@ -50,7 +50,7 @@ def _dequantized(inits: dict[str, np.ndarray], name: str) -> np.ndarray:
         return inits[name].astype(np.float32)
     q = inits.get(f"{name}_quantized")
     if q is None:
-        raise OndeviceError(f"encoder.onnx has no {name} weights")
+        raise KeyError(f"{name}")
     dirs = q.shape[0]
     scale = inits[f"{name}_scale"].astype(np.float32).reshape(dirs, 1, -1)
     zero = inits[f"{name}_zero_point"].astype(np.float32).reshape(dirs, 1, -1)
@@ -108,7 +108,11 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
         state = dict(st.load((path / "student.safetensors").read_bytes()))
         source = "student.safetensors (fp32, exact)"
     else:
-        state = state_from_graph(files["encoder.onnx"], config)
+        try:
+            state = state_from_graph(files["encoder.onnx"], config)
+        except (KeyError, ValueError) as exc:  # a graph not written by ondevice's export: a weight missing or malformed
+            raise OndeviceError(f"bundle {path}: encoder.onnx is not an ondevice encoder graph ({type(exc).__name__}: "
+                                f"{str(exc)[:80]}); re-export it with `ondevice export`") from None
         source = f"encoder.onnx ({manifest['precision']}{', weights dequantized' if manifest['precision'] == 'int8' else ''})"
     out = check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -133,3 +133,24 @@ def test_golden_files_that_do_not_parse_are_one_line_errors(tmp_path):
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(OndeviceError, match="cannot read its golden files|do not match its student"):
             unpack_bundle(folder, tmp_path / "s")
+
+
+def test_a_foreign_encoder_graph_is_a_one_line_error(tmp_path):
+    import hashlib
+
+    import onnx
+
+    from ondevice.unpack import unpack_bundle
+
+    _, folder = _export(tmp_path, "mean", precision="fp32", torchscript=False)
+    model = onnx.load(str(folder / "encoder.onnx"))
+    keep = [t for t in model.graph.initializer if t.name != "lstm_B"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    data = model.SerializeToString()
+    (folder / "encoder.onnx").write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["encoder.onnx"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(OndeviceError, match="not an ondevice encoder graph.*lstm_B"):
+        unpack_bundle(folder, tmp_path / "s")
