@@ -28,7 +28,7 @@ from ondevice.io import cache_dir, write_json, write_text
 from ondevice.results import start_run, write_result
 
 BITS = (64, 128, 256, 512, 1024, 2048)
-METHODS = ("threshold", "random", "pca", "ae", "ae-sp")
+METHODS = ("threshold", "random", "pca", "itq", "ae", "ae-sp")
 
 
 def spearman100(pred: np.ndarray, gold: np.ndarray) -> float:

@@ -59,3 +59,23 @@ def whitening(x: np.ndarray, variance: float) -> tuple[np.ndarray, np.ndarray]:
     k = int(np.searchsorted(np.cumsum(vals) / total, variance - 1e-12) + 1)
     k = max(1, min(k, int((vals > total * 1e-9).sum())))
     return mean, comps[:, :k] / np.sqrt(vals[:k])
+
+
+def itq_rotation(v: np.ndarray, seed: int, iterations: int) -> tuple[np.ndarray, list[float]]:
+    """Iterative quantization (Gong & Lazebnik, CVPR 2011): the orthogonal R (k, k) that brings sign(V R) close to
+    V R, by alternating B = sign(V R) and the orthogonal Procrustes step R = U W^T (U S W^T = svd(V^T B)), from a
+    random rotation drawn from `seed`. V (n, k) is centered, PCA-projected data. Also returns the quantization loss
+    ||B - V R||_F^2 / n before each step and after the last (it never increases)."""
+    v = np.asarray(v, dtype=np.float64)
+    k = v.shape[1]
+    r, _ = np.linalg.qr(np.random.default_rng([seed, 17]).standard_normal((k, k)))
+    losses = []
+    for _ in range(iterations + 1):
+        z = v @ r
+        b = np.where(z >= 0, 1.0, -1.0)
+        losses.append(float(((b - z) ** 2).sum() / len(v)))
+        if len(losses) > iterations:
+            break
+        u, _, wt = np.linalg.svd(v.T @ b)
+        r = u @ wt
+    return r, losses
