@@ -212,7 +212,7 @@ class Binarizer:
             extras["mean"] = mean.astype(np.float32)
             config.hyper = {"iterations": iterations, "max_rows": max_rows}
             config.metrics = {"quantization_loss": {"start": round(losses[0], 6), "end": round(losses[-1], 6)},
-                              "rotation_rows": int(len(rows))}
+                              "rotation_rows": len(rows)}
         else:
             from ondevice.binarize_ae import AEConfig, train_autoencoder
 

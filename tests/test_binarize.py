@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import subprocess
 import sys
@@ -96,7 +97,7 @@ def test_itq_rotates_the_principal_axes_and_lowers_the_quantization_loss(x):
     np.testing.assert_allclose(P @ R, A, atol=1e-5)
     np.testing.assert_allclose(c, -(mean @ A), rtol=1e-4, atol=1e-5)
     _, losses = itq_rotation((x - mean) @ P, seed=5, iterations=30)
-    assert all(b2 <= a2 + 1e-9 for a2, b2 in zip(losses, losses[1:])) and losses[-1] < losses[0]
+    assert all(b2 <= a2 + 1e-9 for a2, b2 in itertools.pairwise(losses)) and losses[-1] < losses[0]
     loss = b.config.metrics["quantization_loss"]
     assert loss["end"] < loss["start"] and b.config.hyper == {"iterations": 50, "max_rows": 100_000}
     with pytest.raises(OndeviceError, match="takes no hyper-parameters"):
