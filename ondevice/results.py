@@ -50,6 +50,15 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def commit() -> str:
+    """The checkout's commit, "+dirty" when tracked files differ from it ("" outside a git checkout)."""
+    if os.environ.get("ONDEVICE_COMMIT"):  # a copy of the tree (e.g. on a rented GPU machine) says which commit it is
+        return os.environ["ONDEVICE_COMMIT"]
+    head = _git("rev-parse", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return head + ("+dirty" if head and dirty else "")
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
     try:
@@ -110,13 +119,8 @@ def _now() -> str:
 
 def start_run(threads: int | None = None, argv: list[str] | None = None, **settings: Any) -> dict[str, Any]:
     """Metadata of a run about to start; pass it to write_result. `settings` are stored as given."""
-    if os.environ.get("ONDEVICE_COMMIT"):  # a copy of the tree (e.g. on a rented GPU machine) says which commit it is
-        commit, dirty = os.environ["ONDEVICE_COMMIT"], False
-    else:
-        commit = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {
-        "commit": commit + ("+dirty" if commit and dirty else ""),
+        "commit": commit(),
         "date": _now(),
         "command": " ".join([Path(sys.executable).name, *(sys.argv if argv is None else argv)]),
         "versions": versions(),

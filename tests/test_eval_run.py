@@ -146,10 +146,11 @@ def test_evaluate_all_tasks_with_report(data_dir: Path, tmp_path: Path) -> None:
     assert report["views"]["hash"]["sentences_per_second"] > 0
     assert set(report["data_files_sha256"]["stsb-test"]) == {"stsb/sts-test.csv"}
     assert "numpy" in report["versions"]
+    assert len(report["commit"].split("+")[0]) == 40 and report["cpu_model"]  # the run says what code and machine
     paths = write_report(report, tmp_path / "out", command="ondevice eval --fake", plots=False)
     assert {p.name for p in paths} == {"report.json", "report.md"}
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| hash | float32 × 32 |" in md and "ondevice eval --fake" in md
+    assert "| hash | float32 × 32 |" in md and "ondevice eval --fake" in md and f"at commit {report['commit']}" in md
     assert json.loads((tmp_path / "out" / "report.json").read_text())["results"]["hash"]["mrpc"]["n"] == 40
 
 

@@ -73,6 +73,8 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
         parts += ["Skipped:", ""] + [f"- {t}: {why}" for t, why in report["skipped"].items()] + [""]
     if plots:
         parts += ["Plots:", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
+    if report.get("commit"):  # reports written before 2026-11-27 do not name it
+        parts += [f"Run {report['created']} at commit {report['commit']} on {report.get('cpu_model', '')}.", ""]
     parts += [f"Total time {report['total_seconds']:.0f} s; versions: "
               + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if k != "platform"), ""]
     return "\n".join(parts)

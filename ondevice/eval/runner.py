@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import results as run_meta
 from ondevice.errors import OndeviceError
 from ondevice.eval.cache import EncodingCache, default_cache_root
 from ondevice.eval.data import DataMissing, check_data_dir, read_sick, read_stsb
@@ -219,6 +220,8 @@ def evaluate(encoders: Mapping[str, Any] | Sequence[str], tasks: Sequence[str] |
         "data_dir": str(data_path),
         "data_files_sha256": data_files,
         "versions": versions(),
+        "commit": run_meta.commit(),
+        "cpu_model": run_meta.cpu_model(),
         "seed": seed,
         "tasks": tasks,
         "protocol": protocol(queries, k, fit_sentences),
