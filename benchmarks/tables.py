@@ -383,6 +383,39 @@ def eval_table(path: str) -> str:
     return "\n".join(line for line in (ROOT / path).read_text(encoding="utf-8").splitlines() if line.startswith("|"))
 
 
+def eval_median(*paths: str) -> str:
+    """Several `ondevice eval` runs of the same encoders (e.g. --seed 0, 1, 2): per view and column the median, with
+    min-max when the runs differ; float views are the same in every run and show one value."""
+    reports = [_load(p) for p in paths]
+    first = reports[0]
+    tasks = [t for t in first["tasks"] if t not in first["skipped"] and t != "retrieval"]
+    retrieval = "retrieval" in first["tasks"] and "retrieval" not in first["skipped"]
+    from ondevice.eval.tasks import TASKS
+
+    cols = ["encoder", "representation", "bytes/sentence", *(f"{TASKS[t].title} ρ" for t in tasks)]
+    cols += ["R@10 vs own float", "R@10 vs reference"] if retrieval else []
+
+    def cell(values: list[float | None]) -> str:
+        got = [v for v in values if v is not None]
+        if not got:
+            return "-"
+        med = statistics.median(got)
+        return f"{med:.1f}" if max(got) - min(got) < 0.05 else f"{med:.1f} ({min(got):.1f}-{max(got):.1f})"
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * 3 + "---:|" * (len(cols) - 3)]
+    for name, meta in first["views"].items():
+        rep = f"{meta['method']} {meta['dim']} bits" if meta["binary"] else f"float32 × {meta['dim']}"
+        row = [name, rep, str(meta["bytes_per_sentence"])]
+        res = [r["results"][name] for r in reports]
+        row += [cell([x.get(t, {}).get("spearman") for x in res]) for t in tasks]
+        if retrieval:
+            row += [cell([(x.get("retrieval") or {}).get(k) for x in res]) for k in ("recall_vs_float", "recall_vs_reference")]
+        lines.append("| " + " | ".join(row) + " |")
+    runs = ", ".join(f"`{p}` (seed {r['seed']}, commit {r.get('commit', '?')[:12]}, {r['created'][:16]}, "
+                     f"{r.get('cpu_model', '?')})" for p, r in zip(paths, reports))
+    return "\n".join(lines) + f"\n\nMedian over {len(reports)} runs (min-max where they differ): {runs}."
+
+
 def distill_ablation(path: str) -> str:
     """One row per recipe variant of benchmarks/distill_ablation.py (choose on STS-B dev)."""
     blob = _load(path)
@@ -636,7 +669,7 @@ def bundle_quality(*paths: str) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
+    bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}
 
 

@@ -294,3 +294,23 @@ def test_blend_metrics_choose_the_weight_on_dev_and_never_fall_below_the_head_th
                                   SimpleNamespace(a=test.a, b=test.b, gold=(test.gold > 2.5).astype(int)))
     assert "threshold" in binary["test"] and binary["dev"]["accuracy"] >= binary["dev"]["head_alone"]
     assert pairs._blend_metrics(task_spec("sick-e"), logits, encode, dev, test) == {"note": "no blend for a 3-class task"}
+
+
+def test_eval_median_renders_medians_and_ranges_over_runs(tmp_path):
+    tables = _script("tables")
+    paths = []
+    for seed, (dev, rec) in enumerate([(74.0, 26.0), (76.0, 30.0), (75.0, 28.0)]):
+        report = {"seed": seed, "created": f"2026-11-27T02:0{seed}:00+00:00", "commit": "a" * 40, "cpu_model": "CPU",
+                  "tasks": ["stsb-dev", "retrieval"], "skipped": {},
+                  "views": {"app": {"method": "float", "dim": 384, "binary": False, "bytes_per_sentence": 1536},
+                            "app/itq-64": {"method": "itq", "dim": 64, "binary": True, "bytes_per_sentence": 8}},
+                  "results": {"app": {"stsb-dev": {"spearman": 83.5}, "retrieval": {"recall_vs_reference": 50.4}},
+                              "app/itq-64": {"stsb-dev": {"spearman": dev},
+                                             "retrieval": {"recall_vs_float": rec, "recall_vs_reference": 20.0}}}}
+        path = tmp_path / f"r{seed}.json"
+        path.write_text(json.dumps(report))
+        paths.append(str(path))
+    text = tables.eval_median(*paths)
+    assert "| app | float32 × 384 | 1536 | 83.5 | - | 50.4 |" in text  # equal in every run: one value
+    assert "| app/itq-64 | itq 64 bits | 8 | 75.0 (74.0-76.0) | 28.0 (26.0-30.0) | 20.0 |" in text
+    assert "Median over 3 runs" in text and "seed 2, commit aaaaaaaaaaaa" in text
