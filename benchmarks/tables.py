@@ -403,7 +403,10 @@ def eval_median(*paths: str) -> str:
         return f"{med:.1f}" if max(got) - min(got) < 0.05 else f"{med:.1f} ({min(got):.1f}-{max(got):.1f})"
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * 3 + "---:|" * (len(cols) - 3)]
-    for name, meta in first["views"].items():
+    rank = {m: i for i, m in enumerate(("bundle", "threshold", "random", "pca", "itq", "ae", "ae-sp"))}
+    order = sorted(first["views"].items(),  # floats first, then by width, methods in the order README lists them
+                   key=lambda kv: (kv[1]["binary"], kv[1]["dim"] if kv[1]["binary"] else 0, rank.get(kv[1]["method"], 99)))
+    for name, meta in order:
         rep = f"{meta['method']} {meta['dim']} bits" if meta["binary"] else f"float32 × {meta['dim']}"
         row = [name, rep, str(meta["bytes_per_sentence"])]
         res = [r["results"][name] for r in reports]
