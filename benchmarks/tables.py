@@ -495,6 +495,10 @@ def pairs_seeds(path: str) -> str:
                 + (f" + {c['augment_edits']} edited copies/pair" if c["augment_edits"] else ""))
         lines[-1] += (f" Transfer set: {what}, the same pairs for both students (DvBERT's scored by each of its teachers)."
                       if b["dvbert_augment"] else " DvBERT trained on the labelled pairs only (`--no-dvbert-augment`).")
+    anneal = (b.get("dvbert_config") or {}).get("anneal", "linear")
+    if anneal != "linear":  # the issue's schedule is linear; say when a run used another
+        lines[-1] += (" DvBERT without teacher annealing (`--anneal none`: the teachers' target throughout, gold never"
+                      " used)." if anneal == "none" else f" DvBERT's gold weight: `--anneal {anneal}`.")
     return "\n".join(lines)
 
 

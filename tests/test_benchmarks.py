@@ -195,7 +195,11 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     assert out["teachers_mean_test"]["spearman"] == pytest.approx(evaluate_scores(t.spec, both, test.gold, None)["spearman"], abs=0.01)
     dse_aug = json.loads((tmp_path / "w" / "dse-seed0" / "alpha-0.5" / "data.json").read_text())["augment_pairs"]
     assert json.loads((tmp_path / "w" / "dvbert-seed0" / "data.json").read_text())["augment_pairs"] == dse_aug == 10
-    assert "Transfer set: 10 random + 0 neighbour(s)/sentence, the same pairs" in _script("tables").pairs_seeds(str(path))
+    caption = _script("tables").pairs_seeds(str(path))
+    assert "Transfer set: 10 random + 0 neighbour(s)/sentence, the same pairs" in caption and "anneal" not in caption
+    out["dvbert_config"]["anneal"] = "none"  # a run of the ablation says so in its caption
+    path.write_text(json.dumps(out))
+    assert "DvBERT without teacher annealing (`--anneal none`" in _script("tables").pairs_seeds(str(path))
     res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args[:-5], "--augment-random", "9", *args[-5:]],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert res.returncode != 0 and "finished run with other settings (augment_random)" in res.stderr  # not reused
