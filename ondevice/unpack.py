@@ -84,9 +84,6 @@ def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.
         state[f"lstm.weight_hh_{suffix}"] = np.ascontiguousarray(R[d][rows][:, :H])
         state[f"lstm.bias_ih_{suffix}"] = np.ascontiguousarray(B[d, :4 * HA][rows])
         state[f"lstm.bias_hh_{suffix}"] = np.ascontiguousarray(B[d, 4 * HA:][rows])
-    bad = [k for k, v in state.items() if not np.isfinite(v).all()]
-    if bad:
-        raise OndeviceError(f"encoder.onnx has NaN or inf weights (in {bad[0]}); re-export the bundle")
     return state
 
 
@@ -105,7 +102,10 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
         raise OndeviceError(f"bundle {path}: vocab.txt has {len(tokenizer)} tokens, its student config {config.vocab_size}")
     st = require("safetensors.numpy", "train")
     if "student.safetensors" in manifest["files"]:  # an export with --with-weights: the exact fp32 weights
-        state = dict(st.load((path / "student.safetensors").read_bytes()))
+        try:
+            state = dict(st.load(_verified(path, manifest, "student.safetensors")))
+        except Exception as exc:  # noqa: BLE001 -- safetensors raises its own error types for corrupt headers
+            raise OndeviceError(f"bundle {path}: cannot read student.safetensors ({type(exc).__name__}); re-export it") from None
         source = "student.safetensors (fp32, exact)"
     else:
         try:
@@ -114,6 +114,7 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
             raise OndeviceError(f"bundle {path}: encoder.onnx is not an ondevice encoder graph ({type(exc).__name__}: "
                                 f"{str(exc)[:80]}); re-export it with `ondevice export`") from None
         source = f"encoder.onnx ({manifest['precision']}{', weights dequantized' if manifest['precision'] == 'int8' else ''})"
+    _check_state(state, config, path)  # nothing is written from weights that do not fit the student
     out = check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / WEIGHTS) as tmp:
@@ -125,6 +126,22 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
               "golden": _golden_check(path, manifest, out)}
     write_json(out / PROVENANCE, record)
     return record
+
+
+def _check_state(state: dict[str, np.ndarray], config: StudentConfig, path: Path) -> None:
+    """The weights are exactly the student's tensors, in its shapes, all finite."""
+    E, H = config.embedding_dim, config.hidden_size
+    expected = {"embedding.weight": (config.vocab_size, E), "proj.weight": (config.output_dim, config.pooled_dim)}
+    for suffix in ("l0", "l0_reverse"):
+        expected.update({f"lstm.weight_ih_{suffix}": (4 * H, E), f"lstm.weight_hh_{suffix}": (4 * H, H),
+                         f"lstm.bias_ih_{suffix}": (4 * H,), f"lstm.bias_hh_{suffix}": (4 * H,)})
+    got = {k: tuple(np.shape(v)) for k, v in state.items()}
+    if got != expected:
+        wrong = sorted(set(got) ^ set(expected)) or sorted(k for k in got if got[k] != expected[k])
+        raise OndeviceError(f"bundle {path}: its weights do not fit its student config (first: {wrong[0]}); re-export it")
+    bad = [k for k, v in state.items() if not np.isfinite(v).all()]
+    if bad:
+        raise OndeviceError(f"bundle {path}: NaN or inf weights (in {bad[0]}); re-export it")
 
 
 def _verified(path: Path, manifest: dict, name: str) -> bytes:

@@ -154,3 +154,24 @@ def test_a_foreign_encoder_graph_is_a_one_line_error(tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(OndeviceError, match="not an ondevice encoder graph.*lstm_B"):
         unpack_bundle(folder, tmp_path / "s")
+
+
+def test_weights_that_do_not_fit_the_student_write_nothing(tmp_path):
+    import hashlib
+
+    from safetensors.numpy import load_file, save_file
+
+    from ondevice.unpack import unpack_bundle
+
+    _, folder = _export(tmp_path, "max", precision="fp32", with_weights=True, torchscript=False)
+    weights = load_file(str(folder / "student.safetensors"))
+    for name, value in (("proj.weight", weights["proj.weight"][:, :-1]), ("lstm.bias_ih_l0", weights["lstm.bias_ih_l0"] * np.nan)):
+        bad = {**weights, name: np.ascontiguousarray(value)}
+        save_file(bad, str(folder / "student.safetensors"))
+        data = (folder / "student.safetensors").read_bytes()
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["files"]["student.safetensors"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(OndeviceError, match="do not fit its student config|NaN or inf"):
+            unpack_bundle(folder, tmp_path / "s")
+        assert not (tmp_path / "s").exists()
