@@ -403,7 +403,9 @@ def eval_median(*paths: str) -> str:
         return f"{med:.1f}" if max(got) - min(got) < 0.05 else f"{med:.1f} ({min(got):.1f}-{max(got):.1f})"
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * 3 + "---:|" * (len(cols) - 3)]
-    rank = {m: i for i, m in enumerate(("bundle", "threshold", "random", "pca", "itq", "ae", "ae-sp"))}
+    from ondevice.binarize import METHODS
+
+    rank = {m: i for i, m in enumerate(("bundle", *METHODS))}  # a bundle's own codes, then the binarizers
     order = sorted(first["views"].items(),  # floats first, then by width, methods in the order README lists them
                    key=lambda kv: (kv[1]["binary"], kv[1]["dim"] if kv[1]["binary"] else 0, rank.get(kv[1]["method"], 99)))
     for name, meta in order:

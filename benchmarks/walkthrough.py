@@ -61,7 +61,7 @@ def run_steps(data: Path, bin_dir: Path) -> list[dict]:
             if proc.returncode != 0:
                 raise SystemExit(f"step {title!r} failed (exit {proc.returncode}):\n{proc.stdout}")
             out.append({"kind": kind, "title": title, "text": text, "output": _plain(proc.stdout),
-                        "seconds": round(seconds, 2), "returncode": proc.returncode})
+                        "seconds": round(seconds, 2)})
     return out
 
 

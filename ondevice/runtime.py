@@ -178,8 +178,9 @@ def _no_symlink(path: Path, name: str) -> None:
                                       "must hold its files itself: copy the real files in")
 
 
-def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
-    """Check the size and sha256 of every listed file; returns the verified bytes of the files the runtime parses."""
+def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> dict[str, bytes]:
+    """Check the size and sha256 of every listed file; returns the verified bytes of those in `keep` (by default the
+    files the runtime parses), so a caller parses exactly the bytes that were checked."""
     kept: dict[str, bytes] = {}
     if (path / MANIFEST).is_symlink():
         _no_symlink(path, MANIFEST)
@@ -200,7 +201,7 @@ def verify_files(path: Path, manifest: dict) -> dict[str, bytes]:
                                       "copy the bundle again") from None
         if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise _bundle_error(path, f"{name} fails its sha256 check (modified or corrupted); copy the bundle again")
-        if name in PARSED:
+        if name in keep:
             kept[name] = data
     try:
         external = external_tensors(kept[ONNX_FILE]) if ONNX_FILE in kept else []

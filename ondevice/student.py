@@ -211,7 +211,9 @@ class Student:
 
 def unpack_hint(path: str | Path) -> str:
     """What to run when a student folder was expected at `path`: a bundle (or 'pretrained') is unpacked, else distilled."""
-    if str(path).split(":", 1)[0] == "pretrained" or (Path(path) / "manifest.json").is_file():
+    from ondevice.pretrained import PREFIX
+
+    if str(path) == PREFIX or str(path).startswith(PREFIX + ":") or (Path(path) / "manifest.json").is_file():
         return f"it is a bundle: `ondevice unpack --bundle {path} --out DIR` writes its student folder"
     return "run `ondevice distill` first (or `ondevice unpack --bundle pretrained --out DIR` for the shipped student)"
 

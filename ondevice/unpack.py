@@ -19,16 +19,16 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, check_out_dir, write_json
+from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, write_json
 from ondevice.student import CONFIG, WEIGHTS, StudentConfig
 
 PROVENANCE = "unpacked.json"
+GOLDEN_TEXTS, GOLDEN_VECTORS = "golden/sentences.jsonl", "golden/embeddings.npy"
+_KEPT = ("student.safetensors", GOLDEN_TEXTS, GOLDEN_VECTORS)  # read besides what the runtime parses
 _TORCH_GATES = (0, 2, 3, 1)  # torch gate k (input, forget, cell, output) is ONNX gate _TORCH_GATES[k] (i, o, f, c)
 
 
 def _student_config(manifest: dict, where: str) -> StudentConfig:
-    from ondevice.io import dataclass_from_dict
-
     raw = manifest.get("student")
     if not isinstance(raw, dict):
         raise OndeviceError(f"{where}: its manifest has no student config (not an encoder bundle); unpack a bundle "
@@ -71,11 +71,11 @@ def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.
     B = inits["lstm_B"].astype(np.float32)
     HA = R.shape[2]  # hidden units in the graph: H, or H plus the range anchors
     proj = inits["proj_weight_t"].astype(np.float32).T
-    expected = {"embedding": (config.vocab_size, E), "lstm_W": (2, 4 * HA, W.shape[2]), "lstm_R": (2, 4 * HA, HA),
-                "lstm_B": (2, 8 * HA), "proj": (config.output_dim, config.pooled_dim)}
-    got = {"embedding": table.shape, "lstm_W": W.shape, "lstm_R": R.shape, "lstm_B": B.shape, "proj": proj.shape}
-    if got != {k: tuple(v) for k, v in expected.items()} or HA < H or W.shape[2] - E != HA - H:
-        raise OndeviceError(f"encoder.onnx weights {got} do not fit the manifest's student {asdict(config)}; "
+    # the LSTM's layout before it is sliced (slicing would hide a wider input or a missing anchor); the tensors the
+    # student gets are checked against its config by _check_state
+    got = {"lstm_W": W.shape, "lstm_R": R.shape, "lstm_B": B.shape}
+    if got != {"lstm_W": (2, 4 * HA, E + HA - H), "lstm_R": (2, 4 * HA, HA), "lstm_B": (2, 8 * HA)} or HA < H:
+        raise OndeviceError(f"encoder.onnx LSTM weights {got} do not fit the manifest's student {asdict(config)}; "
                             "re-export the bundle")
     state = {"embedding.weight": table, "proj.weight": np.ascontiguousarray(proj)}
     for d, suffix in enumerate(("l0", "l0_reverse")):
@@ -90,20 +90,20 @@ def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.
 def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = None) -> dict:
     """Write a student folder at `out` from a bundle folder, or 'pretrained' for the shipped model; returns the
     provenance record it writes as unpacked.json."""
-    from ondevice.runtime import read_manifest, resolve_bundle, verify_files
+    from ondevice.runtime import PARSED, read_manifest, resolve_bundle, verify_files
     from ondevice.tokenizer import Tokenizer
 
     path = resolve_bundle(bundle, precision)
     manifest = read_manifest(path)
-    files = verify_files(path, manifest)  # every byte checked against the manifest before any is parsed
+    files = verify_files(path, manifest, (*PARSED, *_KEPT))  # every byte checked before any is parsed
     config = _student_config(manifest, f"bundle {path}")
     tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], str(path))
     if len(tokenizer) != config.vocab_size:
         raise OndeviceError(f"bundle {path}: vocab.txt has {len(tokenizer)} tokens, its student config {config.vocab_size}")
     st = require("safetensors.numpy", "train")
-    if "student.safetensors" in manifest["files"]:  # an export with --with-weights: the exact fp32 weights
+    if "student.safetensors" in files:  # an export with --with-weights: the exact fp32 weights
         try:
-            state = dict(st.load(_verified(path, manifest, "student.safetensors")))
+            state = dict(st.load(files["student.safetensors"]))
         except Exception as exc:  # noqa: BLE001 -- safetensors raises its own error types for corrupt headers
             raise OndeviceError(f"bundle {path}: cannot read student.safetensors ({type(exc).__name__}); re-export it") from None
         source = "student.safetensors (fp32, exact)"
@@ -123,7 +123,7 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
     write_json(out / CONFIG, config)
     record = {"bundle": str(path), "precision": manifest["precision"], "weights_from": source,
               "manifest_sha256": hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest(),
-              "golden": _golden_check(path, manifest, out)}
+              "golden": _golden_check(path, files, out)}
     write_json(out / PROVENANCE, record)
     return record
 
@@ -144,28 +144,20 @@ def _check_state(state: dict[str, np.ndarray], config: StudentConfig, path: Path
         raise OndeviceError(f"bundle {path}: NaN or inf weights (in {bad[0]}); re-export it")
 
 
-def _verified(path: Path, manifest: dict, name: str) -> bytes:
-    """A bundle file's bytes, checked against its manifest entry (verify_files keeps only the files it parses)."""
-    data = (path / name).read_bytes()
-    if hashlib.sha256(data).hexdigest() != manifest["files"][name]["sha256"]:
-        raise OndeviceError(f"bundle {path}: {name} fails its sha256 check (modified or corrupted); copy the bundle again")
-    return data
-
-
-def _golden_check(path: Path, manifest: dict, out: Path) -> dict | None:
+def _golden_check(path: Path, files: dict[str, bytes], out: Path) -> dict | None:
     """The unpacked network against the bundle's golden fp32 embeddings (if it carries them): mean and min cosine."""
     import io
     import json
 
     from ondevice.student import Student
 
-    if not {"golden/embeddings.npy", "golden/sentences.jsonl"} <= set(manifest["files"]):
+    if not {GOLDEN_TEXTS, GOLDEN_VECTORS} <= set(files):
         return None
     student = Student.load(out)
     try:  # the bundle's own files: a hand-made one may hold anything its manifest vouches for
-        lines = _verified(path, manifest, "golden/sentences.jsonl").decode("utf-8").splitlines()
+        lines = files[GOLDEN_TEXTS].decode("utf-8").splitlines()
         texts = [json.loads(line) for line in lines if line.strip()]
-        expected = np.load(io.BytesIO(_verified(path, manifest, "golden/embeddings.npy")), allow_pickle=False)
+        expected = np.load(io.BytesIO(files[GOLDEN_VECTORS]), allow_pickle=False)
     except (ValueError, RecursionError, UnicodeDecodeError, OSError) as exc:
         raise OndeviceError(f"bundle {path}: cannot read its golden files ({type(exc).__name__}); re-export it") from None
     if (not all(isinstance(x, str) for x in texts) or expected.shape != (len(texts), student.config.output_dim)
