@@ -593,6 +593,7 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     if a.teacher:
         out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
     rows = []
+    dev = None
     for b in a.bundles:
         for precision in a.precision:
             row = evaluate_pair_bundle(b, test, precision=precision, threads=a.threads)
@@ -600,7 +601,17 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             block = manifest.get("dipair") or manifest.get("pairs")
             row.update({"run": (block.get("run") or {}).get("config"), "dev_blend": (block.get("blend") or {}).get("dev"),
                         "blend_constants": {k: v for k, v in (block.get("blend") or {}).items()
-                                            if k in ("weight", "head_mean", "head_std", "sim_mean", "sim_std", "threshold")}})
+                                            if k in ("weight", "head_mean", "head_std", "sim_mean", "sim_std", "threshold")},
+                        "encoder": block.get("encoder"),
+                        "bytes": {"bundle": sum(e["bytes"] for e in manifest["files"].values())
+                                            + (Path(row["bundle"]) / "manifest.json").stat().st_size,
+                                  "head": sum(manifest["files"][block[f]]["bytes"] for f in ("file", "weights") if f in block)}})
+            if row["head_kind"] == "pairs" and spec.kind != "classes":  # what the bundle's cosine gives without the head
+                from ondevice.pairs.metrics import cosine_metrics
+                from ondevice.runtime import Bundle
+
+                dev = dev or load_pairs(a.task, "dev", a.data)
+                row["cosine"] = cosine_metrics(spec, Bundle.load(row["bundle"], threads=a.threads).encode, dev, test)
             if "cross_encoder" in out:
                 for part in ("head", "blend"):
                     if part in row:

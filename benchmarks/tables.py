@@ -675,8 +675,32 @@ def bundle_quality(*paths: str) -> str:
     return "\n".join(lines + [""] + notes)
 
 
+def pair_head_on_bundle(path: str) -> str:
+    """A head trained on a bundle's frozen encoder (benchmarks/pairs.py bundle-quality on that bundle): the
+    cross-encoder, the bundle's cosine alone, the head, the head + cosine blend; the head's bytes and the bundle's."""
+    b = _load(path)
+    key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
+    extra = "f1" if key == "accuracy" else "pearson"
+    ce = b["cross_encoder"]
+    lines = [f"| {b['task']} test ({len(b['bundles'])} bundle) | {key} x100 | {extra} x100 | x cross-encoder | bytes on device |",
+             "|---|---:|---:|---:|---|"]
+    lines.append(f"| cross-encoder teacher (MiniLM-L6, fine-tuned) | {ce[key]:.2f} | {ce[extra]:.2f} | 1.000 | - |")
+    for r in b["bundles"]:
+        size = r["bytes"]
+        rows = [("the bundle's embedding cosine alone (threshold on dev)", r["cosine"], "no extra bytes"),
+                ("pair head alone", r["head"], f"{_mb(size['head'])} head"),
+                (f"head + cosine blend (w = {r['blend']['weight']:.2f} on dev), what `rerank` ranks by", r["blend"],
+                 f"bundle with head {_mb(size['bundle'])}")]
+        lines += [f"| {what} | {m[key]:.2f} | {m[extra]:.2f} | {m[key] / ce[key]:.3f} | {note} |" for what, m, note in rows]
+    r = b["bundles"][0]
+    lines += ["", f"`{Path(path).name}` ({r['precision']} bundle, {b['date'][:10]}, commit {b['commit'][:7]}, "
+                  f"{b['cpu_model']}); encoder check at export: cosine {r['encoder']['check']['mean_cosine']:.5f} "
+                  f"mean, {r['encoder']['check']['min_cosine']:.5f} min to the training encoder."]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
-    bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
+    pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid)}

@@ -280,14 +280,30 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     return directory
 
 
-def _publish(staging: Path, out: Path) -> None:
-    """Move `staging` to `out`, replacing an earlier export there but never an unrelated folder."""
-    for p in [staging, *staging.rglob("*")]:  # temp files and dirs are private (0600/0700); a bundle is shared
-        p.chmod(0o755 if p.is_dir() else 0o644)
+def check_replaceable(out: Path) -> None:
+    """Refuse an `out` folder that holds something other than a bundle (an earlier export there is replaced)."""
     if out.exists():
         is_bundle = (out / MANIFEST).is_file() or any((out / p / MANIFEST).is_file() for p in PRECISIONS)
         if not is_bundle and any(out.iterdir()):
             raise OndeviceError(f"{out} exists and is not a bundle; choose an empty or new --out")
+
+
+def stage(out: Path) -> Path:
+    """A private staging folder beside `out` for `publish` (stale ones of killed exports are cleared first)."""
+    check_replaceable(check_out_dir(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(out.parent, out.name)
+    staging = out.parent / temp_name(out.name)
+    staging.mkdir(mode=0o700)
+    return staging
+
+
+def publish(staging: Path, out: Path) -> None:
+    """Move `staging` to `out`, replacing an earlier export there but never an unrelated folder."""
+    for p in [staging, *staging.rglob("*")]:  # temp files and dirs are private (0600/0700); a bundle is shared
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    if out.exists():
+        check_replaceable(out)
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         out.rename(old)
@@ -306,19 +322,16 @@ def export(student: Student, binarizer, out: str | Path, config: ExportConfig | 
     if binarizer.dim != student.config.output_dim:
         raise OndeviceError(f"binarizer expects {binarizer.dim}-d vectors but the student gives "
                             f"{student.config.output_dim}-d; fit the binarizer on this student's embeddings")
-    out = check_out_dir(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(out)
     training = training_summary(Path(student_dir) if student_dir else None, student)
-    clean_stale_temps(out.parent, out.name)  # staging folders of killed exports
-    staging = out.parent / temp_name(out.name)
-    staging.mkdir(mode=0o700)
+    staging = stage(out)
     try:
         precisions = list(PRECISIONS) if config.precision == "both" else [config.precision]
         for p in precisions:
             folder = staging / p if config.precision == "both" else staging
             folder.mkdir(parents=True, exist_ok=True)
             write_bundle(folder, student, binarizer, p, config, training, evaluation)
-        _publish(staging, out)
+        publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

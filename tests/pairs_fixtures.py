@@ -103,6 +103,7 @@ class PairEnv:
         self._teacher = None
         self._run = None
         self._bundle = None
+        self._plain = None
 
     def teacher(self) -> Path:
         from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
@@ -137,3 +138,22 @@ class PairEnv:
                                with_weights=True)
             self._bundle = self.root / "bundle"
         return self._bundle
+
+    def plain_bundle(self, student: Path | None = None, out: Path | None = None) -> Path:
+        """An fp32 bundle of `student` (default: the env's) with no pair head, as `ondevice export` writes it."""
+        from ondevice.binarize import Binarizer
+        from ondevice.export.bundle import ExportConfig, export
+        from ondevice.pairs.augment import training_sentences
+        from ondevice.pairs.data import load_pairs
+        from ondevice.student import Student
+
+        if student is None and self._plain is not None:
+            return self._plain
+        model = Student.load(student or self.student)
+        texts = training_sentences(load_pairs("stsb", "train", self.data))
+        binarizer = Binarizer.fit(model.encode(texts), method="random", bits=64, seed=0)
+        folder = export(model, binarizer, out or self.root / "plain", ExportConfig(precision="fp32", golden=True,
+                        golden_count=40), student_dir=student or self.student)[0]
+        if student is None:
+            self._plain = folder
+        return folder

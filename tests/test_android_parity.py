@@ -209,3 +209,14 @@ def _differing_bits_are_sign_ties(bundle: Path, out: str, n: int) -> None:
     for i, bit in diffs:
         assert abs(z[i, bit]) < 1e-5, f"sentence {i} bit {bit}: pre-sign value {z[i, bit]:.3g} is not a tie"
     assert len(diffs) <= max(1, n * z.shape[1] // 100_000), f"{len(diffs)} differing bits is more than rounding explains"
+
+
+def test_pair_head_parity_on_the_shipped_bundle(java_classes):
+    """The Java core scores the pretrained bundle's pair head like the golden fp32 graph, blend keys included."""
+    from ondevice.pretrained import pretrained_path
+
+    res = _java(java_classes, "PairParityCheck", str(pretrained_path()), "--max-abs-diff", "1e-5")
+    values = dict(re.findall(r"^(\w+)=(\S+)", res.stdout, flags=re.MULTILINE))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
+    assert values["blend_pairs"] == "500" and float(values["blend_max_abs_diff"]) <= 1e-5

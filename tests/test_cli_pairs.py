@@ -136,3 +136,23 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
     assert main(["pairs", "dipair-export", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "bundle2"), "--bits", "64",
                  "--precision", "fp32", "--no-blend", "--data", str(tmp_path / "nope")]) == 0
     assert "blend" not in json.loads((tmp_path / "bundle2" / "manifest.json").read_text())["dipair"]
+
+
+def test_a_head_for_an_existing_bundle_from_the_command_line(capsys, tmp_path, pair_env):
+    """Freeze the encoder of a bundle, train a head on it, add the head to a copy of that bundle."""
+    from ondevice.runtime import Bundle
+
+    plain = pair_env.plain_bundle()
+    assert main(["pairs", "train", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
+                 "--teacher", str(pair_env.teacher()), "--out", str(tmp_path / "head"), "--alphas", "0.5", "--epochs", "1",
+                 "--head-hidden", "4", "--augment-random", "5", "--freeze-encoder", "--quiet"]) == 0
+    capsys.readouterr()
+    assert "leave them out" in _one_line_error(capsys, ["pairs", "export", "--run", str(tmp_path / "head"), "--bundle",
+                                                        str(plain), "--out", str(tmp_path / "b"), "--golden"])
+    assert main(["pairs", "export", "--run", str(tmp_path / "head"), "--bundle", str(plain), "--out", str(tmp_path / "b")]) == 0
+    assert json.loads(capsys.readouterr().out.strip())["bundles"] == [str(tmp_path / "b")]
+    bundle = Bundle.load(tmp_path / "b")
+    assert bundle.manifest["pairs"]["encoder"]["frozen"] and bundle.pair_scores("a cat", "a dog").shape == (1,)
+    assert (tmp_path / "b" / "encoder.onnx").read_bytes() == (plain / "encoder.onnx").read_bytes()
+    assert "fine-tuned its encoder" in _one_line_error(capsys, ["pairs", "export", "--run", str(pair_env.run()), "--bundle",
+                                                                str(plain), "--out", str(tmp_path / "c")])

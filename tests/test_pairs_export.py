@@ -101,3 +101,46 @@ def test_java_pair_head_parity(pair_env, tmp_path):
         assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
         # the blend the bundle ranks by: head + embedding cosine, the same keys as Python's golden ones
         assert values["blend_pairs"] == "500" and float(values["blend_max_abs_diff"]) <= 1e-5
+
+
+def test_head_onto_an_existing_bundle_keeps_its_encoder(pair_env, tmp_path):
+    """`pairs export --bundle`: a frozen-encoder head added to a copy of a bundle; encoder files byte-identical."""
+    from ondevice.pairs.export import add_head_to_bundle
+    from ondevice.pairs.train import PairStudent, train_dse
+
+    plain = pair_env.plain_bundle()
+    run = tmp_path / "frozen"
+    train_dse(pair_env.dse_config(freeze_encoder=True), run, progress=False)
+    out = add_head_to_bundle(run, plain, tmp_path / "paired")
+
+    before = json.loads((plain / "manifest.json").read_text())["files"]
+    after = Bundle.load(out).manifest
+    for name, entry in before.items():  # every file of the source but its model card is the same bytes
+        if name != "README.md":
+            assert after["files"][name] == entry and (out / name).read_bytes() == (plain / name).read_bytes()
+    block = after["pairs"]
+    assert block["encoder"]["frozen"] and block["encoder"]["check"]["mean_cosine"] > 0.9999
+    assert block["run"]["config"]["freeze_encoder"] is True and "blend" in block
+    a, b = ["the cat sat on the mat.", "a big red car"], ["the cat sat on a mat.", "a small blue car"]
+    np.testing.assert_allclose(Bundle.load(out).pair_scores(a, b), PairStudent.load(run).logits(a, b)[:, 0] * 5.0, atol=1e-4)
+    g = out / "golden"
+    _, w = load_head_weights(run)
+    emb, ia, ib = np.load(g / "embeddings.npy"), np.load(g / "pair_a.npy"), np.load(g / "pair_b.npy")
+    np.testing.assert_allclose(np.load(g / "pair_logits.npy"), head_forward_numpy(w, emb[ia], emb[ib]), atol=1e-5)
+
+    # a head that fits another encoder, a bundle that has a head, an --out that is not a bundle: one-line errors
+    with pytest.raises(OndeviceError, match="fine-tuned its encoder"):
+        add_head_to_bundle(pair_env.run(), plain, tmp_path / "x")
+    with pytest.raises(OndeviceError, match="already has a pair head"):
+        add_head_to_bundle(run, out, tmp_path / "y")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(OndeviceError, match="not a bundle"):
+        add_head_to_bundle(run, plain, tmp_path / "busy")
+    from pairs_fixtures import make_student
+
+    other = pair_env.plain_bundle(make_student(tmp_path / "other", seed=3), tmp_path / "other-bundle")
+    with pytest.raises(OndeviceError, match="not the bundle's"):
+        add_head_to_bundle(run, other, tmp_path / "z")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging folder left

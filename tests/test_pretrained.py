@@ -56,3 +56,29 @@ def test_shipped_scores_match_its_model_card():
     manifest = json.loads((pretrained_path() / "manifest.json").read_text())
     recorded = manifest["eval"]["measured"]["scores_x100"]["student int8 bundle"]["stsb_test"]
     assert sts_spearman(ondevice.load(), None, "stsb", "test") == pytest.approx(recorded, abs=0.1)
+
+
+def test_the_shipped_bundle_scores_question_pairs():
+    """The duplicate-question head (QQP) on the shipped encoder: frozen encoder, blend with the cosine, verified files."""
+    bundle = ondevice.load()
+    block = bundle.manifest["pairs"]
+    assert block["task"] == "qqp" and block["encoder"]["frozen"] and block["run"]["config"]["freeze_encoder"] is True
+    assert block["encoder"]["check"]["mean_cosine"] >= 0.999 and block["blend"]["similarity"] == "cosine"
+    a = ["How do I reset my phone?", "How do I reset my phone?"]
+    b = ["How can I factory-reset my phone?", "What is the capital of France?"]
+    p = bundle.pair_scores(a, b)
+    assert p.shape == (2,) and 0 <= p.min() and p.max() <= 1 and p[0] > p[1]
+    assert list(bundle.pair_head().pair_decisions(a, b)) == [True, False]
+
+
+@pytest.mark.slow
+def test_shipped_pair_head_scores_what_its_manifest_records(shared_data):
+    """Score regression on QQP dev: the blend through the runtime scores what export fitted on the same graphs, and the
+    int8 head what the training run's fp32 head scored at the same threshold (within int8's noise)."""
+    from ondevice.pairs.bundle_eval import evaluate_pair_bundle
+    from ondevice.pairs.data import load_pairs
+
+    got = evaluate_pair_bundle(pretrained_path(), load_pairs("qqp", "dev", shared_data))
+    block = ondevice.load().manifest["pairs"]
+    assert got["blend"]["accuracy"] == pytest.approx(block["blend"]["dev"]["accuracy"], abs=0.05)
+    assert got["head"]["accuracy"] == pytest.approx(block["run"]["student_dev"]["accuracy"], abs=0.5)

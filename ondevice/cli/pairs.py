@@ -159,6 +159,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("export", help="bundle of a DSE or DvBERT run: fine-tuned encoder + pair_head.onnx", formatter_class=fmt)
     s.add_argument("--run", required=True, help="DSE run folder (an alpha sub-folder, or the parent with selection.json)")
     s.add_argument("--out", required=True, help="bundle folder to write")
+    s.add_argument("--bundle", default=None, help="add the head of a --freeze-encoder run to a copy of this bundle "
+                   "(e.g. 'pretrained', whose unpacked encoder the run froze) instead of exporting the run's encoder; "
+                   "--precision picks a folder of a two-precision bundle")
     s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
     s.add_argument("--bits", type=int, default=256, help="bits of the fitted random projection (no --binarizer)")
     s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
@@ -212,6 +215,9 @@ def _add_dipair(sub, fmt) -> None:
                        formatter_class=fmt)
     s.add_argument("--run", required=True, help="DiPair run folder (`ondevice pairs dipair`)")
     s.add_argument("--out", required=True, help="bundle folder to write")
+    s.add_argument("--bundle", default=None, help="add the head of a --freeze-encoder run to a copy of this bundle "
+                   "(e.g. 'pretrained', whose unpacked encoder the run froze) instead of exporting the run's encoder; "
+                   "--precision picks a folder of a two-precision bundle")
     s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
     s.add_argument("--bits", type=int, default=256)
     s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
@@ -470,9 +476,19 @@ def run(a: argparse.Namespace) -> int:
     if not (Path(run_dir) / "pair_head.json").is_file():
         raise OndeviceError(f"{run_dir} is not a DSE run or DvBERT run (no pair_head.json); pass a folder from "
                            "`ondevice pairs train` or `ondevice pairs dvbert`")
-    binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
-    folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
-                                 golden=a.golden, with_weights=a.with_weights, seed=a.seed, blend=not a.no_blend, data=a.data)
+    if a.bundle:
+        from ondevice.pairs.export import add_head_to_bundle
+
+        if a.binarizer or a.golden or a.with_weights:
+            raise OndeviceError("--binarizer, --golden and --with-weights shape a new export; with --bundle the bundle's "
+                                "own files are kept: leave them out")
+        folders = [add_head_to_bundle(run_dir, a.bundle, a.out, blend=not a.no_blend, data=a.data,
+                                      precision=None if a.precision == "both" else a.precision, seed=a.seed)]
+    else:
+        binarizer = Binarizer.load(a.binarizer) if a.binarizer else None
+        folders = export_pair_bundle(run_dir, a.out, binarizer=binarizer, bits=a.bits, precision=a.precision,
+                                     golden=a.golden, with_weights=a.with_weights, seed=a.seed, blend=not a.no_blend,
+                                     data=a.data)
     print(json.dumps({"bundles": [str(f) for f in folders],
                       "blend": {Path(f).name: json.loads((Path(f) / "manifest.json").read_text())["pairs"].get("blend", {}).get("dev")
                                 for f in folders}}))

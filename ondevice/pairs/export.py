@@ -10,8 +10,10 @@ Opset 17. int8: onnxruntime dynamic quantization of both MatMuls (weights int8 p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, read_json, sha256_file, write_json, write_text
+from ondevice.io import atomic_path, check_out_dir, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_numpy
 
 HEAD_ONNX = "pair_head.onnx"
@@ -307,6 +309,68 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
     return folders
 
 
+ENCODER_MATCH = (0.999, 0.99)  # mean, min cosine of the run's encoder to the bundle's on the dev sentences (int8: ~0.9999)
+
+
+def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path, blend: bool = True,
+                       data: str | Path | None = None, precision: str | None = None, seed: int = 0) -> Path:
+    """Copy an exported bundle (e.g. 'pretrained') to `out` with the head of a DSE run trained with its encoder frozen
+    at that bundle's encoder (`ondevice unpack`, then `pairs train --freeze-encoder`), so one encoder serves search
+    and pairs and the head adds a few hundred KB instead of a second encoder. The encoder files are copied byte for
+    byte from their verified bytes; the run's encoder must give the bundle's vectors on the task's dev sentences."""
+    from ondevice.export.bundle import check_replaceable, publish, stage
+    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.model import load_head_weights
+    from ondevice.pairs.train import PairStudent
+    from ondevice.runtime import MANIFEST, Bundle, verify_files
+
+    run, out = Path(run_dir), Path(out)
+    run_cfg = read_json(_config_path(run), "pair run config")
+    if _method(run) != "dse" or not run_cfg.get("freeze_encoder"):
+        raise OndeviceError(f"{run} fine-tuned its encoder, so its head fits that encoder and not the bundle's; train "
+                            "with `ondevice pairs train --freeze-encoder --student <the bundle, unpacked>`, or export "
+                            "the run without --bundle")
+    check_replaceable(check_out_dir(out))  # before the work, as publish will
+    source = Bundle.load(bundle, precision=precision)
+    if "pairs" in source.manifest or "dipair" in source.manifest:
+        raise OndeviceError(f"bundle {source.path} already has a pair head; add the head to a bundle without one")
+    data = data if data is not None else run_cfg["data"]
+    try:
+        dev = load_pairs(run_cfg["task"], "dev", data, run_cfg.get("split_seed", 0))
+    except OndeviceError as exc:
+        raise OndeviceError(f"the encoder check and the blend use {run_cfg['task']} dev pairs: {exc} (pass --data DIR)") from None
+    texts = list(dict.fromkeys([*dev.a, *dev.b]))[:256]
+    pair = PairStudent.load(run)
+    ours, theirs = pair.vectors(texts), source.encode(texts)
+    cos = (ours * theirs).sum(1) / np.maximum(np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1), 1e-12)
+    if cos.mean() < ENCODER_MATCH[0] or cos.min() < ENCODER_MATCH[1]:
+        raise OndeviceError(f"the run's encoder is not the bundle's: cosine {cos.mean():.4f} mean, {cos.min():.4f} min on "
+                            f"{len(texts)} dev sentences (needs >= {ENCODER_MATCH[0]} / {ENCODER_MATCH[1]}); train the "
+                            f"head on `ondevice unpack --bundle {bundle}` with --freeze-encoder")
+
+    manifest_bytes = (source.path / MANIFEST).read_bytes()
+    files = verify_files(source.path, source.manifest, keep=tuple(source.manifest["files"]))
+    tmp = stage(out)
+    try:
+        for name, content in files.items():
+            target = tmp.joinpath(*name.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        (tmp / MANIFEST).write_bytes(manifest_bytes)
+        head_cfg, weights = load_head_weights(run)
+        encoder = {"frozen": True, "bundle_manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+                   "check": {"sentences": len(texts), "mean_cosine": round(float(cos.mean()), 6),
+                             "min_cosine": round(float(cos.min()), 6)}}
+        add_pair_head(tmp, head_cfg, weights, {"method": "dse", "run": _run_summary(run), "encoder": encoder}, seed=seed)
+        if blend and task_spec(run_cfg["task"]).kind != "classes":
+            add_blend(tmp, dev)
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 def _config_path(run: Path) -> Path:
     """The run's settings file: dse_config.json, or dvbert_config.json for a DvBERT run."""
     return run / "dvbert_config.json" if (run / "dvbert_config.json").is_file() else run / "dse_config.json"
@@ -321,7 +385,7 @@ def _run_summary(run: Path) -> dict:
     if _config_path(run).is_file():
         cfg = read_json(_config_path(run), "pair run config")
         out["config"] = {k: cfg[k] for k in ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "seed",
-                                             "augment_random", "augment_neighbors", "teachers", "anneal", "head")
+                                             "augment_random", "augment_neighbors", "augment_edits", "freeze_encoder", "teachers", "anneal", "head")
                          if k in cfg}
     if (run / "dev.json").is_file():
         out["student_dev"] = read_json(run / "dev.json", "dev metrics")
