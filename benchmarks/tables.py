@@ -693,9 +693,9 @@ def pair_head_on_bundle(path: str) -> str:
                  f"bundle with head {_mb(size['bundle'])}")]
         lines += [f"| {what} | {m[key]:.2f} | {m[extra]:.2f} | {m[key] / ce[key]:.3f} | {note} |" for what, m, note in rows]
     r = b["bundles"][0]
-    lines += ["", f"`{Path(path).name}` ({r['precision']} bundle, {b['date'][:10]}, commit {b['commit'][:7]}, "
-                  f"{b['cpu_model']}); encoder check at export: cosine {r['encoder']['check']['mean_cosine']:.5f} "
-                  f"mean, {r['encoder']['check']['min_cosine']:.5f} min to the training encoder."]
+    lines += ["", (f"`{Path(path).name}` ({r['precision']} bundle, {b['date'][:10]}, commit {b['commit'][:7]}, "
+                   f"{b['cpu_model']}); encoder check at export: cosine {r['encoder']['check']['mean_cosine']:.5f} "
+                   f"mean, {r['encoder']['check']['min_cosine']:.5f} min to the training encoder.")]
     return "\n".join(lines)
 
 

@@ -141,8 +141,9 @@ class PairEnv:
 
     def plain_bundle(self, student: Path | None = None, out: Path | None = None) -> Path:
         """An fp32 bundle of `student` (default: the env's) with no pair head, as `ondevice export` writes it."""
-        from ondevice.binarize import Binarizer
         from ondevice.export.bundle import ExportConfig, export
+
+        from ondevice.binarize import Binarizer
         from ondevice.pairs.augment import training_sentences
         from ondevice.pairs.data import load_pairs
         from ondevice.student import Student
