@@ -39,6 +39,9 @@ STEPS: list[tuple[str, str, str]] = [  # (kind, title, text); kind "bash" runs i
      "ondevice index info catalog.odx")),
     ("bash", "3. evaluate the bundle (its float vectors and its codes) on STS-B test",
      "ondevice eval --encoder app=bundle:pretrained --tasks stsb-test --out eval-report"),
+    ("bash", "4. score question pairs with the bundle's duplicate-question head (probability, blended key, decision)",
+     ('ondevice pairs score --bundle pretrained --a "How do I reset my phone?" --b "How can I factory-reset my phone?"\n'
+      'ondevice pairs score --bundle pretrained --a "How do I reset my phone?" --b "Which phone has the best camera?"')),
 ]
 
 

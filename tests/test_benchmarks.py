@@ -91,6 +91,8 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert "(2, 256) uint8" in steps[1]["output"]
         assert "index saved to catalog.odx: 5,000 codes x 2048 bits" in steps[2]["output"]
         assert "stsb-test app/codes-2048" in steps[3]["output"]
+        first, second = (json.loads(line) for line in steps[4]["output"].strip().splitlines())
+        assert first["decision"] is True and second["decision"] is False and first["score"] > second["score"]
         spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
         tables = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(tables)
