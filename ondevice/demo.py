@@ -169,6 +169,10 @@ def _answer(bundle, config: DemoConfig, catalog: list[str], show: Callable[[str]
     show()
 
 
+PAIR_QUERY = "How do I reset my phone?"
+PAIR_CANDIDATES = ("How can I factory-reset my phone?", "Which phone has the best camera?")
+
+
 def _pretrained_first(config: DemoConfig, catalog: list[str], show: Callable[[str], None]) -> None:
     """When the package ships a pretrained bundle, show it answering before anything is trained."""
     import ondevice
@@ -181,6 +185,13 @@ def _pretrained_first(config: DemoConfig, catalog: list[str], show: Callable[[st
     show(f"the pretrained bundle shipped in the package (ondevice.load()), {len(catalog):,} Wikipedia sentences "
          f"indexed in {time.monotonic() - t0:.1f} s:")
     _answer(bundle, config, catalog, show)
+    if bundle.manifest.get("pairs", {}).get("task") == "qqp":
+        a, b = [PAIR_QUERY] * len(PAIR_CANDIDATES), list(PAIR_CANDIDATES)
+        probs, duplicate = bundle.pair_scores(a, b), bundle.pair_head().pair_decisions(a, b)
+        show("its duplicate-question head (bundle.pair_scores, bundle.pair_head().pair_decisions):")
+        for text, p, dup in zip(b, probs, duplicate):
+            show(f"  {p:.2f} {'duplicate' if dup else 'different'}: {PAIR_QUERY} | {text}")
+        show()
     show("now the same pipeline from scratch:")
 
 

@@ -25,6 +25,9 @@ def test_demo_runs_the_whole_pipeline_and_reruns_from_its_outputs(shared_data, s
 
     shipped = pretrained.DEFAULT in pretrained.names()  # the shipped bundle answers the same queries first
     assert ("the pretrained bundle shipped in the package" in out) == shipped
+    if shipped:  # its pair head answers too: the paraphrase is a duplicate, the other question is not
+        assert "duplicate: How do I reset my phone? | How can I factory-reset my phone?" in out
+        assert "different: How do I reset my phone? | Which phone has the best camera?" in out
     assert out.count("bits apart:") == 2 * 3 * (2 if shipped else 1)  # k = 3 neighbours per query
     for name in ("student/model.safetensors", "binarizer-ae-sp-64/binarizer.json", "bundle-int8/manifest.json"):
         assert (tmp_path / "demo" / name).is_file()
