@@ -229,6 +229,7 @@ def test_browser_top10_equals_python(browser, bundles, precision, tmp_path):
         page, errors = _open(browser, url)
         assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
         assert f"{precision} bundle verified" in page.inner_text("#status")
+        assert page.is_hidden("#pairs")  # no pair head in this bundle: no pair form
         for text in QUERIES:
             page.fill("#query", text)
             page.press("#query", "Enter")
@@ -257,4 +258,81 @@ def test_browser_refuses_a_tampered_bundle(browser, bundles, tmp_path):
         assert page.get_attribute("body", "data-state") == "error"
         assert "encoder.onnx fails its sha256 check" in page.inner_text("#status")
         assert page.is_disabled("#query")
+        page.close()
+
+
+# --------------------------------------------------------------------------------------------- pair head
+
+PAIR = ("How do I reset my phone?", "How can I factory-reset my phone?")
+
+
+def _python_pair(a: str, b: str) -> tuple[float, float, bool]:
+    """Probability, blended key and decision of the shipped head by the Python runtime's embeddings and the head's
+    fp32 weights (what the JavaScript and Java cores read; the Python runtime itself runs the int8 head graph)."""
+    from safetensors.numpy import load_file
+
+    import ondevice
+    from ondevice.pairs.blend import Blend
+    from ondevice.pairs.model import head_forward_numpy
+    from ondevice.pretrained import pretrained_path
+
+    bundle = ondevice.load(threads=1)
+    u, v = bundle.encode([a, b])
+    logit = head_forward_numpy(load_file(str(pretrained_path() / "pair_head.safetensors")), u[None], v[None])[0, 0]
+    blend = Blend.from_dict(bundle.manifest["pairs"]["blend"], "test")
+    cos = float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+    key = float(blend.keys(np.asarray([logit], np.float64), np.asarray([cos]))[0])
+    return float(1 / (1 + np.exp(-logit))), key, key > blend.threshold
+
+
+def test_js_pair_head_on_the_shipped_bundle(tmp_path):
+    """ondevice.js's pair head: golden logits and blend keys of the shipped bundle, and a pair scored end to end."""
+    from ondevice.pretrained import pretrained_path
+
+    res = _run("test/pairs.mjs", str(pretrained_path()), "--a", PAIR[0], "--b", PAIR[1])
+    values = _values(res.stdout)
+    assert values["task"] == "qqp" and values["pairs"] == "500" and values["decisions_identical"] == "500/500"
+    assert float(values["max_abs_diff"]) <= 1e-5 and float(values["blend_max_abs_diff"]) <= 1e-5
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    score, key, decision = _python_pair(*PAIR)
+    assert row["score"] == pytest.approx(score, abs=1e-4) and row["key"] == pytest.approx(key, abs=1e-3)
+    assert row["decision"] is decision is True
+    # a tampered head, and a bundle without one: one line, exit code 2
+    bad = tmp_path / "bad"
+    shutil.copytree(pretrained_path(), bad)
+    data = bytearray((bad / "pair_head.safetensors").read_bytes())
+    data[-3] ^= 1
+    (bad / "pair_head.safetensors").write_bytes(bytes(data))
+    out = subprocess.run([_node(), "test/pairs.mjs", str(bad)], cwd=WEB, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 2 and "pair_head.safetensors fails its sha256 check" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1
+    manifest = json.loads((bad / "manifest.json").read_text())
+    del manifest["pairs"]
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    out = subprocess.run([_node(), "test/pairs.mjs", str(bad)], cwd=WEB, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 2 and "this bundle has no pair head" in out.stderr, out.stderr
+
+
+def test_browser_compares_two_questions_with_the_shipped_head(browser, tmp_path):
+    """The page on the shipped bundle shows its pair form; the decision and probability equal Python's."""
+    from ondevice.pretrained import pretrained_path
+
+    web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
+    site = tmp_path / "site"
+    web_catalog.build(pretrained_path(), ["A man plays a guitar.", "The stock market fell."], site)
+    with serve(site, seconds=120) as url:
+        page, errors = _open(browser, url)
+        assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+        assert page.is_visible("#pairs") and page.inner_text("#pairs-task") == "Are these two questions duplicates?"
+        score, _, decision = _python_pair(*PAIR)
+        page.fill("#pair-a", PAIR[0])
+        page.fill("#pair-b", PAIR[1])
+        page.click("#pair-go")
+        page.wait_for_function("() => document.getElementById('pair-result').dataset.score !== undefined")
+        assert float(page.get_attribute("#pair-result", "data-score")) == pytest.approx(score, abs=1e-4)
+        assert page.get_attribute("#pair-result", "data-decision") == str(decision).lower() == "true"
+        assert page.inner_text("#pair-result").startswith("duplicate: probability ")
+        assert not errors
         page.close()

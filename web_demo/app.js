@@ -1,6 +1,6 @@
 // The demo page: load and verify a bundle and a catalog, then encode typed text and search it.
 import * as ort from "onnxruntime-web";
-import { Encoder, loadBundle, loadCatalog } from "./ondevice.js";
+import { Encoder, PairHead, loadBundle, loadCatalog } from "./ondevice.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -26,17 +26,45 @@ async function start() {
   await encoder.encode("warm up");
   const loadMs = performance.now() - t0;
   const m = bundle.manifest;
+  // a bundle with a pair head (`ondevice pairs export`, e.g. the shipped QQP head) also compares two sentences
+  const pairHead = m.pairs ? await PairHead.load(reader(new URL("bundle/", assets)), m) : null;
   $("info").textContent = [
     `bundle: ${m.precision}, ${m.dim}-d embedding, ${m.bits}-bit codes, vocabulary ${bundle.tokenizer.vocab.length}`,
     `student: ${JSON.stringify(m.student)}`,
-    `verified (size + SHA-256): ${bundle.verified.join(", ")}; catalog ${catalog.verified.join(", ")}`,
+    `verified (size + SHA-256): ${[...bundle.verified, ...(pairHead ? pairHead.verified : [])].join(", ")}; ` +
+      `catalog ${catalog.verified.join(", ")}`,
+    ...(pairHead ? [`pair head: ${pairHead.task} (${pairHead.kind}), ${pairHead.hidden} hidden units` +
+      (pairHead.blend ? `, blended with the cosine (w = ${pairHead.blend.weight})` : "")] : []),
     `catalog: ${catalog.info.count} sentences; session created in ${loadMs.toFixed(0)} ms`,
     `onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""}, wasm, ${ort.env.wasm.numThreads} thread`,
   ].join("\n");
   $("status").textContent = `Ready: ${m.precision} bundle verified, ${catalog.info.count.toLocaleString("en")} ` +
     `catalog sentences of ${m.bits} bits.`;
-  window.ondeviceDemo = { ort, bundle, catalog, encoder, search };
+  window.ondeviceDemo = { ort, bundle, catalog, encoder, search, pairHead };
   $("query").disabled = $("go").disabled = false;
+  if (pairHead) {
+    $("pairs").hidden = false;
+    $("pairs-task").textContent = pairHead.task === "qqp" ? "Are these two questions duplicates?" :
+      `Score a pair (${pairHead.task})`;
+    $("pairs").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const a = $("pair-a").value;
+      const b = $("pair-b").value;
+      const t = performance.now();
+      const u = (await encoder.encode(a)).embedding;
+      const v = (await encoder.encode(b)).embedding;
+      const p = pairHead.pair(u, v);
+      const ms = performance.now() - t;
+      const out = $("pair-result");
+      Object.assign(out.dataset, { score: String(p.score), key: String(p.key), a, b });
+      if (p.decision !== undefined) out.dataset.decision = String(p.decision);
+      const verdict = p.decision === undefined ? "" : p.decision ? (pairHead.task === "qqp" ? "duplicate" : "positive") :
+        (pairHead.task === "qqp" ? "not a duplicate" : "negative");
+      out.textContent = `${verdict ? verdict + ": " : ""}` +
+        `${pairHead.kind === "binary" ? "probability" : "score"} ${p.score.toFixed(3)}, rank key ${p.key.toFixed(3)} ` +
+        `(both sentences encoded and scored in ${ms.toFixed(1)} ms)`;
+    });
+  }
   $("query").focus();
   document.body.dataset.state = "ready";
 

@@ -361,3 +361,153 @@ export async function loadCatalog(read, manifest) {
   }
   return { info, sentences, index: new HammingIndex(codes.data, manifest.code_bytes), verified: Object.keys(files) };
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Pair head (`ondevice pairs export`): DSE's head over two embeddings, from the bundle's fp32 pair_head.safetensors,
+// summed in double like the Java core (PairHead.java), plus the head + cosine blend the bundle ranks by
+
+const SAFETENSORS_MAX_HEADER = 1 << 24;
+
+/** Parse a safetensors file of F32 tensors: {name: {shape, data: Float32Array}}; every offset is checked. */
+export function parseSafetensors(bytes, what = "safetensors file") {
+  const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  const bad = (why) => new OndeviceError(`${what}: ${why}; re-export the bundle`);
+  if (u8.length < 8) throw bad("shorter than a safetensors header");
+  const view = new DataView(u8.buffer, u8.byteOffset, u8.byteLength);
+  const size = view.getUint32(0, true);
+  if (view.getUint32(4, true) !== 0 || size > SAFETENSORS_MAX_HEADER || 8 + size > u8.length) throw bad("bad header length");
+  const header = parseJson(u8.subarray(8, 8 + size), what);
+  const body = u8.length - 8 - size;
+  const out = {};
+  for (const [name, t] of Object.entries(header)) {
+    if (name === "__metadata__") continue;
+    const shape = t && t.shape;
+    const offsets = t && t.data_offsets;
+    if (!t || t.dtype !== "F32" || !Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0) ||
+        !Array.isArray(offsets) || offsets.length !== 2) throw bad(`tensor ${name} is not a float32 tensor`);
+    const count = shape.reduce((a, b) => a * b, 1);
+    const [s, e] = offsets;
+    if (!Number.isInteger(s) || s < 0 || e !== s + 4 * count || e > body) throw bad(`tensor ${name} has bad offsets`);
+    const copy = new Uint8Array(4 * count); // aligned for Float32Array; safetensors is little-endian, as every browser
+    copy.set(u8.subarray(8 + size + s, 8 + size + e));
+    out[name] = { shape, data: new Float32Array(copy.buffer) };
+  }
+  return out;
+}
+
+/** Cosine of two embeddings, summed in double (the similarity of a DSE head's blend). */
+export function cosine(u, v) {
+  let dot = 0;
+  let nu = 0;
+  let nv = 0;
+  for (let i = 0; i < u.length; i++) {
+    dot += u[i] * v[i];
+    nu += u[i] * u[i];
+    nv += v[i] * v[i];
+  }
+  return dot / Math.max(Math.sqrt(nu) * Math.sqrt(nv), 1e-12);
+}
+
+/** The bundle's pair head: `logits = W2 relu(W1 [u, v, u*v, |u-v|] + b1) + b2`, task scores, blended keys, decisions. */
+export class PairHead {
+  /** Read, verify (size + SHA-256) and check the head the manifest's `pairs` block names. */
+  static async load(read, manifest) {
+    const block = manifest.pairs;
+    if (!block || typeof block !== "object") {
+      throw new OndeviceError("this bundle has no pair head; export one with `ondevice pairs export`");
+    }
+    const { dim, hidden, outputs } = block.head || {};
+    if (![dim, hidden, outputs].every((x) => Number.isInteger(x) && x >= 1) || dim !== manifest.dim ||
+        !["regression", "binary", "classes"].includes(block.task_type) || typeof block.weights !== "string") {
+      throw new OndeviceError("manifest.json pairs block does not describe a head for this encoder; re-export the bundle");
+    }
+    const name = block.weights;
+    const tensors = parseSafetensors(await verifyFile(manifest, name, await read(name)), name);
+    const want = { "hidden.weight": [hidden, 4 * dim], "hidden.bias": [hidden], "out.weight": [outputs, hidden],
+      "out.bias": [outputs] };
+    for (const [key, shape] of Object.entries(want)) {
+      if (!tensors[key] || tensors[key].shape.join(",") !== shape.join(",")) {
+        throw new OndeviceError(`${name}: ${key} is not [${shape}]; re-export the bundle`);
+      }
+    }
+    const blend = block.blend;
+    if (blend && (blend.similarity !== "cosine" || blend.dim !== dim ||
+        !["weight", "head_mean", "head_std", "sim_mean", "sim_std"].every((k) => Number.isFinite(blend[k])))) {
+      throw new OndeviceError("manifest.json pairs.blend is not a cosine blend for this encoder; re-export the bundle");
+    }
+    return new PairHead(block, tensors, name);
+  }
+
+  constructor(block, tensors, file) {
+    this.task = block.task;
+    this.kind = block.task_type;
+    this.dim = block.head.dim;
+    this.hidden = block.head.hidden;
+    this.outputs = block.head.outputs;
+    this.w1 = tensors["hidden.weight"].data;
+    this.b1 = tensors["hidden.bias"].data;
+    this.w2 = tensors["out.weight"].data;
+    this.b2 = tensors["out.bias"].data;
+    const t = block.output_transform || {};
+    this.scale = Number.isFinite(t.scale) ? t.scale : 1;
+    this.offset = Number.isFinite(t.offset) ? t.offset : 0;
+    this.threshold = Number.isFinite(block.threshold) ? block.threshold : 0;
+    this.blend = block.blend || null;
+    this.verified = [file];
+  }
+
+  /** Head logits (Float64Array of `outputs`) of one pair of embeddings. */
+  logits(u, v) {
+    const d = this.dim;
+    if (u.length !== d || v.length !== d) throw new OndeviceError(`the pair head takes ${d}-d vectors`);
+    const f = new Float64Array(4 * d);
+    for (let i = 0; i < d; i++) {
+      f[i] = u[i];
+      f[d + i] = v[i];
+      f[2 * d + i] = Math.fround(u[i] * v[i]); // float32 products, as the fp32 graph and the Java core form them
+      f[3 * d + i] = Math.fround(Math.abs(u[i] - v[i]));
+    }
+    const h = new Float64Array(this.hidden);
+    for (let j = 0, row = 0; j < this.hidden; j++, row += 4 * d) {
+      let s = this.b1[j];
+      for (let i = 0; i < 4 * d; i++) s += this.w1[row + i] * f[i];
+      h[j] = s > 0 ? s : 0;
+    }
+    const out = new Float64Array(this.outputs);
+    for (let o = 0; o < this.outputs; o++) {
+      let s = this.b2[o];
+      for (let j = 0; j < this.hidden; j++) s += this.w2[o * this.hidden + j] * h[j];
+      out[o] = s;
+    }
+    return out;
+  }
+
+  /** Task score of logits: regression on the gold scale, binary probability, or the second class's probability. */
+  score(logits) {
+    if (this.kind === "regression") return logits[0] * this.scale + this.offset;
+    if (this.kind === "binary") return 1 / (1 + Math.exp(-logits[0]));
+    const max = Math.max(...logits);
+    const e = Array.from(logits, (x) => Math.exp(x - max));
+    return e[this.outputs > 1 ? 1 : 0] / e.reduce((a, b) => a + b, 0);
+  }
+
+  /** The rank key of a pair: the blend `z(logit) + w * z(cosine)` where the bundle has one, else the first logit. */
+  key(logits, u, v) {
+    const b = this.blend;
+    if (!b) return logits[0];
+    return (logits[0] - b.head_mean) / b.head_std + b.weight * (cosine(u, v) - b.sim_mean) / b.sim_std;
+  }
+
+  /** Binary tasks: whether a pair is positive, by the blended key's dev threshold (the head's without a blend). */
+  decision(logits, u, v) {
+    if (this.kind !== "binary") throw new OndeviceError(`decisions are for binary tasks; this head is ${this.kind}`);
+    return this.blend && Number.isFinite(this.blend.threshold) ? this.key(logits, u, v) > this.blend.threshold
+      : logits[0] > this.threshold;
+  }
+
+  /** Score, key and (binary) decision of one pair of embeddings. */
+  pair(u, v) {
+    const l = this.logits(u, v);
+    return { logits: l, score: this.score(l), key: this.key(l, u, v), ...(this.kind === "binary" ? { decision: this.decision(l, u, v) } : {}) };
+  }
+}
