@@ -131,8 +131,21 @@ def test_head_onto_an_existing_bundle_keeps_its_encoder(pair_env, tmp_path):
     # a head that fits another encoder, a bundle that has a head, an --out that is not a bundle: one-line errors
     with pytest.raises(OndeviceError, match="fine-tuned its encoder"):
         add_head_to_bundle(pair_env.run(), plain, tmp_path / "x")
-    with pytest.raises(OndeviceError, match="already has a pair head"):
-        add_head_to_bundle(run, out, tmp_path / "y")
+    # a bundle with a DSE head gets the new head in its place, none of the old head's files kept; a DiPair bundle refuses
+    again = tmp_path / "again"
+    train_dse(pair_env.dse_config(freeze_encoder=True, head_hidden=5, augment_random=0), again, progress=False)
+    assert (out / "golden" / "pair_blend_keys.npy").is_file()  # the old head's blend: not carried into the new bundle
+    replaced = add_head_to_bundle(again, out, tmp_path / "y", blend=False)
+    block = Bundle.load(replaced).manifest["pairs"]
+    assert block["head"]["hidden"] == 5 and block["encoder"]["replaced_head"] == {"task": "stsb", "method": "dse"}
+    assert "blend" not in block and not (replaced / "golden" / "pair_blend_keys.npy").exists()
+    np.testing.assert_allclose(Bundle.load(replaced).pair_scores(a, b), PairStudent.load(again).logits(a, b)[:, 0] * 5.0,
+                               atol=1e-4)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["dipair"] = {"task": "stsb"}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(OndeviceError, match="has a DiPair head"):
+        add_head_to_bundle(run, out, tmp_path / "y2")
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     with pytest.raises(OndeviceError, match="not a bundle"):

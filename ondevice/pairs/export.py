@@ -28,6 +28,7 @@ from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_nump
 
 HEAD_ONNX = "pair_head.onnx"
 GOLDEN_PAIRS = 500
+GOLDEN_PAIR_FILES = ("pair_a", "pair_b", "pair_logits", "pair_blend_keys")  # golden/<name>.npy of a DSE head
 OPSET = 17
 IR_VERSION = 8
 
@@ -317,7 +318,8 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     """Copy an exported bundle (e.g. 'pretrained') to `out` with the head of a DSE run trained with its encoder frozen
     at that bundle's encoder (`ondevice unpack`, then `pairs train --freeze-encoder`), so one encoder serves search
     and pairs and the head adds a few hundred KB instead of a second encoder. The encoder files are copied byte for
-    byte from their verified bytes; the run's encoder must give the bundle's vectors on the task's dev sentences."""
+    byte from their verified bytes; the run's encoder must give the bundle's vectors on the task's dev sentences.
+    A DSE head the bundle already has is replaced (its files are left out of the copy)."""
     from ondevice.export.bundle import check_replaceable, publish, stage
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.model import load_head_weights
@@ -332,8 +334,10 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
                             "the run without --bundle")
     check_replaceable(check_out_dir(out))  # before the work, as publish will
     source = Bundle.load(bundle, precision=precision)
-    if "pairs" in source.manifest or "dipair" in source.manifest:
-        raise OndeviceError(f"bundle {source.path} already has a pair head; add the head to a bundle without one")
+    if "dipair" in source.manifest:
+        raise OndeviceError(f"bundle {source.path} has a DiPair head; add the head to a bundle without one")
+    old = source.manifest.get("pairs")  # a DSE head there (the shipped QQP head, say) is replaced: not copied
+    drop = {old.get("file"), old.get("weights"), *(f"golden/{n}.npy" for n in GOLDEN_PAIR_FILES)} if old else set()
     data = data if data is not None else run_cfg["data"]
     try:
         dev = load_pairs(run_cfg["task"], "dev", data, run_cfg.get("split_seed", 0))
@@ -350,15 +354,22 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
 
     manifest_bytes = (source.path / MANIFEST).read_bytes()
     files = verify_files(source.path, source.manifest, keep=tuple(source.manifest["files"]))
+    manifest = json.loads(manifest_bytes)
+    if old:
+        del manifest["pairs"]
+        manifest["files"] = {n: e for n, e in manifest["files"].items() if n not in drop}
     tmp = stage(out)
     try:
         for name, content in files.items():
+            if name in drop:
+                continue
             target = tmp.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
-        (tmp / MANIFEST).write_bytes(manifest_bytes)
+        write_json(tmp / MANIFEST, manifest)
         head_cfg, weights = load_head_weights(run)
         encoder = {"frozen": True, "bundle_manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+                   **({"replaced_head": {"task": old.get("task"), "method": old.get("method")}} if old else {}),
                    "check": {"sentences": len(texts), "mean_cosine": round(float(cos.mean()), 6),
                              "min_cosine": round(float(cos.min()), 6)}}
         add_pair_head(tmp, head_cfg, weights, {"method": "dse", "run": _run_summary(run), "encoder": encoder}, seed=seed)
