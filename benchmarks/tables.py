@@ -687,7 +687,8 @@ def pair_head_on_bundle(path: str) -> str:
     lines.append(f"| cross-encoder teacher (MiniLM-L6, fine-tuned) | {ce[key]:.2f} | {ce[extra]:.2f} | 1.000 | - |")
     for r in b["bundles"]:
         size = r["bytes"]
-        rows = [("the bundle's embedding cosine alone (threshold on dev)", r["cosine"], "no extra bytes"),
+        rows = [("the bundle's embedding cosine alone" + (" (threshold on dev)" if key == "accuracy" else ""), r["cosine"],
+                 "no extra bytes"),
                 ("pair head alone", r["head"], f"{_mb(size['head'])} head"),
                 (f"head + cosine blend (w = {r['blend']['weight']:.2f} on dev), what `rerank` ranks by", r["blend"],
                  f"bundle with head {_mb(size['bundle'])}")]
