@@ -220,3 +220,4 @@ def test_pair_head_parity_on_the_shipped_bundle(java_classes):
     assert res.returncode == 0, res.stdout + res.stderr
     assert values["pairs"] == "500" and values["decisions_identical"] == "500/500" and float(values["max_abs_diff"]) <= 1e-5
     assert values["blend_pairs"] == "500" and float(values["blend_max_abs_diff"]) <= 1e-5
+    assert values["blend_decisions_identical"] == "500/500"  # PairHead.decide: what the app shows

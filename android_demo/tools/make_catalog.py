@@ -26,7 +26,7 @@ from ondevice.catalog import copy_bundle_files, read_sentences, write_catalog
 from ondevice.errors import OndeviceError
 
 APP_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt", "binarizer.json", "binarizer.safetensors")
-OPTIONAL = ("student.safetensors", "README.md")
+OPTIONAL = ("student.safetensors", "README.md", "pair_head.safetensors")  # the last: the app's pair head (Java core)
 DEFAULT_ASSETS = Path(__file__).resolve().parents[1] / "app" / "src" / "main" / "assets"
 
 __all__ = ["build", "main", "read_sentences"]

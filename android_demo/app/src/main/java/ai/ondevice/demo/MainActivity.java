@@ -43,6 +43,11 @@ public class MainActivity extends AppCompatActivity {
     private TextView latency;
     private ProgressBar progress;
     private ResultAdapter results;
+    private View pairSection;
+    private EditText pairA;
+    private EditText pairB;
+    private Button compareButton;
+    private TextView pairResult;
 
     @Override
     protected void onCreate(Bundle savedInstanceState) {
@@ -55,6 +60,17 @@ public class MainActivity extends AppCompatActivity {
         status = findViewById(R.id.status);
         latency = findViewById(R.id.latency);
         progress = findViewById(R.id.progress);
+        pairSection = findViewById(R.id.pair_section);
+        pairA = findViewById(R.id.pair_a);
+        pairB = findViewById(R.id.pair_b);
+        compareButton = findViewById(R.id.compare);
+        pairResult = findViewById(R.id.pair_result);
+        compareButton.setOnClickListener(new View.OnClickListener() {
+            @Override
+            public void onClick(View v) {
+                compare();
+            }
+        });
 
         RecyclerView list = findViewById(R.id.results);
         list.setLayoutManager(new LinearLayoutManager(this));
@@ -112,6 +128,7 @@ public class MainActivity extends AppCompatActivity {
                     if (loaded.java == null) {
                         javaChoice.setText(R.string.encoder_java_unavailable);
                     }
+                    pairSection.setVisibility(loaded.pairHead != null ? View.VISIBLE : View.GONE);
                     setBusy(false);
                     query.requestFocus();
                 }
@@ -163,9 +180,43 @@ public class MainActivity extends AppCompatActivity {
         });
     }
 
+    /** Both sentences encoded and scored by the bundle's pair head, off the main thread. */
+    private void compare() {
+        final String a = pairA.getText().toString();
+        final String b = pairB.getText().toString();
+        if (engine == null || engine.pairHead == null) {
+            return;
+        }
+        hideKeyboard();
+        setBusy(true);
+        final SearchEngine current = engine;
+        worker.execute(new Runnable() {
+            @Override
+            public void run() {
+                String text;
+                try {
+                    SearchEngine.PairResult r = current.compare(a, b);
+                    String verdict = r.decision == null ? "" : getString(r.decision ? R.string.pair_positive : R.string.pair_negative);
+                    text = String.format(Locale.ROOT, getString(R.string.pair_result_format), verdict, r.score, r.key, r.ms);
+                } catch (RuntimeException e) {
+                    text = getString(R.string.status_error, e.getMessage());
+                }
+                final String shown = text;
+                main.post(new Runnable() {
+                    @Override
+                    public void run() {
+                        pairResult.setText(shown);
+                        setBusy(false);
+                    }
+                });
+            }
+        });
+    }
+
     private void setBusy(boolean busy) {
         progress.setVisibility(busy ? View.VISIBLE : View.GONE);
         searchButton.setEnabled(!busy && engine != null);
+        compareButton.setEnabled(!busy && engine != null && engine.pairHead != null);
     }
 
     private void hideKeyboard() {

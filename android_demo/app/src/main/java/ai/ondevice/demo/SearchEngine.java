@@ -11,11 +11,13 @@ import ai.ondevice.core.Bundle;
 import ai.ondevice.core.Encoder;
 import ai.ondevice.core.HammingIndex;
 import ai.ondevice.core.JavaEncoder;
+import ai.ondevice.core.PairHead;
 import ai.ondevice.core.Tokenizer;
 
 /**
  * Everything the screen needs, loaded once off the main thread: the verified bundle, an ONNX Runtime encoder,
- * the optional pure-Java encoder (if the bundle was exported with --with-weights) and the catalog's index.
+ * the optional pure-Java encoder (if the bundle was exported with --with-weights), the optional pair head (if the
+ * bundle has one, like the shipped bundle's duplicate-question head) and the catalog's index.
  * Search is: text -> tokenizer -> encoder -> packed code -> Hamming top-k over the catalog.
  */
 final class SearchEngine implements AutoCloseable {
@@ -52,17 +54,34 @@ final class SearchEngine implements AutoCloseable {
         }
     }
 
+    /** Two sentences scored by the pair head. */
+    static final class PairResult {
+        final double score;
+        final double key;
+        final Boolean decision; // binary tasks only
+        final double ms;
+
+        PairResult(double score, double key, Boolean decision, double ms) {
+            this.score = score;
+            this.key = key;
+            this.decision = decision;
+            this.ms = ms;
+        }
+    }
+
     final Bundle bundle;
     final Catalog catalog;
     final Encoder onnx;
     final Encoder java; // null when the bundle has no student.safetensors
+    final PairHead pairHead; // null when the bundle has no pair head (or the app was built without its weights)
     final double loadMs;
 
-    private SearchEngine(Bundle bundle, Catalog catalog, Encoder onnx, Encoder java, double loadMs) {
+    private SearchEngine(Bundle bundle, Catalog catalog, Encoder onnx, Encoder java, PairHead pairHead, double loadMs) {
         this.bundle = bundle;
         this.catalog = catalog;
         this.onnx = onnx;
         this.java = java;
+        this.pairHead = pairHead;
         this.loadMs = loadMs;
     }
 
@@ -78,8 +97,21 @@ final class SearchEngine implements AutoCloseable {
         Encoder onnx = new OnnxEncoder(bundle, tokenizer, threads);
         Encoder java = bundle.has("student.safetensors") && bundleAssets.exists("student.safetensors")
                 ? JavaEncoder.fromBundle(bundle) : null;
+        Object pairs = bundle.manifest().get("pairs");
+        PairHead pairHead = pairs instanceof java.util.Map && bundleAssets.exists("pair_head.safetensors")
+                ? PairHead.load(bundle) : null;
         Catalog catalog = Catalog.load(new AssetSource(context.getAssets(), CATALOG_DIR), bundle);
-        return new SearchEngine(bundle, catalog, onnx, java, (System.nanoTime() - t0) / 1e6);
+        return new SearchEngine(bundle, catalog, onnx, java, pairHead, (System.nanoTime() - t0) / 1e6);
+    }
+
+    /** Both sentences through the ONNX encoder, then the pair head: its task score, rank key and (binary) decision. */
+    PairResult compare(String a, String b) {
+        long t0 = System.nanoTime();
+        float[] u = onnx.encode(a).embedding;
+        float[] v = onnx.encode(b).embedding;
+        float[] logits = pairHead.logits(u, v);
+        Boolean decision = "binary".equals(pairHead.kind) ? pairHead.decide(logits, u, v) : null;
+        return new PairResult(pairHead.score(logits), pairHead.key(logits, u, v), decision, (System.nanoTime() - t0) / 1e6);
     }
 
     Result search(String text, boolean useJava, int k) {

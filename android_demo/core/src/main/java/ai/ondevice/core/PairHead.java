@@ -127,6 +127,21 @@ public final class PairHead {
         return logits[0] > threshold;
     }
 
+    /** The rank key of a pair: the blend of the first logit with the embeddings' cosine where the bundle has one,
+     * else the first logit (Python's {@code pair_keys}). */
+    public double key(float[] logits, float[] u, float[] v) {
+        return blend == null ? logits[0] : blend.key(logits[0], PairBlend.cosine(u, v));
+    }
+
+    /** Binary tasks: the decision an app makes, the blended key above its dev threshold where the bundle has a
+     * blend, else {@link #positive} (Python's {@code pair_decisions}). */
+    public boolean decide(float[] logits, float[] u, float[] v) {
+        if (!"binary".equals(kind)) {
+            throw new IllegalStateException("decisions are for binary tasks; this head is " + kind);
+        }
+        return blend != null && !Double.isNaN(blend.threshold) ? key(logits, u, v) > blend.threshold : positive(logits);
+    }
+
     /** Rows of {@code candidates} with the k highest scores for {@code query}, best first, ties by smaller row. */
     public int[] rerank(float[] query, float[][] candidates, int k) {
         int n = candidates.length;

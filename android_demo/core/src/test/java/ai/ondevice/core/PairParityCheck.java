@@ -32,9 +32,20 @@ public final class PairParityCheck {
         if (head.blend != null && g.bundle.has("golden/pair_blend_keys.npy")) {
             float[] keys = g.npy("pair_blend_keys.npy").floats();
             double blendWorst = 0;
+            int sameBlended = 0;
             for (int p = 0; p < g.a.length; p++) {
-                double cos = PairBlend.cosine(GoldenPairs.row(all, g.a[p], dim), GoldenPairs.row(all, g.b[p], dim));
+                float[] u = GoldenPairs.row(all, g.a[p], dim);
+                float[] v = GoldenPairs.row(all, g.b[p], dim);
+                double cos = PairBlend.cosine(u, v);
                 blendWorst = Math.max(blendWorst, Math.abs(head.blend.key(ref[p * head.outputs], cos) - keys[p]));
+                if ("binary".equals(head.kind) && !Double.isNaN(head.blend.threshold)) {
+                    // the app's decision on the Java logits against the golden key's, both at the blend's threshold
+                    sameBlended += head.decide(head.logits(u, v), u, v) == (keys[p] > head.blend.threshold) ? 1 : 0;
+                }
+            }
+            if ("binary".equals(head.kind) && !Double.isNaN(head.blend.threshold)) {
+                g.finishBlend(head.kind, "PAIR", blendWorst, decisions,
+                        "blend_decisions_identical=" + sameBlended + "/" + g.a.length);
             }
             g.finishBlend(head.kind, "PAIR", blendWorst, decisions);
         }
