@@ -195,6 +195,12 @@ def _card_section(block: dict) -> str:
               f"threshold `{block['threshold']}`."), "",
              "```python", "bundle.pair_scores([\"a sentence\"], [\"another sentence\"])",
              "bundle.rerank(\"a query\", candidate_texts_or_vectors, k=10)", "```", ""]
+    encoder = block.get("encoder") or {}
+    if encoder.get("frozen"):
+        check = encoder["check"]
+        lines += [(f"The head was trained on this bundle's own encoder, frozen (`ondevice pairs export --bundle`): the "
+                   f"training encoder gives this bundle's vectors at cosine {check['mean_cosine']:.5f} on average "
+                   f"({check['min_cosine']:.5f} at worst) over {check['sentences']} {block['task']} dev sentences."), ""]
     blend = block.get("blend")
     if blend:
         dev = blend["dev"]
