@@ -677,26 +677,33 @@ def bundle_quality(*paths: str) -> str:
 
 def pair_head_on_bundle(path: str) -> str:
     """A head trained on a bundle's frozen encoder (benchmarks/pairs.py bundle-quality on that bundle): the
-    cross-encoder, the bundle's cosine alone, the head, the head + cosine blend; the head's bytes and the bundle's."""
+    cross-encoder, the bundle's cosine alone, the head, the head + cosine blend; the head's bytes and the bundle's.
+    With several bundles (seeds), the first one's rows, then the mean ± std over all of them."""
     b = _load(path)
     key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
     extra = "f1" if key == "accuracy" else "pearson"
     ce = b["cross_encoder"]
-    lines = [f"| {b['task']} test ({len(b['bundles'])} bundle) | {key} x100 | {extra} x100 | x cross-encoder | bytes on device |",
-             "|---|---:|---:|---:|---|"]
-    lines.append(f"| cross-encoder teacher (MiniLM-L6, fine-tuned) | {ce[key]:.2f} | {ce[extra]:.2f} | 1.000 | - |")
-    for r in b["bundles"]:
-        size = r["bytes"]
-        rows = [("the bundle's embedding cosine alone" + (" (threshold on dev)" if key == "accuracy" else ""), r["cosine"],
-                 "no extra bytes"),
-                ("pair head alone", r["head"], f"{_mb(size['head'])} head"),
-                (f"head + cosine blend (w = {r['blend']['weight']:.2f} on dev), what `rerank` ranks by", r["blend"],
-                 f"bundle with head {_mb(size['bundle'])}")]
-        lines += [f"| {what} | {m[key]:.2f} | {m[extra]:.2f} | {m[key] / ce[key]:.3f} | {note} |" for what, m, note in rows]
-    r = b["bundles"][0]
-    lines += ["", (f"`{Path(path).name}` ({r['precision']} bundle, {b['date'][:10]}, commit {b['commit'][:7]}, "
-                   f"{b['cpu_model']}); encoder check at export: cosine {r['encoder']['check']['mean_cosine']:.5f} "
-                   f"mean, {r['encoder']['check']['min_cosine']:.5f} min to the training encoder.")]
+    first, n = b["bundles"][0], len(b["bundles"])
+    size = first["bytes"]
+    lines = [f"| {b['task']} test | {key} x100 | {extra} x100 | x cross-encoder | bytes on device |",
+             "|---|---:|---:|---:|---|",
+             f"| cross-encoder teacher (MiniLM-L6, fine-tuned) | {ce[key]:.2f} | {ce[extra]:.2f} | 1.000 | - |"]
+    which = f" (`{first['bundle']}`)" if n > 1 else ""
+    rows = [("the bundle's embedding cosine alone" + (" (threshold on dev)" if key == "accuracy" else ""),
+             first["cosine"], "no extra bytes"),
+            (f"pair head alone{which}", first["head"], f"{_mb(size['head'])} head"),
+            (f"head + cosine blend (w = {first['blend']['weight']:.2f} on dev), what `rerank` ranks by{which}",
+             first["blend"], f"bundle with head {_mb(size['bundle'])}")]
+    lines += [f"| {what} | {m[key]:.2f} | {m[extra]:.2f} | {m[key] / ce[key]:.3f} | {note} |" for what, m, note in rows]
+    if n > 1:
+        summary = b["summary"]["pairs"][first["precision"]]
+        for part, what in (("head", "pair head alone"), ("blend", "head + cosine blend")):
+            lines.append(f"| {what}, {n} seeds: mean ± std | {_mean_std(summary[part])} | | "
+                         f"{summary[part]['ratio_of_mean']:.3f} | |")
+    checks = ", ".join(f"{r['encoder']['check']['mean_cosine']:.5f}" for r in b["bundles"])
+    lines += ["", (f"`{Path(path).name}` ({first['precision']} bundle{'s' if n > 1 else ''}, {b['date'][:10]}, commit "
+                   f"{b['commit'][:7]}, {b['cpu_model']}); encoder check at export: mean cosine {checks} to the "
+                   "training encoder.")]
     return "\n".join(lines)
 
 
