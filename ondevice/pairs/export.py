@@ -343,6 +343,8 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     if "dipair" in source.manifest:
         raise OndeviceError(f"bundle {source.path} has a DiPair head; add the head to a bundle without one")
     old = source.manifest.get("pairs")  # a DSE head there (the shipped QQP head, say) is replaced: not copied
+    if old is not None and not isinstance(old, dict):
+        raise OndeviceError(f"bundle {source.path}: its manifest's pairs block is not an object; re-export the bundle")
     drop = {old.get("file"), old.get("weights"), *(f"golden/{n}.npy" for n in GOLDEN_PAIR_FILES)} if old else set()
     data = data if data is not None else run_cfg["data"]
     try:
@@ -361,6 +363,8 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     manifest_bytes = (source.path / MANIFEST).read_bytes()
     files = verify_files(source.path, source.manifest, keep=tuple(source.manifest["files"]))
     manifest = json.loads(manifest_bytes)
+    if manifest != source.manifest:  # the copy must be the bundle that was loaded and checked
+        raise OndeviceError(f"bundle {source.path} changed while it was being read; try again")
     if old:
         del manifest["pairs"]
         manifest["files"] = {n: e for n, e in manifest["files"].items() if n not in drop}
@@ -402,7 +406,8 @@ def _run_summary(run: Path) -> dict:
     if _config_path(run).is_file():
         cfg = read_json(_config_path(run), "pair run config")
         out["config"] = {k: cfg[k] for k in ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", "seed",
-                                             "augment_random", "augment_neighbors", "augment_edits", "freeze_encoder", "teachers", "anneal", "head")
+                                             "augment_random", "augment_neighbors", "augment_edits", "freeze_encoder",
+                                             "teachers", "anneal", "head")
                          if k in cfg}
     if (run / "dev.json").is_file():
         out["student_dev"] = read_json(run / "dev.json", "dev metrics")
