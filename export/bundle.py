@@ -29,6 +29,7 @@ from ondevice.bits import BIT_ORDER, code_bytes, pack
 from ondevice.errors import OndeviceError
 from ondevice.io import (
     atomic_path,
+    canonical_safetensors,
     check_out_dir,
     clean_stale_temps,
     read_json,
@@ -145,6 +146,7 @@ def _write_binarizer(directory: Path, binarizer, dtype: str) -> dict[str, Any]:
     with atomic_path(directory / "binarizer.safetensors") as tmp:
         save_file({"projection": stored_projection(A, dtype), "offset": np.ascontiguousarray(c, np.float32)},
                   str(tmp), metadata=metadata)
+        canonical_safetensors(tmp)  # the same export gives the same bytes
     config = _binarizer_config(binarizer)
     write_json(directory / "binarizer.json", config)
     return config
@@ -250,6 +252,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
 
         with atomic_path(directory / "student.safetensors") as tmp:
             save_file(state, str(tmp), metadata={"format": "ondevice-student", "precision": "fp32"})
+            canonical_safetensors(tmp)
 
     # a provisional manifest lets the runtime load the graph for the checks and the golden files
     provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None)

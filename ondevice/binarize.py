@@ -45,7 +45,7 @@ import numpy as np
 from ondevice import __version__
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, read_json, write_json
+from ondevice.io import atomic_path, canonical_safetensors, check_out_dir, dataclass_from_dict, read_json, write_json
 from ondevice.projections import column_mean, itq_rotation, pca_components, random_projection
 
 METHODS = ("threshold", "random", "pca", "itq", "ae", "ae-sp")
@@ -264,6 +264,7 @@ class Binarizer:
         tensors.update({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self.extras.items()})
         with atomic_path(directory / WEIGHTS) as tmp:
             save_file(tensors, str(tmp), metadata={"format": "ondevice-binarizer", "bit_order": BIT_ORDER})
+            canonical_safetensors(tmp)
         write_json(directory / CONFIG, self.config)
         return directory
 

@@ -67,7 +67,8 @@ def _align(n: int, to: int = 64) -> int:
 class EncoderId:
     """Which encoder made an index's codes: its sha256, its binarizer's sha256 and precision ('' when unknown).
 
-    A bundle's is `Bundle.encoder_id` (sha256 of its manifest, which covers every file; `affine_sha256` of its
+    A bundle's is `Bundle.encoder_id` (sha256 of its manifest, which covers every file, or the `encoder_identity` a
+    copy with the same encoder files inherited from its source; `affine_sha256` of its
     binarizer; fp32/int8); a torch student + binarizer gives the sha256 of model.safetensors, `affine_sha256` of the
     binarizer and precision "float", so a bundle exported from them shares the binarizer identity. Codes of another binarizer are meaningless to compare; another
     precision or export of the same binarizer gives nearly the same bits (int8 vs fp32: ~99% bit agreement).

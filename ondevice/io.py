@@ -204,3 +204,19 @@ def dataclass_from_dict(cls: type, data: Any, what: str) -> Any:
     if missing:
         raise OndeviceError(f"{what} lacks {missing}; it is incomplete, re-create it")
     return cls(**data)
+
+
+def canonical_safetensors(path: str | os.PathLike) -> None:
+    """Rewrite a safetensors file's JSON header with sorted keys, in place and at the same length.
+
+    The safetensors library writes the header's maps (metadata, tensors) in hash-map order, which changes from one
+    map to the next, so the same tensors could give different bytes and checksums; the data part is untouched.
+    """
+    with open(path, "r+b") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+        text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        if len(text) > size:  # a reordering of the library's compact JSON is never longer; leave anything else alone
+            return
+        fh.seek(8)
+        fh.write(text + b" " * (size - len(text)))  # the format pads its header with spaces

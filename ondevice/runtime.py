@@ -307,9 +307,15 @@ class Bundle:
         from ondevice.index import EncoderId
 
         if not hasattr(self, "_encoder_id"):
-            # the parsed manifest, canonically serialized: it names the sha256 of every file of the bundle
-            canonical = json.dumps(self.manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-            manifest_sha = hashlib.sha256(canonical.encode("ascii")).hexdigest()
+            inherited = self.manifest.get("encoder_identity")
+            if isinstance(inherited, str) and _SHA256.match(inherited):
+                # a copy whose encoder files are the source bundle's bytes (`ondevice pairs export --bundle` adds a
+                # pair head) keeps the source's identity, so indexes built with either match without a warning
+                manifest_sha = inherited
+            else:
+                # the parsed manifest, canonically serialized: it names the sha256 of every file of the bundle
+                canonical = json.dumps(self.manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+                manifest_sha = hashlib.sha256(canonical.encode("ascii")).hexdigest()
             from ondevice.index import affine_sha256
 
             name = "binarizer.safetensors"

@@ -38,3 +38,26 @@ def test_failed_write_leaves_nothing(tmp_path):
         tmp.write_bytes(b"partial")
         raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_canonical_safetensors_gives_the_same_bytes_for_the_same_tensors(tmp_path):
+    """The library writes its header maps in hash order; after canonical_safetensors equal inputs are equal bytes."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from ondevice.io import canonical_safetensors
+
+    rng = np.random.default_rng(0)
+    tensors = {name: rng.normal(size=(3, 4)).astype(np.float32) for name in ("b", "a", "d", "c")}
+    metadata = {f"key{i}": f"value{i}" for i in range(8)}
+    files = []
+    for i in range(6):
+        path = tmp_path / f"{i}.safetensors"
+        save_file(tensors, str(path), metadata=metadata)
+        canonical_safetensors(path)
+        files.append(path.read_bytes())
+    assert len(set(files)) == 1
+    loaded = load_file(str(tmp_path / "0.safetensors"))
+    assert all(np.array_equal(loaded[k], v) for k, v in tensors.items())
+    with safe_open(str(tmp_path / "0.safetensors"), "np") as fh:
+        assert fh.metadata() == metadata

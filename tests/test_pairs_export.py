@@ -122,6 +122,12 @@ def test_head_onto_an_existing_bundle_keeps_its_encoder(pair_env, tmp_path):
     assert block["encoder"]["frozen"] and block["encoder"]["check"]["mean_cosine"] > 0.9999
     assert block["run"]["config"]["freeze_encoder"] is True and "blend" in block
     assert "trained on this bundle's own encoder, frozen" in (out / "README.md").read_text()  # the model card says so
+    # same encoder bytes, same identity: an index built with the source bundle matches the copy without a warning
+    assert Bundle.load(out).encoder_id == Bundle.load(plain).encoder_id
+    from ondevice.index import check_encoder
+
+    catalog = ["the cat sat on the mat.", "a big red car"]
+    assert check_encoder(Bundle.load(plain).index_texts(catalog).index.encoder, Bundle.load(out).encoder_id, "x") is None
     a, b = ["the cat sat on the mat.", "a big red car"], ["the cat sat on a mat.", "a small blue car"]
     np.testing.assert_allclose(Bundle.load(out).pair_scores(a, b), PairStudent.load(run).logits(a, b)[:, 0] * 5.0, atol=1e-4)
     g = out / "golden"

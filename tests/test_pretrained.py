@@ -82,3 +82,39 @@ def test_shipped_pair_head_scores_what_its_manifest_records(shared_data):
     block = ondevice.load().manifest["pairs"]
     assert got["blend"]["accuracy"] == pytest.approx(block["blend"]["dev"]["accuracy"], abs=0.05)
     assert got["head"]["accuracy"] == pytest.approx(block["run"]["student_dev"]["accuracy"], abs=0.5)
+
+
+def test_index_search_reranks_a_shortlist_with_the_shipped_head(tmp_path, capsys):
+    """`ondevice index search --rerank N`: the Hamming top N reordered by the head's blended key, with its decisions."""
+    import shutil
+
+    from ondevice.cli import main
+
+    faq = ["How can I factory-reset my phone?", "Which phone has the best camera?", "What is the capital of France?",
+           "How do I restart my phone when it freezes?", "How do I reset my phone to factory settings?"]
+    corpus = tmp_path / "faq.txt"
+    corpus.write_text("\n".join(faq) + "\n", encoding="utf-8")
+    index = str(tmp_path / "faq.odx")
+    assert main(["index", "build", "--corpus", str(corpus), "--bundle", "pretrained", "--out", index]) == 0
+    query = "How do I reset my phone?"
+    base = ["index", "search", index, "--bundle", "pretrained", "--corpus", str(corpus), "--query", query]
+    capsys.readouterr()
+    assert main([*base, "-k", "2", "--rerank", "5", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["results"]
+    scores, keys = ondevice.load().pair_head().score_pairs([query] * len(faq), faq)
+    best = sorted(range(len(faq)), key=lambda j: -keys[j])[:2]
+    assert [r["id"] for r in got] == best and [r["key"] for r in got] == [round(float(keys[j]), 6) for j in best]
+    assert all(r["decision"] for r in got) and got[0]["score"] == round(float(scores[best[0]]), 6)
+    # what it needs is one line each: a corpus, k <= N, a bundle with a pair head
+    assert main([*base[:5], "--query", query, "--rerank", "5"]) == 2
+    assert main([*base, "-k", "6", "--rerank", "5"]) == 2
+    headless = tmp_path / "headless"
+    shutil.copytree(pretrained_path(), headless)
+    manifest = json.loads((headless / "manifest.json").read_text())
+    del manifest["pairs"]
+    (headless / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["index", "search", index, "--bundle", str(headless), "--corpus", str(corpus), "--query", query,
+                 "-k", "2", "--rerank", "5"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the line naming the encoder: one error line
+    assert last.startswith("ondevice index: error:") and "no pair head" in last

@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--threads", type=int, default=None,
                    help="search threads (default: chosen from the work size, one for small indexes, up to all cores)")
     s.add_argument("--corpus", help="the corpus the index was built from, to print the matching sentences")
+    s.add_argument("--rerank", type=int, default=0, metavar="N",
+                   help="take the Hamming top N, then show the top k by the bundle's pair head (its blended key; "
+                        "e.g. the shipped duplicate-question head); needs --query, --bundle and --corpus (0: off)")
     s.add_argument("--json", action="store_true", help="print one JSON object per query")
     s.add_argument("--no-mmap", action="store_true", help="read the index into memory (verifies its checksum)")
     s.add_argument("--backend", default="local", choices=["local", "ray"],
@@ -149,6 +152,14 @@ class _Encoder:
         """Whether the command line names an encoder at all."""
         return bool(a.bundle or a.student or a.binarizer)
 
+    def pair_head(self):
+        """The bundle's pair scorer (DSE head); a one-line error for a student, or a bundle without one."""
+        from ondevice.errors import OndeviceError
+
+        if not hasattr(self, "_bundle"):
+            raise OndeviceError("--rerank uses a bundle's pair head: pass --bundle (e.g. pretrained), not --student")
+        return self._bundle.pair_head()
+
     def codes(self, texts: list[str]):
         if hasattr(self, "_bundle"):
             return self._bundle.codes(texts, batch_size=self.batch_size)
@@ -224,6 +235,10 @@ def _search(a: argparse.Namespace) -> int:
         raise OndeviceError(f"--threads must be >= 1, got {a.threads}")
     if a.radius is not None and not 0 <= a.radius <= MAX_BITS + 1:
         raise OndeviceError(f"--radius must be in 0..{MAX_BITS + 1} (a code has at most {MAX_BITS} bits), got {a.radius}")
+    if a.rerank:
+        if a.rerank < a.k or a.radius is not None or not (a.query and a.bundle and a.corpus):
+            raise OndeviceError(f"--rerank N reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of the "
+                                "--bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
     started = time.perf_counter()
     index = _open_for_search(a)
     if a.queries:
@@ -242,7 +257,9 @@ def _search(a: argparse.Namespace) -> int:
             print(f"note: {a.index} does not record which encoder built it (built from codes, or by an older "
                   "ondevice), so the encoder could not be checked", file=sys.stderr)
         queries, labels = encoder.codes(list(a.query)), list(a.query)
+        head = encoder.pair_head() if a.rerank else None  # fails here, before the search, when there is none
     texts = _corpus_lookup(a.corpus)
+    k = max(a.k, a.rerank)
     nq = len(queries) if getattr(queries, "ndim", 1) == 2 else 1
     single = isinstance(index, HammingIndex)
     if a.radius is not None and not single:
@@ -259,16 +276,20 @@ def _search(a: argparse.Namespace) -> int:
         rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
     else:
         if getattr(a, "partial", False) and hasattr(index, "search_partial"):
-            result = index.search_partial(queries, min(a.k, max(1, len(index))))
+            result = index.search_partial(queries, min(k, max(1, len(index))))
             dist, ids, missing = result.distances, result.ids, result.missing
         elif single:
-            dist, ids = index.search(queries, min(a.k, max(1, len(index))), path=path)
+            dist, ids = index.search(queries, min(k, max(1, len(index))), path=path)
         else:
-            dist, ids = index.search(queries, min(a.k, max(1, len(index))))  # never allocate for a k beyond the index
+            dist, ids = index.search(queries, min(k, max(1, len(index))))  # never allocate for a k beyond the index
         rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
     elapsed = time.perf_counter() - warm
-    for label, (d, i) in zip(labels, rows):
-        hits = [{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
+    answers = [[{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
+               for d, i in rows]
+    if a.rerank:
+        answers = [_rerank(head, label, hits, a.k) for label, hits in zip(labels, answers)]
+    reranked = time.perf_counter() - warm - elapsed
+    for label, hits in zip(labels, answers):
         if a.json:
             extra = {"partial": True, "missing_shards": missing} if missing else {}
             print(json.dumps({"query": label, "results": hits, **extra}, ensure_ascii=False))
@@ -276,13 +297,29 @@ def _search(a: argparse.Namespace) -> int:
         print(f"query {label}")
         for rank, hit in enumerate(hits, 1):
             extra = f"  {hit['text']}" if "text" in hit else ""
-            print(f"  {rank:>4}  id={hit['id']:<10} d={hit['distance']:<5}{extra}")
+            head_cols = (f"score={hit['score']:<7.3f} " + ("yes " if hit.get("decision") else "no  " if "decision" in hit else "")
+                         if a.rerank else "")
+            print(f"  {rank:>4}  id={hit['id']:<10} d={hit['distance']:<5}{head_cols}{extra}")
     kernel = "numpy" if path == "numpy" else f"numba, {(warm - loaded) * 1e3:.0f} ms to load kernels"
     print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.2f} ms ({kernel}; "
-          f"index and queries ready in {(loaded - started) * 1e3:.0f} ms)", file=sys.stderr)
+          f"index and queries ready in {(loaded - started) * 1e3:.0f} ms)"
+          + (f"; reranked {a.rerank} candidates per query with the pair head in {reranked * 1e3:.1f} ms" if a.rerank else ""),
+          file=sys.stderr)
     if missing:
         print(f"PARTIAL RESULT: shards {missing} did not answer; their codes were not searched", file=sys.stderr)
     return 0
+
+
+def _rerank(head, query: str, hits: list[dict], k: int) -> list[dict]:
+    """The Hamming shortlist `hits` ordered by the pair head's rank key (ties keep the Hamming order), top k, each
+    with the head's task score, key and, for a binary head, its decision."""
+    if not hits:
+        return hits
+    scores, keys = head.score_pairs([query] * len(hits), [h["text"] for h in hits])
+    decisions = keys > head.decision_threshold() if head.kind == "binary" else None
+    order = sorted(range(len(hits)), key=lambda j: (-keys[j], j))[:k]
+    return [{**hits[j], "score": round(float(scores[j]), 6), "key": round(float(keys[j]), 6),
+             **({"decision": bool(decisions[j])} if decisions is not None else {})} for j in order]
 
 
 def _open_for_search(a: argparse.Namespace):

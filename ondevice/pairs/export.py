@@ -23,7 +23,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, check_out_dir, read_json, sha256_file, write_json, write_text
+from ondevice.io import atomic_path, canonical_safetensors, check_out_dir, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_numpy
 
 HEAD_ONNX = "pair_head.onnx"
@@ -139,6 +139,7 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         tmp.write_bytes(graph.SerializeToString())
     with atomic_path(path / HEAD_WEIGHTS) as tmp:
         save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head", "precision": "fp32"})
+        canonical_safetensors(tmp)  # the same head gives the same bytes (bundles are compared by checksum)
 
     # checks on generated vectors in the encoder's range (tanh outputs)
     rng = np.random.default_rng(seed + 11)
@@ -365,6 +366,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     manifest = json.loads(manifest_bytes)
     if manifest != source.manifest:  # the copy must be the bundle that was loaded and checked
         raise OndeviceError(f"bundle {source.path} changed while it was being read; try again")
+    manifest["encoder_identity"] = source.encoder_id.encoder_sha256  # same encoder bytes: indexes of either match
     if old:
         del manifest["pairs"]
         manifest["files"] = {n: e for n, e in manifest["files"].items() if n not in drop}
