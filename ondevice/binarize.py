@@ -45,7 +45,14 @@ import numpy as np
 from ondevice import __version__
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, canonical_safetensors, check_out_dir, dataclass_from_dict, read_json, write_json
+from ondevice.io import (
+    atomic_path,
+    canonical_safetensors,
+    check_out_dir,
+    dataclass_from_dict,
+    read_json,
+    write_json,
+)
 from ondevice.projections import column_mean, itq_rotation, pca_components, random_projection
 
 METHODS = ("threshold", "random", "pca", "itq", "ae", "ae-sp")

@@ -23,7 +23,15 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, canonical_safetensors, check_out_dir, read_json, sha256_file, write_json, write_text
+from ondevice.io import (
+    atomic_path,
+    canonical_safetensors,
+    check_out_dir,
+    read_json,
+    sha256_file,
+    write_json,
+    write_text,
+)
 from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_numpy
 
 HEAD_ONNX = "pair_head.onnx"
