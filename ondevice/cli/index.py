@@ -235,10 +235,9 @@ def _search(a: argparse.Namespace) -> int:
         raise OndeviceError(f"--threads must be >= 1, got {a.threads}")
     if a.radius is not None and not 0 <= a.radius <= MAX_BITS + 1:
         raise OndeviceError(f"--radius must be in 0..{MAX_BITS + 1} (a code has at most {MAX_BITS} bits), got {a.radius}")
-    if a.rerank:
-        if a.rerank < a.k or a.radius is not None or not (a.query and a.bundle and a.corpus):
-            raise OndeviceError(f"--rerank N reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of the "
-                                "--bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
+    if a.rerank and (a.rerank < a.k or a.radius is not None or not (a.query and a.bundle and a.corpus)):
+        raise OndeviceError(f"--rerank N reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of the "
+                            "--bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
     started = time.perf_counter()
     index = _open_for_search(a)
     if a.queries:
