@@ -118,3 +118,32 @@ def test_index_search_reranks_a_shortlist_with_the_shipped_head(tmp_path, capsys
                  "-k", "2", "--rerank", "5"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the line naming the encoder: one error line
     assert last.startswith("ondevice index: error:") and "no pair head" in last
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_every_file_of_the_shipped_bundle(tmp_path):
+    """Package data: a wheel built from the tracked files holds the whole shipped bundle, its pair head included."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout.split(b"\0")
+    src = tmp_path / "src"
+    for name in filter(None, (t.decode() for t in tracked)):
+        if (root / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, src / name)
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (wheel,) = (tmp_path / "wheel").glob("ondevice-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    manifest = json.loads((pretrained_path() / "manifest.json").read_text())
+    shipped = {f"ondevice/pretrained/default/{n}" for n in [*manifest["files"], "manifest.json"]}
+    assert shipped <= names, sorted(shipped - names)
+    assert "ondevice/pretrained/default/pair_head.onnx" in names
