@@ -2,7 +2,9 @@
 //   node test/unit.mjs BUNDLE_DIR      -> one "ok NAME" / "FAIL NAME: why" line per check, then failed=N
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { HammingIndex, OndeviceError, Tokenizer, loadBundle, parseNpy, popcount32, sha256Hex } from "../ondevice.js";
+import {
+  HammingIndex, OndeviceError, Tokenizer, cosine, loadBundle, parseNpy, parseSafetensors, popcount32, sha256Hex,
+} from "../ondevice.js";
 
 const dir = process.argv[2];
 const files = (name) => new Uint8Array(readFileSync(join(dir, name)));
@@ -86,5 +88,49 @@ await check("npy int64 and float32", () => {
   if (ids.shape.length !== 2 || !(emb.data instanceof Float32Array) || ids.data.some((x) => !Number.isInteger(x) || x < 0)) {
     throw new Error("bad parse");
   }
+});
+// safetensors as the pair head reads it: a small file made here, then broken in each way a header can be
+function safetensors(header, body) {
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const out = new Uint8Array(8 + json.length + body.length);
+  new DataView(out.buffer).setUint32(0, json.length, true);
+  out.set(json, 8);
+  out.set(body, 8 + json.length);
+  return out;
+}
+const body = new Uint8Array(new Float32Array([1, 2, 3, 4, 5, 6]).buffer);
+const good = { __metadata__: { format: "x" }, w: { dtype: "F32", shape: [2, 3], data_offsets: [0, 24] } };
+await check("safetensors parses float32 tensors", () => {
+  const t = parseSafetensors(safetensors(good, body), "t.safetensors");
+  if (String(t.w.shape) !== "2,3" || String(Array.from(t.w.data)) !== "1,2,3,4,5,6" || "__metadata__" in t) {
+    throw new Error(JSON.stringify(t));
+  }
+});
+for (const [name, bytes, pattern] of [
+  ["safetensors shorter than its header", new Uint8Array(4), /shorter than a safetensors header/],
+  ["safetensors header length past the end", safetensors(good, body).subarray(0, 20), /bad header length/],
+  ["safetensors offsets past the data", safetensors({ w: { ...good.w, data_offsets: [0, 24] } }, body.subarray(0, 20)),
+    /bad offsets/],
+  ["safetensors offsets not matching the shape", safetensors({ w: { ...good.w, data_offsets: [0, 20] } }, body),
+    /bad offsets/],
+  ["safetensors float16 tensor", safetensors({ w: { ...good.w, dtype: "F16", data_offsets: [0, 12] } }, body),
+    /not a float32 tensor/],
+  ["safetensors negative dimension", safetensors({ w: { ...good.w, shape: [-2, -3] } }, body), /not a float32 tensor/],
+  ["safetensors header not JSON", (() => { const b = safetensors(good, body); b[9] = 0x7b; b[10] = 0x7b; return b; })(),
+    /not valid UTF-8 JSON/],
+]) {
+  await check(name, () => {
+    try {
+      parseSafetensors(bytes, "t.safetensors");
+    } catch (e) {
+      if (e instanceof OndeviceError && pattern.test(e.message) && !e.message.includes("\n")) return;
+      throw new Error(`unexpected error: ${e && e.message}`);
+    }
+    throw new Error("parsed a broken file");
+  });
+}
+await check("cosine in double", () => {
+  const c = cosine(new Float32Array([1, 0, 1]), new Float32Array([1, 1, 0]));
+  if (Math.abs(c - 0.5) > 1e-12 || cosine(new Float32Array(3), new Float32Array(3)) !== 0) throw new Error(String(c));
 });
 console.log(`failed=${failed}`);
