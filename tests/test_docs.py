@@ -36,3 +36,24 @@ def test_cited_results_files_exist() -> None:
         assert cited, doc
         missing = sorted(c for c in cited if "*" not in c and not (ROOT / c).is_file())
         assert not missing, f"{doc} cites missing files: {missing}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation other than '-' and '_' dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_inside_each_document_reach_a_heading() -> None:
+    for doc in _tables().DOCS:
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)  # a '#' line in a code block is no heading
+        anchors: set[str] = set()
+        for heading in re.findall(r"^#{1,6} (.+)$", prose, flags=re.MULTILINE):
+            slug, n = _slug(heading), 1
+            while slug in anchors:  # GitHub numbers repeated headings: x, x-1, x-2
+                slug, n = f"{_slug(heading)}-{n}", n + 1
+            anchors.add(slug)
+        links = set(re.findall(r"\]\(#([^)\s]+)\)", prose))
+        assert links or doc != "README.md"
+        missing = sorted(link for link in links if link not in anchors)
+        assert not missing, f"{doc} links to headings it does not have: {missing}"
