@@ -57,3 +57,13 @@ def test_links_inside_each_document_reach_a_heading() -> None:
         assert links or doc != "README.md"
         missing = sorted(link for link in links if link not in anchors)
         assert not missing, f"{doc} links to headings it does not have: {missing}"
+
+
+def test_links_to_files_reach_files() -> None:
+    for doc in _tables().DOCS:
+        path = ROOT / doc
+        prose = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+        targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", prose)
+                   if not t.startswith(("#", "http://", "https://", "mailto:"))}
+        missing = sorted(t for t in targets if not (path.parent / t).exists())
+        assert not missing, f"{doc} links to files that do not exist: {missing}"
