@@ -156,3 +156,6 @@ def test_a_head_for_an_existing_bundle_from_the_command_line(capsys, tmp_path, p
     assert (tmp_path / "b" / "encoder.onnx").read_bytes() == (plain / "encoder.onnx").read_bytes()
     assert "fine-tuned its encoder" in _one_line_error(capsys, ["pairs", "export", "--run", str(pair_env.run()), "--bundle",
                                                                 str(plain), "--out", str(tmp_path / "c")])
+    # DiPair heads read token states the shipped encoder graph does not give: dipair-export has no --bundle
+    assert "unrecognized arguments: --bundle" in _one_line_error(
+        capsys, ["pairs", "dipair-export", "--run", str(tmp_path / "head"), "--out", str(tmp_path / "d"), "--bundle", str(plain)])

@@ -161,8 +161,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--out", required=True, help="bundle folder to write")
     s.add_argument("--bundle", default=None, help="add the head of a --freeze-encoder run to a copy of this bundle "
                    "(e.g. 'pretrained', whose unpacked encoder the run froze; a DSE head it has is replaced) instead of "
-                   "exporting the run's encoder; "
-                   "--precision picks a folder of a two-precision bundle")
+                   "exporting the run's encoder; --precision picks a folder of a two-precision bundle")
     s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
     s.add_argument("--bits", type=int, default=256, help="bits of the fitted random projection (no --binarizer)")
     s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])
@@ -216,10 +215,6 @@ def _add_dipair(sub, fmt) -> None:
                        formatter_class=fmt)
     s.add_argument("--run", required=True, help="DiPair run folder (`ondevice pairs dipair`)")
     s.add_argument("--out", required=True, help="bundle folder to write")
-    s.add_argument("--bundle", default=None, help="add the head of a --freeze-encoder run to a copy of this bundle "
-                   "(e.g. 'pretrained', whose unpacked encoder the run froze; a DSE head it has is replaced) instead of "
-                   "exporting the run's encoder; "
-                   "--precision picks a folder of a two-precision bundle")
     s.add_argument("--binarizer", default=None, help="binarizer dir; default: random projection fitted now")
     s.add_argument("--bits", type=int, default=256)
     s.add_argument("--precision", default="both", choices=["fp32", "int8", "both"])

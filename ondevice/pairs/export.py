@@ -337,6 +337,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     A DSE head the bundle already has is replaced (its files are left out of the copy)."""
     from ondevice.export.bundle import check_replaceable, publish, stage
     from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.metrics import cosines
     from ondevice.pairs.model import load_head_weights
     from ondevice.pairs.train import PairStudent
     from ondevice.runtime import MANIFEST, Bundle, verify_files
@@ -362,15 +363,14 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
         raise OndeviceError(f"the encoder check and the blend use {run_cfg['task']} dev pairs: {exc} (pass --data DIR)") from None
     texts = list(dict.fromkeys([*dev.a, *dev.b]))[:256]
     pair = PairStudent.load(run)
-    ours, theirs = pair.vectors(texts), source.encode(texts)
-    cos = (ours * theirs).sum(1) / np.maximum(np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1), 1e-12)
+    cos = cosines(pair.vectors(texts), source.encode(texts))
     if cos.mean() < ENCODER_MATCH[0] or cos.min() < ENCODER_MATCH[1]:
         raise OndeviceError(f"the run's encoder is not the bundle's: cosine {cos.mean():.4f} mean, {cos.min():.4f} min on "
                             f"{len(texts)} dev sentences (needs >= {ENCODER_MATCH[0]} / {ENCODER_MATCH[1]}); train the "
                             f"head on `ondevice unpack --bundle {bundle}` with --freeze-encoder")
 
     manifest_bytes = (source.path / MANIFEST).read_bytes()
-    files = verify_files(source.path, source.manifest, keep=tuple(source.manifest["files"]))
+    files = verify_files(source.path, source.manifest, keep=tuple(n for n in source.manifest["files"] if n not in drop))
     manifest = json.loads(manifest_bytes)
     if manifest != source.manifest:  # the copy must be the bundle that was loaded and checked
         raise OndeviceError(f"bundle {source.path} changed while it was being read; try again")
@@ -381,8 +381,6 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     tmp = stage(out)
     try:
         for name, content in files.items():
-            if name in drop:
-                continue
             target = tmp.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
