@@ -39,7 +39,7 @@ from ondevice.io import (
     write_text,
 )
 from ondevice.onnxproto import external_tensors
-from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECISIONS, Bundle
+from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECISIONS, Bundle, read_manifest
 from ondevice.student import Student
 
 CHOICES = (*PRECISIONS, "both")
@@ -283,12 +283,43 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     return directory
 
 
+def _bundle_entries(folder: Path) -> set[str] | None:
+    """The top-level names a valid bundle in `folder` owns (its manifest and the first part of every listed file),
+    or None when `folder` holds no valid bundle manifest."""
+    try:
+        manifest = read_manifest(folder)
+    except OndeviceError:
+        return None
+    return {MANIFEST, *(name.split("/")[0] for name in manifest["files"])}
+
+
+def _only_bundle(folder: Path, prefix: str = "") -> str | None:
+    """None when `folder` holds an earlier export and nothing else; otherwise what else it holds, for the error."""
+    entries = sorted(p.name for p in folder.iterdir())
+    if not entries:
+        return None
+    owned = _bundle_entries(folder)
+    if owned is None:  # the `--precision both` layout: one bundle per precision folder, nothing beside them
+        subfolders = [n for n in entries if n in PRECISIONS and (folder / n).is_dir() and not (folder / n).is_symlink()]
+        if not subfolders:
+            return f"no valid bundle manifest{f' in {prefix}' if prefix else ''}"
+        inner = next((m for n in subfolders if (m := _only_bundle(folder / n, f"{prefix}{n}/")) is not None), None)
+        if inner is not None:
+            return inner
+        owned = set(subfolders)
+    extra = [prefix + n for n in entries if n not in owned]
+    return f"files that are not part of the bundle ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})" if extra else None
+
+
 def check_replaceable(out: Path) -> None:
-    """Refuse an `out` folder that holds something other than a bundle (an earlier export there is replaced)."""
-    if out.exists():
-        is_bundle = (out / MANIFEST).is_file() or any((out / p / MANIFEST).is_file() for p in PRECISIONS)
-        if not is_bundle and any(out.iterdir()):
-            raise OndeviceError(f"{out} exists and is not a bundle; choose an empty or new --out")
+    """Refuse an `out` that is a link, or a folder holding anything but an earlier export (which is replaced)."""
+    if out.is_symlink():
+        raise OndeviceError(f"{out} is a symbolic link; give the real folder as --out")
+    if out.is_dir():
+        other = _only_bundle(out)
+        if other is not None:
+            raise OndeviceError(f"{out} exists and is not a bundle: it holds {other}; choose an empty or new --out "
+                                "(an earlier export there is replaced, nothing else is)")
 
 
 def stage(out: Path) -> Path:
@@ -305,10 +336,9 @@ def publish(staging: Path, out: Path) -> None:
     """Move `staging` to `out`, replacing an earlier export there but never an unrelated folder."""
     for p in [staging, *staging.rglob("*")]:  # temp files and dirs are private (0600/0700); a bundle is shared
         p.chmod(0o755 if p.is_dir() else 0o644)
+    check_replaceable(out)  # again: the folder may have changed while the export ran
     if out.exists():
-        check_replaceable(out)
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
+        old = out.parent / temp_name(out.name)  # a fresh name: never a folder of the user's (a kill leaves it stale)
         out.rename(old)
         staging.rename(out)
         shutil.rmtree(old, ignore_errors=True)

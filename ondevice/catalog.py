@@ -52,7 +52,13 @@ def copy_bundle_files(bundle: Bundle, out: str | Path, names: Sequence[str], opt
     missing = [n for n in names if not (bundle.path / n).is_file()]
     if missing:
         raise OndeviceError(f"{bundle.path} has no {', '.join(missing)}; re-export it with `ondevice export`")
-    if out.exists():
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OndeviceError(f"{out} is a link or a file; give a folder for the bundle copy")
+    if out.exists():  # an earlier copy is replaced; a folder holding anything else is not ours to delete
+        other = sorted(p.name for p in out.iterdir() if p.name not in {*names, *optional} or not p.is_file())
+        if other:
+            raise OndeviceError(f"{out} holds {', '.join(other[:3])}, which are not bundle files; choose an empty or "
+                                "new folder")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     copied = []

@@ -45,6 +45,8 @@ MAX_DIM = 65_536
 MAX_K = 1 << 20  # neighbours per query in `search`
 # files the runtime parses: their bytes are hashed and then parsed from memory, never read a second time
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists a dozen files: anything this large is not one
+MAX_PARSED_BYTES = 1 << 30  # a file read whole to be parsed (an ONNX graph is at most 2 GB; a phone bundle ~10 MB)
+MAX_FILE_BYTES = 1 << 32  # any listed file (hashed in blocks): a bundle for a device is far smaller
 PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.safetensors")
 
 
@@ -55,8 +57,9 @@ def _binarizer_weights(path: Path, data: bytes, manifest: dict) -> tuple[np.ndar
 
     try:
         weights = load_safetensors(data)
-    except (SafetensorError, ValueError, TypeError) as exc:
-        raise _bundle_error(path, f"binarizer.safetensors cannot be parsed ({str(exc)[:120]}); re-export the bundle") from None
+    except (SafetensorError, ValueError, TypeError, KeyError) as exc:  # KeyError: a dtype numpy has not (BF16, F8_*)
+        raise _bundle_error(path, f"binarizer.safetensors cannot be parsed ({type(exc).__name__}: {str(exc)[:120]}); "
+                                  "re-export the bundle") from None
     a, c = weights.get("projection"), weights.get("offset")
     dim, bits = manifest["dim"], manifest["bits"]
     if a is None or c is None or a.shape != (dim, bits) or c.shape != (bits,) or a.dtype.kind != "f" \
@@ -178,6 +181,19 @@ def _no_symlink(path: Path, name: str) -> None:
                                       "must hold its files itself: copy the real files in")
 
 
+def _read_hashed(file: Path, size: int, keep: bool) -> tuple[bytes, str | None]:
+    """(the bytes when `keep`, else b"", sha256) of `file`, read in blocks so that a file nobody parses never sits in
+    memory whole; the digest is None when the file does not hold exactly `size` bytes (it changed while read)."""
+    h, parts, seen = hashlib.sha256(), [], 0
+    with open(file, "rb") as fh:
+        while seen <= size and (block := fh.read(min(1 << 20, size + 1 - seen))):
+            h.update(block)
+            seen += len(block)
+            if keep:
+                parts.append(block)
+    return b"".join(parts), (h.hexdigest() if seen == size else None)
+
+
 def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> dict[str, bytes]:
     """Check the size and sha256 of every listed file; returns the verified bytes of those in `keep` (by default the
     files the runtime parses), so a caller parses exactly the bytes that were checked."""
@@ -195,11 +211,15 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
                 state = "truncated" if size < entry["bytes"] else "longer than expected"
                 raise _bundle_error(path, f"{name} is {state} ({size} bytes, manifest says {entry['bytes']}); "
                                           "copy the bundle again")
-            data = file.read_bytes()
+            cap = MAX_PARSED_BYTES if name in keep else MAX_FILE_BYTES
+            if size > cap:
+                raise _bundle_error(path, f"{name} is {size:,} bytes, over the {cap:,} bytes a bundle file "
+                                          f"{'the runtime parses ' if name in keep else ''}may have; re-export the bundle")
+            data, digest = _read_hashed(file, entry["bytes"], keep=name in keep)
         except OSError as exc:
             raise _bundle_error(path, f"cannot read {name} ({exc.strerror or type(exc).__name__}); "
                                       "copy the bundle again") from None
-        if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        if digest != entry["sha256"]:
             raise _bundle_error(path, f"{name} fails its sha256 check (modified or corrupted); copy the bundle again")
         if name in keep:
             kept[name] = data

@@ -124,12 +124,20 @@ class Teacher:
         path = resolve_teacher(spec)
         if pooling is None:  # the model's own sentence-transformers config, else mean
             pooling = config_pooling(path) or "mean"
+        hf_logging = transformers.utils.logging
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()  # a load report per model (e.g. an unused position_ids buffer) is not news
+        hf_logging.disable_progress_bar()
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval()
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OndeviceError(f"cannot load teacher from {path}: {first}; give a complete local model dir") from None
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
         self.torch = torch
         self.backend = backend
         self.threads = threads

@@ -7,7 +7,9 @@ to 1e-4 cosine, so they share the teacher-vector cache key; int8 vectors are ano
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,7 +60,10 @@ def export_fp32(teacher: Teacher, path: Path) -> None:
     enc = teacher.tokenizer(_CHECK[:2], padding=True, return_tensors="pt")
     args = tuple(enc[n] for n in names)
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"sentence_embedding": {0: "batch"}}
-    with atomic_path(path) as tmp, torch.inference_mode():
+    # the tracer warns about every Python-level branch of the Hugging Face model (constant for an export with dynamic
+    # axes); the export is checked against torch to 1e-4 cosine afterwards, which is the warning that matters
+    with atomic_path(path) as tmp, torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=UserWarning)  # TracerWarning is a UserWarning
         torch.onnx.export(_wrapper(teacher), args, str(tmp), input_names=list(names),
                           output_names=["sentence_embedding"], dynamic_axes=axes, opset_version=OPSET,
                           do_constant_folding=True, dynamo=False)
@@ -67,8 +72,14 @@ def export_fp32(teacher: Teacher, path: Path) -> None:
 def quantize_int8(src: Path, dst: Path) -> None:
     """Dynamic int8 quantization of the fp32 graph's MatMuls (weights int8, activations quantized per call)."""
     q = require("onnxruntime.quantization", "train")
-    with atomic_path(dst) as tmp:
-        q.quantize_dynamic(str(src), str(tmp), weight_type=q.QuantType.QInt8, per_channel=True)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process is for static quantization; the int8 vectors are measured
+    try:
+        with atomic_path(dst) as tmp:
+            q.quantize_dynamic(str(src), str(tmp), weight_type=q.QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
 
 
 class OnnxSession:

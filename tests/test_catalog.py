@@ -65,9 +65,13 @@ def test_write_catalog_rows_codes_and_checksums(bundle, tmp_path):
 def test_copy_bundle_files(bundle, tmp_path):
     out = tmp_path / "b"
     out.mkdir()
-    (out / "stale.txt").write_text("old")
+    (out / "README.md").write_text("an earlier copy")
     copied = copy_bundle_files(bundle, out, ["manifest.json", "encoder.onnx"], optional=["README.md", "nope.bin"])
     assert copied == ["manifest.json", "encoder.onnx", "README.md"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(copied)  # the folder is replaced, not merged
+    assert sorted(p.name for p in out.iterdir()) == sorted(copied)  # an earlier copy is replaced, not merged
+    (out / "notes.txt").write_text("the user's")  # anything else in the folder is not ours to delete
+    with pytest.raises(OndeviceError, match="notes.txt, which are not bundle files"):
+        copy_bundle_files(bundle, out, ["manifest.json"])
+    assert (out / "notes.txt").read_text() == "the user's"
     with pytest.raises(OndeviceError, match="has no nope.bin"):
         copy_bundle_files(bundle, tmp_path / "c", ["nope.bin"])

@@ -224,6 +224,46 @@ def test_export_refuses_mismatched_binarizer_and_foreign_folder(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))  # nothing half-written left behind
 
 
+def test_export_replaces_an_earlier_export_and_nothing_else(tmp_path):
+    """A file named manifest.json does not make a folder a bundle, and a bundle folder with a user's file in it is
+    not replaced: only a folder holding a valid bundle and nothing else is (the hostile read found both deleted)."""
+    from ondevice.export.bundle import ExportConfig, export
+
+    student = _student("mean")
+    binarizer = _binarizer(student, bits=8)
+    web = tmp_path / "myapp"  # a web app: its own manifest.json
+    (web / "src").mkdir(parents=True)
+    (web / "manifest.json").write_text('{"name": "my app"}')
+    (web / "src" / "app.js").write_text("app")
+    both = tmp_path / "proj"  # the --precision both layout, but not a bundle inside
+    (both / "int8").mkdir(parents=True)
+    (both / "int8" / "manifest.json").write_text("{}")
+    (both / "notes").mkdir()
+    (both / "notes" / "thesis.txt").write_text("mine")
+    for folder in (web, both):
+        before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+        with pytest.raises(OndeviceError, match="not a bundle"):
+            export(student, binarizer, folder)
+        assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    out = tmp_path / "bundle"
+    export(student, binarizer, out, ExportConfig(precision="both"))
+    user_old = tmp_path / ".bundle.old"  # the name the replaced folder once had: a user's folder is left alone
+    user_old.mkdir()
+    (user_old / "keep.txt").write_text("mine")
+    export(student, binarizer, out, ExportConfig(precision="both"))  # an earlier export is replaced
+    assert (user_old / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == ["fp32", "int8"]
+    (out / "int8" / "catalog.odx").write_text("the user's index")
+    with pytest.raises(OndeviceError, match=r"files that are not part of the bundle \(int8/catalog.odx\)"):
+        export(student, binarizer, out, ExportConfig(precision="both"))
+    (out / "int8" / "catalog.odx").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    with pytest.raises(OndeviceError, match="symbolic link"):
+        export(student, binarizer, link, ExportConfig(precision="both"))
+    assert not list(tmp_path.glob(".*tmp"))
+
+
 def test_cli_export_and_reexport(tmp_path, capsys):
     student = _student("max")
     binarizer = _binarizer(student, bits=24)

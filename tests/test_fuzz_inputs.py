@@ -749,3 +749,42 @@ def test_index_cli_bounds_k_radius_and_bits(tmp_path, capsys):
         assert code == 2 and err.count("\n") == 0 and "radius" in err, err
     code, err = _cli(["index", "build", "--codes", queries, "--bits", 10**8, "--out", tmp_path / "j.odx"], capsys)
     assert code == 2 and err.count("\n") == 0 and "--bits" in err, err
+
+
+def test_listed_files_are_hashed_in_blocks_and_capped(bundle_dir, tmp_path, monkeypatch):
+    """A file the runtime only checks is hashed in blocks and not kept; a listed file over its cap is refused unread."""
+    from ondevice import runtime
+    from ondevice.runtime import Bundle
+
+    bad = _copy(bundle_dir, tmp_path / "b")
+    (bad / "big.bin").write_bytes(b"\0" * 3_000_000)
+    _rehash(bad, "big.bin")
+    Bundle.load(bad)  # checked, and fine
+    monkeypatch.setattr(runtime, "MAX_FILE_BYTES", 1_000_000)
+    with pytest.raises(OndeviceError, match="big.bin is 3,000,000 bytes, over the 1,000,000 bytes a bundle file may have"):
+        Bundle.load(bad)
+    monkeypatch.setattr(runtime, "MAX_PARSED_BYTES", 1000)
+    monkeypatch.setattr(runtime, "MAX_FILE_BYTES", 1 << 32)
+    with pytest.raises(OndeviceError, match="encoder.onnx is .* bytes, over the 1,000 bytes a bundle file the runtime parses"):
+        Bundle.load(bad)
+    data, digest = runtime._read_hashed(bad / "big.bin", 3_000_000, keep=False)
+    assert data == b"" and digest == hashlib.sha256(b"\0" * 3_000_000).hexdigest()
+    assert runtime._read_hashed(bad / "big.bin", 2_999_999, keep=True)[1] is None  # longer than listed: no digest
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F8_E4M3"])
+def test_binarizer_in_a_dtype_numpy_lacks_is_one_line(dtype, bundle_dir, tmp_path):
+    from ondevice.runtime import Bundle
+
+    bad = _copy(bundle_dir, tmp_path / "b")
+    data = (bad / "binarizer.safetensors").read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    for name, entry in header.items():
+        if name != "__metadata__" and entry["dtype"] == "F32":
+            entry["dtype"] = dtype  # same byte count for BF16 (shape doubled) is not needed: the parse fails first
+    text = json.dumps(header).encode()
+    (bad / "binarizer.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + data[8 + size :])
+    _rehash(bad, "binarizer.safetensors")
+    with pytest.raises(OndeviceError, match="binarizer.safetensors cannot be parsed"):
+        Bundle.load(bad)

@@ -440,3 +440,18 @@ def test_mapped_index_takes_the_single_query_fast_path(tmp_path, monkeypatch):
     rd, ri = index.search(random_codes(1, seed=4), 5, threads=1)
     np.testing.assert_array_equal(i, ri)
     np.testing.assert_array_equal(d, rd)
+
+
+def test_cli_rerank_of_a_classes_head_prints_the_probability_it_ranks_by():
+    """A 3-class head's task score is a row of probabilities: the hit shows the one it ranks by, JSON all three."""
+    from types import SimpleNamespace
+
+    from ondevice.cli.index import _rerank
+
+    probs = np.array([[0.2, 0.7, 0.1], [0.6, 0.3, 0.1], [0.1, 0.8, 0.1]])
+    head = SimpleNamespace(kind="classes", score_pairs=lambda a, b: (probs, probs[:, 1]))
+    hits = [{"id": i, "distance": i, "text": t} for i, t in enumerate(["x", "y", "z"])]
+    got = _rerank(head, "q", hits, 2)
+    assert [h["id"] for h in got] == [2, 0]
+    assert [h["score"] for h in got] == [0.8, 0.7] and got[0]["probabilities"] == [0.1, 0.8, 0.1]
+    assert "decision" not in got[0]

@@ -97,6 +97,8 @@ def test_bundle_states_scores_and_rerank(dipair_env):
             _, ids = dp.search_rerank("the cat sat", q, k=3, shortlist=len(texts), blend=blend)
             _, rows = dp.rerank("the cat sat", q, k=3, codes=codes, blend=blend)
             np.testing.assert_array_equal(ids, rows)
+        with pytest.raises(OndeviceError, match="the cache holds 2 rows"):  # states of part of the catalog
+            dp.search_rerank("the cat sat", q[:2], k=3, shortlist=len(texts))
 
 
 def test_blend_fitted_on_dev_through_the_bundle(dipair_env, pair_env):

@@ -153,6 +153,36 @@ def test_head_onto_an_existing_bundle_keeps_its_encoder(pair_env, tmp_path):
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(OndeviceError, match="has a DiPair head"):
         add_head_to_bundle(run, out, tmp_path / "y2")
+    # crafted content of a source bundle or run: one line each, nothing published
+    import hashlib
+    import shutil
+
+    crafted = tmp_path / "crafted"
+    shutil.copytree(replaced, crafted)
+    manifest = json.loads((crafted / "manifest.json").read_text())
+    manifest["pairs"]["file"] = ["pair_head.onnx"]
+    (crafted / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(OndeviceError, match="file and weights are not files it lists"):
+        add_head_to_bundle(run, crafted, tmp_path / "y3")
+    shutil.rmtree(crafted)
+    shutil.copytree(plain, crafted)
+    np.save(crafted / "golden" / "embeddings.npy", np.zeros((4, 7), np.float32))
+    manifest = json.loads((crafted / "manifest.json").read_text())
+    data = (crafted / "golden" / "embeddings.npy").read_bytes()
+    manifest["files"]["golden/embeddings.npy"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (crafted / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(OndeviceError, match=r"embeddings.npy holds float32 \(4, 7\)"):
+        add_head_to_bundle(run, crafted, tmp_path / "y4")
+    nan_run = tmp_path / "nan-run"
+    shutil.copytree(run, nan_run)
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(str(nan_run / "pair_head.safetensors"))
+    weights["out.bias"][:] = np.nan
+    save_file(weights, str(nan_run / "pair_head.safetensors"))
+    with pytest.raises(OndeviceError, match="NaN or inf"):
+        add_head_to_bundle(nan_run, plain, tmp_path / "y5")
+    assert not any((tmp_path / n).exists() for n in ("y3", "y4", "y5"))
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     with pytest.raises(OndeviceError, match="not a bundle"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -33,8 +35,33 @@ def test_head_matches_numpy_reference_and_roundtrips(tmp_path):
     np.testing.assert_allclose(head_forward_numpy(w, u, v), ref, atol=1e-5)
     f = pair_features(u, v)
     assert f.shape == (7, 24) and np.allclose(f[:, 18:], np.abs(u - v))
-    (tmp_path / "pair_head.json").write_text('{"dim": 6, "hidden": 4, "outputs": 3}')
+    (tmp_path / "pair_head.json").write_text('{"dim": 6, "hidden": 4, "outputs": 3, "kind": "classes"}')
     with pytest.raises(OndeviceError, match="shape"):
+        load_head_weights(tmp_path)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"gold_high": "5"}, "gold_high"), ({"dim": 6.0}, "dim"), ({"hidden": 0}, "hidden"), ({"kind": "ranking"}, "kind"),
+    ({"kind": "binary"}, "1 output"), ({"threshold": float("nan")}, "threshold"), ({"labels": "abc"}, "labels"),
+    ({"features": "u,v"}, "features")])
+def test_a_head_config_no_head_could_have_is_one_line(tmp_path, change, problem):
+    cfg = PairHeadConfig(dim=6, hidden=5, outputs=3, kind="classes", labels=["a", "b", "c"])
+    save_head(tmp_path, build_head(cfg), cfg)
+    raw = json.loads((tmp_path / "pair_head.json").read_text())
+    (tmp_path / "pair_head.json").write_text(json.dumps({**raw, **change}))
+    with pytest.raises(OndeviceError, match=problem):
+        load_head_weights(tmp_path)
+
+
+def test_non_finite_head_weights_are_refused(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    cfg = PairHeadConfig(dim=6, hidden=5, outputs=1, kind="binary", labels=["no", "yes"], threshold=0.0)
+    save_head(tmp_path, build_head(cfg), cfg)
+    weights = load_file(str(tmp_path / "pair_head.safetensors"))
+    weights["out.bias"][:] = np.nan
+    save_file(weights, str(tmp_path / "pair_head.safetensors"))
+    with pytest.raises(OndeviceError, match="NaN or inf"):
         load_head_weights(tmp_path)
 
 

@@ -86,6 +86,8 @@ def test_search_rerank_with_full_shortlist_is_exhaustive(pair_env):
         assert shortlisted[1].tolist() == exhaustive[1].tolist()
     small = bundle.search_rerank("the cat sat on the mat", vec, k=10, shortlist=50)
     assert len(small[1]) == 10 and set(small[1].tolist()) <= set(range(300))
+    with pytest.raises(OndeviceError, match="the cache holds 20 rows"):  # a cache of part of the catalog
+        bundle.search_rerank("the cat sat on the mat", vec[:20], k=10, shortlist=300)
 
 
 def test_bad_inputs(pair_env):
@@ -123,11 +125,11 @@ def _reseal(folder, name: str, data: bytes | None = None, edit=None) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
-def _head_graph(dim: int, names=("u", "v"), external: bool = False) -> bytes:
-    """A pair head graph logits = (u + v) @ w, optionally keeping w in an external data file."""
+def _head_graph(dim: int, names=("u", "v"), external: bool = False, value: float = 1.0) -> bytes:
+    """A pair head graph logits = (u + v) @ w (w filled with `value`), optionally keeping w in an external data file."""
     from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(np.ones((dim, 1), np.float32), "w")
+    w = numpy_helper.from_array(np.full((dim, 1), value, np.float32), "w")
     if external:
         w.ClearField("raw_data")
         w.data_location = TensorProto.EXTERNAL
@@ -150,6 +152,10 @@ def test_a_head_that_does_not_fit_its_manifest_is_a_one_line_error(pair_env, tmp
         "no transform": (None, lambda m: m["pairs"].update(output_transform=None), "do not fit"),
         "input names": (lambda dim: _head_graph(dim, ("x", "v")), None, "takes"),
         "external data": (lambda dim: _head_graph(dim, external=True), None, "external data"),
+        "nan weights": (lambda dim: _head_graph(dim, value=float("nan")), None, "non-finite logits"),
+        "threshold text": (None, lambda m: m["pairs"].update(threshold="abc"), "threshold 'abc'"),
+        "threshold nan": (None, lambda m: m["pairs"].update(threshold=float("nan")), "threshold nan"),
+        "threshold list": (None, lambda m: m["pairs"].update(threshold=[1]), "threshold"),
     }
     for case, (graph, edit, message) in cases.items():
         bad = tmp_path / case.replace(" ", "-")

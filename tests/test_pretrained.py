@@ -118,6 +118,14 @@ def test_index_search_reranks_a_shortlist_with_the_shipped_head(tmp_path, capsys
                  "-k", "2", "--rerank", "5"]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the line naming the encoder: one error line
     assert last.startswith("ondevice index: error:") and "no pair head" in last
+    # a corpus shorter than the index: a hit beyond it is an error, not an empty text scored as if it were the hit
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(faq[:2]) + "\n", encoding="utf-8")
+    assert main(["index", "search", index, "--bundle", "pretrained", "--corpus", str(short), "--query", query,
+                 "-k", "2", "--rerank", "5"]) == 2
+    assert "beyond the 2 lines of --corpus" in capsys.readouterr().err
+    assert main([*base, "-k", "2", "--rerank", str(10**18)]) == 0  # the shortlist is the whole index, and said so
+    assert f"reranked {len(faq)} candidates per query" in capsys.readouterr().err
 
 
 @pytest.mark.slow

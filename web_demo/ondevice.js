@@ -377,8 +377,10 @@ export function parseSafetensors(bytes, what = "safetensors file") {
   const size = view.getUint32(0, true);
   if (view.getUint32(4, true) !== 0 || size > SAFETENSORS_MAX_HEADER || 8 + size > u8.length) throw bad("bad header length");
   const header = parseJson(u8.subarray(8, 8 + size), what);
+  if (!header || typeof header !== "object" || Array.isArray(header)) throw bad("the header is not a JSON object");
   const body = u8.length - 8 - size;
-  const out = {};
+  const out = Object.create(null); // no prototype: a tensor named "__proto__" or "constructor" is just a name
+  const spans = [];
   for (const [name, t] of Object.entries(header)) {
     if (name === "__metadata__") continue;
     const shape = t && t.shape;
@@ -388,10 +390,19 @@ export function parseSafetensors(bytes, what = "safetensors file") {
     const count = shape.reduce((a, b) => a * b, 1);
     const [s, e] = offsets;
     if (!Number.isInteger(s) || s < 0 || e !== s + 4 * count || e > body) throw bad(`tensor ${name} has bad offsets`);
+    spans.push([s, e]);
     const copy = new Uint8Array(4 * count); // aligned for Float32Array; safetensors is little-endian, as every browser
     copy.set(u8.subarray(8 + size + s, 8 + size + e));
     out[name] = { shape, data: new Float32Array(copy.buffer) };
   }
+  // as the safetensors library: the tensors tile the data part exactly, no overlap and no gap
+  spans.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let end = 0;
+  for (const [s, e] of spans) {
+    if (s !== end) throw bad("tensor data overlaps or leaves a gap");
+    end = e;
+  }
+  if (end !== body) throw bad("tensor data does not cover the file");
   return out;
 }
 
@@ -417,7 +428,7 @@ export class PairHead {
       throw new OndeviceError("this bundle has no pair head; export one with `ondevice pairs export`");
     }
     const { dim, hidden, outputs } = block.head || {};
-    if (![dim, hidden, outputs].every((x) => Number.isInteger(x) && x >= 1) || dim !== manifest.dim ||
+    if (![dim, hidden, outputs].every((x) => Number.isInteger(x) && x >= 1) || outputs > 1024 || dim !== manifest.dim ||
         !["regression", "binary", "classes"].includes(block.task_type) || typeof block.weights !== "string") {
       throw new OndeviceError("manifest.json pairs block does not describe a head for this encoder; re-export the bundle");
     }
@@ -429,11 +440,18 @@ export class PairHead {
       if (!tensors[key] || tensors[key].shape.join(",") !== shape.join(",")) {
         throw new OndeviceError(`${name}: ${key} is not [${shape}]; re-export the bundle`);
       }
+      if (!tensors[key].data.every(Number.isFinite)) {
+        throw new OndeviceError(`${name}: ${key} holds NaN or infinity; re-export the bundle`);
+      }
     }
     const blend = block.blend;
     if (blend && (blend.similarity !== "cosine" || blend.dim !== dim ||
-        !["weight", "head_mean", "head_std", "sim_mean", "sim_std"].every((k) => Number.isFinite(blend[k])))) {
+        !["weight", "head_mean", "head_std", "sim_mean", "sim_std"].every((k) => Number.isFinite(blend[k])) ||
+        !(blend.head_std > 0 && blend.sim_std > 0 && blend.weight >= 0))) {
       throw new OndeviceError("manifest.json pairs.blend is not a cosine blend for this encoder; re-export the bundle");
+    }
+    if (block.threshold != null && !Number.isFinite(block.threshold)) {
+      throw new OndeviceError("manifest.json pairs.threshold is not a finite number; re-export the bundle");
     }
     return new PairHead(block, tensors, name);
   }

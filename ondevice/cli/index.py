@@ -287,6 +287,7 @@ def _search(a: argparse.Namespace) -> int:
                for d, i in rows]
     if a.rerank:
         answers = [_rerank(head, label, hits, a.k) for label, hits in zip(labels, answers)]
+        shortlist = min(a.rerank, len(index))
     reranked = time.perf_counter() - warm - elapsed
     for label, hits in zip(labels, answers):
         if a.json:
@@ -302,7 +303,7 @@ def _search(a: argparse.Namespace) -> int:
     kernel = "numpy" if path == "numpy" else f"numba, {(warm - loaded) * 1e3:.0f} ms to load kernels"
     print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.2f} ms ({kernel}; "
           f"index and queries ready in {(loaded - started) * 1e3:.0f} ms)"
-          + (f"; reranked {a.rerank} candidates per query with the pair head in {reranked * 1e3:.1f} ms" if a.rerank else ""),
+          + (f"; reranked {shortlist} candidates per query with the pair head in {reranked * 1e3:.1f} ms" if a.rerank else ""),
           file=sys.stderr)
     if missing:
         print(f"PARTIAL RESULT: shards {missing} did not answer; their codes were not searched", file=sys.stderr)
@@ -317,7 +318,9 @@ def _rerank(head, query: str, hits: list[dict], k: int) -> list[dict]:
     scores, keys = head.score_pairs([query] * len(hits), [h["text"] for h in hits])
     decisions = keys > head.decision_threshold() if head.kind == "binary" else None
     order = sorted(range(len(hits)), key=lambda j: (-keys[j], j))[:k]
-    return [{**hits[j], "score": round(float(scores[j]), 6), "key": round(float(keys[j]), 6),
+    # a classes head scores with one probability per label: its score is the one it ranks by (the key), all in JSON
+    return [{**hits[j], "score": round(float(keys[j] if scores.ndim > 1 else scores[j]), 6), "key": round(float(keys[j]), 6),
+             **({"probabilities": [round(float(x), 6) for x in scores[j]]} if scores.ndim > 1 else {}),
              **({"decision": bool(decisions[j])} if decisions is not None else {})} for j in order]
 
 
@@ -352,9 +355,17 @@ def _corpus_lookup(path: str | None):
     if not path:
         return None
     from ondevice.corpus import read_corpus
+    from ondevice.errors import OndeviceError
 
     texts = read_corpus(path)
-    return lambda i: texts[i] if 0 <= i < len(texts) else ""
+
+    def text(i: int) -> str:
+        if not 0 <= i < len(texts):  # an empty text would be shown, and scored by --rerank, as if it were the hit
+            raise OndeviceError(f"hit id {i} is beyond the {len(texts):,} lines of --corpus {path}; give the corpus the "
+                                "index was built from (ids are its line numbers)")
+        return texts[i]
+
+    return text
 
 
 # ------------------------------------------------------------------------------------------------ info

@@ -69,7 +69,16 @@ class DiPairHeadConfig:
         return self.n + self.m + (1 if self.pooled else 0)
 
     def validate(self) -> None:
-        """One-line errors for impossible shapes."""
+        """One-line errors for impossible shapes (and for field types no head could have: the file may come from anywhere)."""
+        for name in ("in_dim", "n", "m", "d", "layers", "heads", "ffn", "outputs", "vec_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise OndeviceError(f"DiPair head config: {name} {value!r} is not a whole number; re-create the run")
+        reals = [self.gold_low, self.gold_high] + ([] if self.threshold is None else [self.threshold])
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in reals):
+            raise OndeviceError("DiPair head config: gold_low, gold_high and threshold must be finite numbers; re-create the run")
+        if self.kind not in ("regression", "binary", "classes") or not isinstance(self.labels, list):
+            raise OndeviceError(f"DiPair head config: kind {self.kind!r} / labels are not valid; re-create the run")
         checks = [(self.n >= 1, "--n must be >= 1"), (self.m >= 1, "--m must be >= 1"), (self.d >= 1, "--d must be >= 1"),
                   (self.layers >= 1, "--layers must be >= 1"), (self.heads >= 1, "--heads must be >= 1"),
                   (self.d % max(self.heads, 1) == 0, f"--d ({self.d}) must be divisible by --heads ({self.heads})"),

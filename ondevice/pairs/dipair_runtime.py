@@ -169,7 +169,11 @@ class DiPairScorer(HeadScorer):
         ids, dist = ids[0][keep][order], dist[0][keep][order]
         if not len(ids):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)
-        logits = self.logits(qs, np.asarray(cache)[ids])
+        cache = np.asarray(cache)
+        if ids.max() >= len(cache):
+            raise OndeviceError(f"the index returned catalog id {int(ids.max())} but the cache holds {len(cache):,} rows; "
+                                "give the states of the whole catalog the index was built from (row i = id i)")
+        logits = self.logits(qs, cache[ids])
         key = self.blend_keys(logits, dist) if self._blend_on(blend) else self.rank_key(logits)
         keys, rows = self._top(key, k)
         return keys, ids[rows]

@@ -157,6 +157,8 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
     got = _run(graph.SerializeToString(), u, v)
     checks = {"vectors": len(u), "max_abs_diff_vs_reference": float(np.abs(got - ref).max()),
               "reference_logit_std": float(ref.std())}
+    if not (np.isfinite(got).all() and np.isfinite(ref).all()):
+        raise OndeviceError("the pair head gives non-finite logits (NaN or inf weights); retrain the pair student")
     if precision == "fp32" and checks["max_abs_diff_vs_reference"] > 1e-4:
         raise OndeviceError(f"pair head graph differs from the reference by {checks['max_abs_diff_vs_reference']:.2e}")
     if cfg.kind == "binary":
@@ -168,7 +170,14 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
     golden = None
     emb_path = path / "golden" / "embeddings.npy"
     if emb_path.is_file():  # golden pairs over the golden sentences' fp32 embeddings
-        emb = np.load(emb_path, allow_pickle=False)
+        try:
+            emb = np.load(emb_path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise OndeviceError(f"{emb_path} cannot be read ({str(exc)[:120]}); re-export the bundle") from None
+        if emb.ndim != 2 or emb.shape[1] != cfg.dim or emb.dtype.kind != "f" or not len(emb) or not np.isfinite(emb).all():
+            raise OndeviceError(f"{emb_path} holds {emb.dtype} {emb.shape}, not finite {cfg.dim}-d float vectors; "
+                                "re-export the bundle")
+        emb = emb.astype(np.float32, copy=False)
         grng = np.random.default_rng(seed + 5)
         n = min(GOLDEN_PAIRS, len(emb) * len(emb))
         ia = grng.integers(0, len(emb), n).astype("<i8")
@@ -355,7 +364,10 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     old = source.manifest.get("pairs")  # a DSE head there (the shipped QQP head, say) is replaced: not copied
     if old is not None and not isinstance(old, dict):
         raise OndeviceError(f"bundle {source.path}: its manifest's pairs block is not an object; re-export the bundle")
-    drop = {old.get("file"), old.get("weights"), *(f"golden/{n}.npy" for n in GOLDEN_PAIR_FILES)} if old else set()
+    if old and not all(isinstance(old.get(k), str) and old[k] in source.manifest["files"] for k in ("file", "weights")):
+        raise OndeviceError(f"bundle {source.path}: its pairs block's file and weights are not files it lists; "
+                            "re-export the bundle")
+    drop = {old["file"], old["weights"], *(f"golden/{n}.npy" for n in GOLDEN_PAIR_FILES)} if old else set()
     data = data if data is not None else run_cfg["data"]
     try:
         dev = load_pairs(run_cfg["task"], "dev", data, run_cfg.get("split_seed", 0))

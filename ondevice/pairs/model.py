@@ -6,6 +6,7 @@ tested against.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
 HEAD_WEIGHTS = "pair_head.safetensors"
 HEAD_CONFIG = "pair_head.json"
 TENSORS = ("hidden.weight", "hidden.bias", "out.weight", "out.bias")
+KINDS = ("regression", "binary", "classes")
+FEATURES = "u,v,u*v,|u-v|"
 
 
 @dataclass
@@ -33,8 +36,36 @@ class PairHeadConfig:
     gold_low: float = 0.0  # regression: score = gold_low + f * (gold_high - gold_low)
     gold_high: float = 1.0
     threshold: float | None = None  # binary: predict 1 when the logit is above it (dev-tuned)
-    features: str = "u,v,u*v,|u-v|"
+    features: str = FEATURES
     format_version: int = 1
+
+    def validate(self, where: str = HEAD_CONFIG) -> PairHeadConfig:
+        """Refuse a config no head could have (it is read from a run folder, which may come from anywhere)."""
+        def whole(v, top):
+            return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= top
+
+        def real(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        problems = [f"{name} {value!r} is not a whole number in 1..{top}" for name, value, top in
+                    (("dim", self.dim, 65_536), ("hidden", self.hidden, 65_536), ("outputs", self.outputs, 1024))
+                    if not whole(value, top)]
+        if self.kind not in KINDS:
+            problems.append(f"kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        elif self.kind != "classes" and self.outputs != 1:
+            problems.append(f"a {self.kind} head has 1 output, not {self.outputs!r}")
+        problems += [f"{name} {value!r} is not a finite number" for name, value in
+                     (("gold_low", self.gold_low), ("gold_high", self.gold_high)) if not real(value)]
+        if self.threshold is not None and not real(self.threshold):
+            problems.append(f"threshold {self.threshold!r} is not a finite number")
+        if not isinstance(self.labels, list) or not all(isinstance(x, str) for x in self.labels):
+            problems.append("labels are not a list of strings")
+        if self.features != FEATURES or self.format_version != 1:
+            problems.append(f"features {self.features!r} / format_version {self.format_version!r} are not this "
+                            f"ondevice's ({FEATURES!r} / 1)")
+        if problems:
+            raise OndeviceError(f"{where}: {problems[0]}; retrain the pair student or restore the file")
+        return self
 
     def output_transform(self) -> dict:
         """How a runtime turns the head's logits into the task's score (the manifest's `output_transform`)."""
@@ -131,6 +162,7 @@ def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, 
 
     directory = Path(directory)
     cfg = dataclass_from_dict(PairHeadConfig, read_json(directory / HEAD_CONFIG, "pair head config"), "pair head config")
+    cfg.validate(str(directory / HEAD_CONFIG))
     path = directory / HEAD_WEIGHTS
     if not path.is_file():
         raise OndeviceError(f"{path} not found; train a pair student with `ondevice pairs train` first")
@@ -143,4 +175,6 @@ def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, 
     for name, shape in shapes.items():
         if name not in weights or weights[name].shape != shape:
             raise OndeviceError(f"{path}: tensor {name} missing or not of shape {shape}; the head does not match {HEAD_CONFIG}")
+        if not np.isfinite(weights[name]).all():
+            raise OndeviceError(f"{path}: tensor {name} holds NaN or inf (the run diverged); retrain with a lower --lr")
     return cfg, {k: np.ascontiguousarray(weights[k], np.float32) for k in TENSORS}

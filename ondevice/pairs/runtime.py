@@ -71,6 +71,18 @@ def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> No
     if got_in != inputs or got_out.get("logits") != [outputs]:
         raise OndeviceError(f"{where} takes {got_in} and gives {got_out}, the manifest says inputs {inputs} and "
                             f"logits of width {outputs}; re-export the bundle")
+    threshold = block.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not np.isfinite(threshold)):
+        raise OndeviceError(f"{where}: the manifest's decision threshold {threshold!r} is not a finite number; "
+                            "re-export the bundle")
+    probe = {name: np.full((2, *shape), 0.1, np.float32) for name, shape in inputs.items()}
+    try:  # a head whose weights are not finite scores every pair NaN: refused once, here, not pair by pair
+        logits = session.run(["logits"], probe)[0]
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+        raise OndeviceError(f"{where} failed to run ({ort_error_line(exc)}); re-export the bundle") from None
+    if not np.isfinite(logits).all():
+        raise OndeviceError(f"{where} gives non-finite logits (NaN or inf weights); re-export the bundle")
 
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
@@ -177,6 +189,9 @@ class HeadScorer:
             except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
                 raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} failed to run "
                                     f"({ort_error_line(exc)}); re-export the bundle") from None
+        if not np.isfinite(out).all():
+            raise OndeviceError(f"bundle {self.bundle.path}: {self.block['file']} gave non-finite logits for "
+                                f"{int((~np.isfinite(out)).any(axis=1).sum())} of {len(out)} pairs; re-export the bundle")
         return out
 
     def transform(self, logits: np.ndarray) -> np.ndarray:
@@ -209,7 +224,11 @@ class HeadScorer:
         """
         _, ids = self.bundle.search(query, k=int(shortlist))
         ids = np.sort(ids[0][ids[0] >= 0])  # ties in the head's score go to the smaller catalog id, as in `rerank`
-        keys, rows = self.rerank(query, np.asarray(cache)[ids], k, blend=blend)
+        cache = np.asarray(cache)
+        if len(ids) and ids[-1] >= len(cache):
+            raise OndeviceError(f"the index returned catalog id {int(ids[-1])} but the cache holds {len(cache):,} rows; "
+                                "give the cache of the whole catalog the index was built from (row i = id i)")
+        keys, rows = self.rerank(query, cache[ids], k, blend=blend)
         return keys, ids[rows]
 
 

@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
-  HammingIndex, OndeviceError, Tokenizer, cosine, loadBundle, parseNpy, parseSafetensors, popcount32, sha256Hex,
+  HammingIndex, OndeviceError, PairHead, Tokenizer, cosine, loadBundle, parseNpy, parseSafetensors, popcount32, sha256Hex,
 } from "../ondevice.js";
 
 const dir = process.argv[2];
@@ -118,6 +118,12 @@ for (const [name, bytes, pattern] of [
   ["safetensors negative dimension", safetensors({ w: { ...good.w, shape: [-2, -3] } }, body), /not a float32 tensor/],
   ["safetensors header not JSON", (() => { const b = safetensors(good, body); b[9] = 0x7b; b[10] = 0x7b; return b; })(),
     /not valid UTF-8 JSON/],
+  ["safetensors header null", safetensors(null, body), /not a JSON object/],
+  ["safetensors header an array", safetensors([1], body), /not a JSON object/],
+  ["safetensors overlapping tensors", safetensors({ a: { dtype: "F32", shape: [3], data_offsets: [0, 12] },
+    b: { dtype: "F32", shape: [3], data_offsets: [8, 20] } }, body), /overlaps or leaves a gap/],
+  ["safetensors data not covered", safetensors({ a: { dtype: "F32", shape: [3], data_offsets: [0, 12] } }, body),
+    /does not cover the file/],
 ]) {
   await check(name, () => {
     try {
@@ -129,6 +135,58 @@ for (const [name, bytes, pattern] of [
     throw new Error("parsed a broken file");
   });
 }
+await check("safetensors tensor named __proto__ is only a name", () => {
+  const t = parseSafetensors(safetensors(JSON.parse('{"__proto__": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}'),
+    body), "t.safetensors");
+  if (Object.getPrototypeOf(t) !== null || String(t.__proto__.shape) !== "6") throw new Error("prototype replaced");
+});
+// a pair head of one hidden unit over 1-d vectors, and the manifest blocks a crafted bundle could give it
+const headBody = new Uint8Array(new Float32Array([1, 1, 1, 1, 0.5, 2, -1]).buffer);
+const headFile = safetensors({ "hidden.weight": { dtype: "F32", shape: [1, 4], data_offsets: [0, 16] },
+  "hidden.bias": { dtype: "F32", shape: [1], data_offsets: [16, 20] },
+  "out.weight": { dtype: "F32", shape: [1, 1], data_offsets: [20, 24] },
+  "out.bias": { dtype: "F32", shape: [1], data_offsets: [24, 28] } }, headBody);
+const headManifest = async (pairs) => ({ dim: 1, files: { "h.safetensors": { bytes: headFile.length,
+  sha256: await sha256Hex(headFile) } }, pairs: { task: "t", task_type: "binary", head: { dim: 1, hidden: 1, outputs: 1 },
+  weights: "h.safetensors", output_transform: {}, threshold: 0, ...pairs } });
+const blend = { similarity: "cosine", dim: 1, weight: 1, head_mean: 0, head_std: 1, sim_mean: 0, sim_std: 1 };
+await check("pair head loads a sane blend", async () => {
+  const head = await PairHead.load(async () => headFile, await headManifest({ blend }));
+  if (head.logits(new Float32Array([1]), new Float32Array([1]))[0] !== 2 * (1 + 1 + 1 + 0 + 0.5) - 1) throw new Error("logit");
+});
+for (const [name, pairs, pattern] of [
+  ["pair head blend with zero head_std", { blend: { ...blend, head_std: 0 } }, /pairs.blend/],
+  ["pair head blend with zero sim_std", { blend: { ...blend, sim_std: 0 } }, /pairs.blend/],
+  ["pair head blend with a negative weight", { blend: { ...blend, weight: -1 } }, /pairs.blend/],
+  ["pair head threshold not a number", { threshold: "abc" }, /pairs.threshold/],
+  ["pair head of no outputs", { head: { dim: 1, hidden: 1, outputs: 0 } }, /does not describe a head/],
+]) {
+  await check(name, async () => {
+    try {
+      await PairHead.load(async () => headFile, await headManifest(pairs));
+    } catch (e) {
+      if (e instanceof OndeviceError && pattern.test(e.message)) return;
+      throw new Error(`unexpected error: ${e && e.message}`);
+    }
+    throw new Error("loaded a crafted head");
+  });
+}
+await check("pair head weights with NaN are refused", async () => {
+  const nanBody = new Uint8Array(new Float32Array([1, 1, 1, 1, 0.5, 2, NaN]).buffer);
+  const file = safetensors({ "hidden.weight": { dtype: "F32", shape: [1, 4], data_offsets: [0, 16] },
+    "hidden.bias": { dtype: "F32", shape: [1], data_offsets: [16, 20] },
+    "out.weight": { dtype: "F32", shape: [1, 1], data_offsets: [20, 24] },
+    "out.bias": { dtype: "F32", shape: [1], data_offsets: [24, 28] } }, nanBody);
+  const manifest = await headManifest({});
+  manifest.files["h.safetensors"] = { bytes: file.length, sha256: await sha256Hex(file) };
+  try {
+    await PairHead.load(async () => file, manifest);
+  } catch (e) {
+    if (e instanceof OndeviceError && /NaN or infinity/.test(e.message)) return;
+    throw e;
+  }
+  throw new Error("loaded NaN weights");
+});
 await check("cosine in double", () => {
   const c = cosine(new Float32Array([1, 0, 1]), new Float32Array([1, 1, 0]));
   if (Math.abs(c - 0.5) > 1e-12 || cosine(new Float32Array(3), new Float32Array(3)) !== 0) throw new Error(String(c));

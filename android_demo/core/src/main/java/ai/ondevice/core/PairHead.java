@@ -59,6 +59,11 @@ public final class PairHead {
         if (dim != bundle.dim()) {
             throw new BundleException("manifest.json: pair head takes " + dim + "-d vectors but the encoder makes " + bundle.dim());
         }
+        if (hidden < 1 || outputs < 1 || outputs > 1024 || ("classes".equals(kind) ? outputs < 1 : outputs != 1)
+                || !("regression".equals(kind) || "binary".equals(kind) || "classes".equals(kind))) {
+            throw new BundleException("manifest.json: pair head of " + hidden + " hidden units and " + outputs
+                    + " outputs for a '" + kind + "' task does not fit; re-export the bundle");
+        }
         String file = Json.getString(block, "weights", "manifest.json pairs");
         SafeTensors st = SafeTensors.parse(bundle.read(file), file);
         float[] w1 = st.get("hidden.weight", file).requireShape(file, hidden, 4 * dim).floats();

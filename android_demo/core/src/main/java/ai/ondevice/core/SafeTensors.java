@@ -140,11 +140,14 @@ public final class SafeTensors {
             int[] shape = new int[shapeList.size()];
             long numel = 1;
             for (int i = 0; i < shape.length; i++) {
-                shape[i] = ((Number) shapeList.get(i)).intValue();
+                shape[i] = (int) whole(shapeList.get(i), Integer.MAX_VALUE, label + " shape");
+                if (shape[i] != 0 && numel > bytes.length / shape[i]) {
+                    throw new BundleException(label + " has a shape larger than the file");
+                }
                 numel *= shape[i];
             }
-            long start = ((Number) ((List<Object>) offsObj).get(0)).longValue();
-            long end = ((Number) ((List<Object>) offsObj).get(1)).longValue();
+            long start = whole(((List<Object>) offsObj).get(0), Integer.MAX_VALUE, label + " data_offsets");
+            long end = whole(((List<Object>) offsObj).get(1), Integer.MAX_VALUE, label + " data_offsets");
             int size = dtypeSize(dtype);
             if (start < 0 || end < start || base + end > bytes.length || (size > 0 && end - start != numel * size)) {
                 throw new BundleException(label + " has data_offsets [" + start + ", " + end + "] that do not fit the file or shape");
@@ -153,6 +156,18 @@ public final class SafeTensors {
             out.put(e.getKey(), new Tensor(e.getKey(), dtype, shape, data));
         }
         return new SafeTensors(out, meta);
+    }
+
+    /** A JSON number that is a whole number in 0..max (shapes and offsets), else a BundleException. */
+    private static long whole(Object v, long max, String label) {
+        if (!(v instanceof Number)) {
+            throw new BundleException(label + " holds " + v + ", not a number");
+        }
+        double d = ((Number) v).doubleValue();
+        if (d < 0 || d > max || d != Math.rint(d)) {
+            throw new BundleException(label + " holds " + v + ", not a whole number in 0.." + max);
+        }
+        return ((Number) v).longValue();
     }
 
     public Tensor get(String name, String what) {

@@ -60,6 +60,16 @@ public final class CoreTests {
         throw new AssertionError("no BundleException (wanted one mentioning " + fragment + ")");
     }
 
+    /** A safetensors file of one F32 tensor "w" with the given JSON shape and offsets and {@code body} zero bytes. */
+    private static byte[] safetensors(String shape, String offsets, int body) {
+        byte[] header = ("{\"w\": {\"dtype\": \"F32\", \"shape\": " + shape + ", \"data_offsets\": " + offsets + "}}")
+                .getBytes(StandardCharsets.UTF_8);
+        byte[] out = new byte[8 + header.length + body];
+        java.nio.ByteBuffer.wrap(out, 0, 8).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(header.length);
+        System.arraycopy(header, 0, out, 8, header.length);
+        return out;
+    }
+
     private static String tokens(String text) {
         return String.join("|", Tokenizer.tokenize(text, 0));
     }
@@ -95,6 +105,15 @@ public final class CoreTests {
                 assertEq(-v, SafeTensors.halfToFloat((short) (h | 0x8000)));
                 previous = v;
             }
+        });
+        check("safetensors shapes and offsets must be whole numbers", () -> {
+            assertEq(6, SafeTensors.parse(safetensors("[2, 3]", "[0, 24]", 24), "t").get("w", "t").floats().length);
+            assertBundleError(() -> SafeTensors.parse(safetensors("[\"8\"]", "[0, 24]", 24), "t"), "not a number");
+            assertBundleError(() -> SafeTensors.parse(safetensors("[2.5, 2]", "[0, 20]", 24), "t"), "not a whole number");
+            assertBundleError(() -> SafeTensors.parse(safetensors("[4294967302]", "[0, 24]", 24), "t"), "not a whole number");
+            assertBundleError(() -> SafeTensors.parse(safetensors("[65536, 65536, 65536]", "[0, 24]", 24), "t"),
+                    "larger than the file");
+            assertBundleError(() -> SafeTensors.parse(safetensors("[6]", "[0, 24.5]", 24), "t"), "not a whole number");
         });
         check("tokenizer basic", () -> assertEq("hello|,|world|!", tokens("Hello, World!")));
         check("tokenizer nfkc ligature and fullwidth", () -> assertEq("file|abc|123", tokens("\uFB01le \uFF21\uFF22\uFF23 \uFF11\uFF12\uFF13")));
