@@ -1,4 +1,4 @@
-"""Render the measured tables of README.md, BENCHMARKS.md and docs/pairs-experiments.md from benchmarks/results/.
+"""Render the measured tables of README.md, BENCHMARKS.md and the docs/ files in DOCS from benchmarks/results/.
 
 A table in a document sits between two markers naming its renderer and the results file(s) it reads:
 
@@ -10,6 +10,12 @@ A table in a document sits between two markers naming its renderer and the resul
     python benchmarks/tables.py --check    # exit 1 if a block differs from its files (tests/test_docs.py)
 
 So a number in a marked block always comes from a committed file, and a stale one fails the tests.
+
+DOCS lists every document with a marked block: README.md, BENCHMARKS.md, docs/pairs-experiments.md (every pair-model
+run), docs/binarize-experiments.md (binarization experiments moved from README), docs/evaluation.md (evaluation
+protocols and transfer probes) and docs/implementation-notes.md (the float16 projection, unpacking a bundle). The
+other docs files (distill-experiments.md, search-speed.md, scale-experiments.md, pairs-guide.md) have no marked block
+and so are not listed (tests/test_docs.py asserts that each listed document has one).
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ from pathlib import Path
 from ondevice.results import repo_root
 
 ROOT = repo_root()  # the checkout (not this file's folder: the tests run a copy of benchmarks/)
-DOCS = ("README.md", "BENCHMARKS.md", "docs/pairs-experiments.md")  # the documents with marked tables
+DOCS = (  # the documents with marked tables
+    "README.md",
+    "BENCHMARKS.md",
+    "docs/pairs-experiments.md",
+    "docs/binarize-experiments.md",
+    "docs/evaluation.md",
+    "docs/implementation-notes.md",
+)
 BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
 BITS = (64, 128, 256, 384, 512, 1024, 2048)
 METHOD_ORDER = ("threshold", "random", "pca", "ae", "ae-sp")
