@@ -8,7 +8,8 @@ One query (k=10; each call the next of 100 distinct queries) over catalogs of --
 omp_set_num_threads; ondevice through `threads=`, which may use fewer where a thread's share would be too small,
 and also with its default, threads=None, chosen from the work size). Plus: a 100-query batch on 1M x 1024-bit codes
 (2 threads), the machine's read bandwidth (a Numba parallel sum over 512 MB, per thread count) and its popcount
-peak (XOR + popcount over an L1-resident buffer, per thread count).
+peak (XOR + popcount over an L1-resident buffer, per thread count). Before a cell is timed, ondevice's top-10
+distances are checked equal to FAISS's on three of its queries (the batch: on all of them); a difference stops the run.
 
 Every width runs in --rounds rounds of worker processes, on the same random codes (same seed). Each library has
 its own worker per thread setting (at 2+ threads FAISS's OpenMP threads keep spinning after a call and would slow
@@ -130,6 +131,20 @@ def _median(fn, repeats: int) -> float:
 # ------------------------------------------------------------------------------------------------ worker
 
 
+def _check_against_faiss(hamming, index, db, queries: list, threads: int) -> None:
+    """Stop before timing a cell whose top-k distances differ from FAISS's: a fast wrong kernel is no result (on
+    2026-11-27 a Numba disk-cache symbol clash made kernels of one build run another build's code)."""
+    import numpy as np
+
+    for q in queries:
+        got = hamming.knn(db, q, K, threads=threads)[0]
+        want = index.search(q, K)[0]
+        if not (got == want).all():
+            bad = int(np.argmax((got != want).any(axis=1)))
+            raise SystemExit(f"ondevice's top-{K} distances differ from FAISS's on {len(db):,} x {db.shape[1] * 8} bits at "
+                             f"{threads} thread(s): {got[bad][:5].tolist()} vs {want[bad][:5].tolist()}; not timing wrong results")
+
+
 def worker(cfg: dict) -> dict:
     """One width and the worker's libraries (one per process in main; ondevice's also times the read sum): every size
     and thread count, the calls interleaved; returns {"cells": [...], ...}."""
@@ -197,6 +212,8 @@ def worker(cfg: dict) -> dict:
                 calls["numpy"] = lambda db=db, q=q1s(): hamming.knn(db, q(), K, path="numpy")  # noqa: B008
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
             faiss.omp_set_num_threads(threads)
+            if index is not None and "ondevice" in libs:
+                _check_against_faiss(hamming, index, db, singles[:3], threads)
             cells += _interleaved(calls, budget, {"n": n, "bits": bits, "threads": threads, "nq": 1},
                                   plan=hamming.plan_threads(n, nbytes, 1, threads))
         if n == cfg.get("batch_n") and libs != ["numpy"]:
@@ -204,6 +221,8 @@ def worker(cfg: dict) -> dict:
             numba.set_num_threads(min(t, numba.config.NUMBA_NUM_THREADS))
             faiss.omp_set_num_threads(t)
             calls = {}
+            if index is not None and "ondevice" in libs:
+                _check_against_faiss(hamming, index, db, [queries], t)
             if "ondevice" in libs:
                 calls["ondevice"] = lambda db=db, t=t: hamming.knn(db, queries, K, threads=t)
             if "faiss" in libs:

@@ -290,7 +290,19 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     T8 = min(TILE, 256) if X4 else TILE
     PF = PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
-    jit = njit(parallel=bool(PAR), cache=True)
+    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}"
+
+    def compiled(fn, **options):
+        # Each build's kernels get their own names. Numba names a function's machine code by its qualified name and a
+        # per-process counter, so the same kernel of two widths could carry the same symbol when one came from the
+        # disk cache (written by another process) and the other was compiled here; LLVM then bound the cached kernel's
+        # call to the other width's body: wrong distances or a segfault (2026-11-27; numba issue 10486).
+        fn.__name__ = f"{fn.__name__}_{variant}"
+        fn.__qualname__ = f"{fn.__qualname__}_{variant}"
+        return njit(cache=True, **options)(fn)
+
+    def jit(fn):
+        return compiled(fn, parallel=bool(PAR))
 
     def rows(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
         nq = queries.shape[0]
@@ -604,7 +616,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     def fixed(kernel):  # a kernel other kernels capture: the same identity in every process (stable_identity)
         return stable_identity(kernel, kernel.py_func.__name__, NB, POP, TILE, PAR)
 
-    select = fixed(njit(cache=True, inline="always")(select))
+    select = fixed(compiled(select, inline="always"))
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
     rows_j, rows8_j = fixed(jit(rows)), (fixed(jit(rows8)) if with_rows8 else None)
@@ -641,7 +653,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
 
     serial_only = PAR == 0
     return (rows_j, jit(blocks), jit(range_rows), rows8_j, jit(one) if serial_only else None,
-            jit(one_ids) if serial_only else None, None if serial_only else njit(cache=True)(few_par))
+            jit(one_ids) if serial_only else None, None if serial_only else compiled(few_par))
 
 
 _KERNELS: dict[tuple[int, int], Kernels] = {}

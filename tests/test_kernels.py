@@ -524,3 +524,34 @@ print(" ".join(out))
     first, second = (r.stdout.split() for r in runs)
     assert len(first) >= 20 and any(k.startswith("32/one/") for k in first)
     assert first == second, sorted(set(first) ^ set(second))
+
+
+def test_kernels_of_two_widths_from_cache_and_fresh_in_one_process(tmp_path):
+    """Numba names machine code by qualified name and a per-process counter, so the same kernel of two widths could
+    share a symbol when one came from the disk cache and the other was compiled in this process; LLVM then bound one
+    to the other's body. Seen 2026-11-27: a process that searched 256-bit codes and then 64-bit codes whose kernels
+    another process had cached got wrong distances (106 on 64-bit codes) or a segfault. Each build has its own names."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import numpy as np
+from ondevice.kernels import hamming as H
+rng = np.random.default_rng(int(sys.argv[1]))
+for nb in map(int, sys.argv[2:]):
+    codes = rng.integers(0, 256, (3000, nb), dtype=np.uint8)
+    q = rng.integers(0, 256, (1, nb), dtype=np.uint8)
+    ref = np.unpackbits(codes ^ q, axis=1).sum(1)
+    order = np.lexsort((np.arange(len(ref)), ref))[:10]
+    for threads in (1, 2):
+        d, i = H.knn(codes, q, 10, threads=threads)
+        assert (d[0] == ref[order]).all() and (i[0] == order).all(), (nb, threads, d[0][:4], ref[order][:4])
+print("ok")
+"""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    for seed, widths in ((0, ["8", "128"]), (1, ["32", "8"]), (2, ["128", "32", "8"])):  # cache first, then mixed
+        out = subprocess.run([sys.executable, "-c", script, str(seed), *widths], env=env, capture_output=True, text=True,
+                             timeout=600, check=False)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", (widths, out.returncode, out.stderr[-2000:])
