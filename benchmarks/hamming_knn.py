@@ -52,6 +52,7 @@ def _meta(argv: list[str]) -> dict:
     import faiss
     import numba
     import numpy
+    from ondevice.kernels import _scan
 
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=False).stdout.strip()
@@ -61,7 +62,8 @@ def _meta(argv: list[str]) -> dict:
             "command": " ".join([Path(sys.executable).name, *sys.argv[:1], *argv]), "cpu_model": cpu_model(),
             "cpu": cpu_details(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
-            "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg()}
+            "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg(),
+            "prefetch_bytes": _scan.PREFETCH_BYTES, "prefetch_env": os.environ.get("ONDEVICE_PREFETCH_BYTES")}
 
 
 # ------------------------------------------------------------------------------------------------ probes
