@@ -63,7 +63,8 @@ def _meta(argv: list[str]) -> dict:
             "cpu": cpu_details(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
             "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg(),
-            "prefetch_bytes": _scan.PREFETCH_BYTES, "prefetch_env": os.environ.get("ONDEVICE_PREFETCH_BYTES")}
+            "prefetch_bytes": _scan.PREFETCH_BYTES, "prefetch_parallel_bytes": _scan.PREFETCH_PARALLEL_BYTES,
+            "prefetch_env": os.environ.get("ONDEVICE_PREFETCH_BYTES")}
 
 
 # ------------------------------------------------------------------------------------------------ probes

@@ -33,31 +33,45 @@ from ondevice.kernels.intrinsics import (
 from ondevice.errors import SettingError
 
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
-# Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone). Which is faster
-# depends on the CPU, so the default follows the vendor: on the AMD EPYC VM (2026-11-23) prefetching 2 KB ahead was
-# slower than none at 1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json
-# vs -121946.json); on the Intel Xeon VM (same day) 512 bytes ahead took 1M x 2048-bit scans from 59% to 90% of the
-# read bound and 4M x 1024 bits from 68% to 86% (scratch A/B in separate processes; grids -190459 vs the next one).
-# On an Intel Xeon (family 6 model 207, 260 MB L3) on 2026-11-24, 4 KB ahead beat 512 bytes in every 100k-10M-code
-# cell at 1 and 2 threads (1 thread, share of the read bound: 1M x 256 bits 94% -> 101%, 1M x 2048 88% -> 106%;
-# 2048 and 1024 bytes in between; small catalogs within noise), so Intel now prefetches 4 KB ahead.
-# ONDEVICE_PREFETCH_BYTES overrides it. A compile-time constant: 0 costs nothing.
-def _default_prefetch() -> int:
+# Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone), for the serial
+# (one thread) and the parallel builds. Which is faster depends on the CPU, so the default follows vendor and family:
+# - AMD family 25 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at 1M x
+#   1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json),
+#   and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
+# - AMD family 26 and later (Zen 5; 2026-11-27): 4 KB ahead for the serial build only. At one thread it took every
+#   cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% -> 87%, FAISS 0.84x -> 1.28x;
+#   grids -090547 off vs -091324 4 KB); at two threads it cost the 10M-code catalogs of 256-2048 bits 7-25 points.
+# - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
+#   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
+# ONDEVICE_PREFETCH_BYTES overrides both builds. A compile-time constant of each build: 0 costs nothing.
+def _default_prefetch(parallel: bool = False) -> int:
     env = os.environ.get("ONDEVICE_PREFETCH_BYTES", "").strip()
     if env:
         if not env.isdigit():  # as resolve_path: named, never a silent default
             raise SettingError(f"ONDEVICE_PREFETCH_BYTES must be a whole number of bytes (e.g. 0 or 512), got {env!r}; "
                              "unset it for this CPU's default")
         return int(env) // 64 * 64
+    vendor, family = "", 0
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    vendor = value.strip()
+                elif key.strip() == "cpu family":
+                    family = int(value) if value.strip().isdigit() else 0
+                    break
     except OSError:
-        intel = False
-    return 4096 if intel else 0
+        pass
+    if vendor == "GenuineIntel":
+        return 4096
+    if vendor == "AuthenticAMD" and family >= 26 and not parallel:
+        return 4096
+    return 0
 
 
-PREFETCH_BYTES = _default_prefetch()
+PREFETCH_BYTES = _default_prefetch()  # the serial build's (one-thread searches)
+PREFETCH_PARALLEL_BYTES = _default_prefetch(parallel=True)
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
 # better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
@@ -288,7 +302,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # query, A/B in alternating processes) 2,048-row passes after the first took one thread from 72-74% of the read
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
-    PF = PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
+    PF = PREFETCH_PARALLEL_BYTES if PAR else PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
     variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}"
 

@@ -410,19 +410,31 @@ def test_fast_path_declines_what_it_does_not_handle():
         H.knn(codes, q, 1, threads=0)
 
 
-def test_prefetch_distance_follows_env_and_vendor(monkeypatch):
-    """ONDEVICE_PREFETCH_BYTES overrides the vendor default (rounded down to whole 64-byte lines)."""
+@pytest.mark.parametrize("cpuinfo, serial, parallel", [
+    ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, 4096),
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, 0),  # Zen 4: off
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 4096, 0),  # Zen 5: one thread only
+    ("vendor_id\t: SomethingElse\n", 0, 0)])
+def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, serial, parallel):
+    """ONDEVICE_PREFETCH_BYTES overrides both builds (rounded down to whole 64-byte lines); otherwise vendor and
+    family choose, per build (serial, parallel), as measured."""
+    import builtins
+
     from ondevice.kernels import _scan
 
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "700")
-    assert _scan._default_prefetch() == 640
+    assert _scan._default_prefetch() == _scan._default_prefetch(parallel=True) == 640
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "0")
     assert _scan._default_prefetch() == 0
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "2k")
     with pytest.raises(ValueError, match="ONDEVICE_PREFETCH_BYTES must be a whole number"):
         _scan._default_prefetch()
     monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
-    assert _scan._default_prefetch() in (0, 4096)
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(cpuinfo)
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
+    assert (_scan._default_prefetch(), _scan._default_prefetch(parallel=True)) == (serial, parallel)
 
 
 def test_other_prefetch_build_matches_brute_force(tmp_path):
@@ -433,11 +445,11 @@ def test_other_prefetch_build_matches_brute_force(tmp_path):
 
     from ondevice.kernels import _scan
 
-    other = "0" if _scan.PREFETCH_BYTES else "512"
+    other = "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"
     script = f"""
 import numpy as np
 from ondevice.kernels import _scan, hamming as H
-assert _scan.PREFETCH_BYTES == {other}
+assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {other}
 rng = np.random.default_rng(1)
 for nb in (8, 32, 256):
     codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
