@@ -38,9 +38,11 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # - AMD family 25 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at 1M x
 #   1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json),
 #   and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
-# - AMD family 26 and later (Zen 5; 2026-11-27): 4 KB ahead for the serial build only. At one thread it took every
+# - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead for the serial build only. 4 KB at one thread took every
 #   cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% -> 87%, FAISS 0.84x -> 1.28x;
 #   grids -090547 off vs -091324 4 KB); at two threads it cost the 10M-code catalogs of 256-2048 bits 7-25 points.
+#   Then one-thread runs of the 1M/10M-code cells at 2, 4 and 8 KB (-094605, -095531, -095055): 8 KB was best or
+#   level in every cell (91-104%, against 86-97% at 4 KB and 78-95% at 2 KB).
 # - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
 #   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
 # ONDEVICE_PREFETCH_BYTES overrides both builds. A compile-time constant of each build: 0 costs nothing.
@@ -66,7 +68,7 @@ def _default_prefetch(parallel: bool = False) -> int:
     if vendor == "GenuineIntel":
         return 4096
     if vendor == "AuthenticAMD" and family >= 26 and not parallel:
-        return 4096
+        return 8192
     return 0
 
 

@@ -413,7 +413,7 @@ def test_fast_path_declines_what_it_does_not_handle():
 @pytest.mark.parametrize("cpuinfo, serial, parallel", [
     ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, 4096),
     ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, 0),  # Zen 4: off
-    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 4096, 0),  # Zen 5: one thread only
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 0),  # Zen 5: one thread only
     ("vendor_id\t: SomethingElse\n", 0, 0)])
 def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, serial, parallel):
     """ONDEVICE_PREFETCH_BYTES overrides both builds (rounded down to whole 64-byte lines); otherwise vendor and
