@@ -20,14 +20,17 @@ Pieces, each with a numpy reference the ONNX graphs and tests are checked agains
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import check_float
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
+from ondevice.pairs.model import KINDS
 
 MODES = ("first", "firstlast")
 HEAD_WEIGHTS = "dipair_head.safetensors"
@@ -74,10 +77,12 @@ class DiPairHeadConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise OndeviceError(f"DiPair head config: {name} {value!r} is not a whole number; re-create the run")
-        reals = [self.gold_low, self.gold_high] + ([] if self.threshold is None else [self.threshold])
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in reals):
-            raise OndeviceError("DiPair head config: gold_low, gold_high and threshold must be finite numbers; re-create the run")
-        if self.kind not in ("regression", "binary", "classes") or not isinstance(self.labels, list):
+        try:
+            for name in ("gold_low", "gold_high", *(("threshold",) if self.threshold is not None else ())):
+                check_float(getattr(self, name), name, -math.inf, math.inf)
+        except OndeviceError as exc:
+            raise OndeviceError(f"DiPair head config: {exc}; re-create the run") from None
+        if self.kind not in KINDS or not isinstance(self.labels, list):
             raise OndeviceError(f"DiPair head config: kind {self.kind!r} / labels are not valid; re-create the run")
         checks = [(self.n >= 1, "--n must be >= 1"), (self.m >= 1, "--m must be >= 1"), (self.d >= 1, "--d must be >= 1"),
                   (self.layers >= 1, "--layers must be >= 1"), (self.heads >= 1, "--heads must be >= 1"),

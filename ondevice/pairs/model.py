@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.checks import check_float, check_int, first_failure
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
 
@@ -41,30 +42,21 @@ class PairHeadConfig:
 
     def validate(self, where: str = HEAD_CONFIG) -> PairHeadConfig:
         """Refuse a config no head could have (it is read from a run folder, which may come from anywhere)."""
-        def whole(v, top):
-            return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= top
-
-        def real(v):
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-        problems = [f"{name} {value!r} is not a whole number in 1..{top}" for name, value, top in
-                    (("dim", self.dim, 65_536), ("hidden", self.hidden, 65_536), ("outputs", self.outputs, 1024))
-                    if not whole(value, top)]
-        if self.kind not in KINDS:
-            problems.append(f"kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        elif self.kind != "classes" and self.outputs != 1:
-            problems.append(f"a {self.kind} head has 1 output, not {self.outputs!r}")
-        problems += [f"{name} {value!r} is not a finite number" for name, value in
-                     (("gold_low", self.gold_low), ("gold_high", self.gold_high)) if not real(value)]
-        if self.threshold is not None and not real(self.threshold):
-            problems.append(f"threshold {self.threshold!r} is not a finite number")
-        if not isinstance(self.labels, list) or not all(isinstance(x, str) for x in self.labels):
-            problems.append("labels are not a list of strings")
-        if self.features != FEATURES or self.format_version != 1:
-            problems.append(f"features {self.features!r} / format_version {self.format_version!r} are not this "
-                            f"ondevice's ({FEATURES!r} / 1)")
-        if problems:
-            raise OndeviceError(f"{where}: {problems[0]}; retrain the pair student or restore the file")
+        try:
+            check_int(self.dim, "dim", 1, 65_536)
+            check_int(self.hidden, "hidden", 1, 65_536)
+            check_int(self.outputs, "outputs", 1, 1024)
+            first_failure([(self.kind in KINDS, f"kind {self.kind!r} is not one of {', '.join(KINDS)}"),
+                           (self.kind == "classes" or self.outputs == 1, f"a {self.kind} head has 1 output, not {self.outputs!r}")])
+            for name in ("gold_low", "gold_high", *(("threshold",) if self.threshold is not None else ())):
+                check_float(getattr(self, name), name, -math.inf, math.inf)
+            first_failure([(isinstance(self.labels, list) and all(isinstance(x, str) for x in self.labels),
+                            "labels are not a list of strings"),
+                           (self.features == FEATURES and self.format_version == 1,
+                            (f"features {self.features!r} / format_version {self.format_version!r} are not this "
+                             f"ondevice's ({FEATURES!r} / 1)"))])
+        except OndeviceError as exc:
+            raise OndeviceError(f"{where}: {exc}; retrain the pair student or restore the file") from None
         return self
 
     def output_transform(self) -> dict:
