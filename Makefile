@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ondevice-installed
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: install web-install demo test test-fast lint tables clean
+.PHONY: install web-install demo test test-fast test-gpu lint tables clean
 
 # The web demo's tests need node + npm (onnxruntime-node/-web, pinned in web_demo/package-lock.json) and Debian's
 # chromium, which Playwright (PyPI, in the dev extra) drives; nothing is downloaded from a browser CDN.
@@ -36,11 +36,15 @@ demo: $(STAMP)
 # Everything, slow tests included, with coverage. ONDEVICE_STRICT=1: a missing JDK, torch or other test
 # dependency fails the run instead of skipping tests (a machine that runs `make test` must have them all).
 test: $(STAMP) $(WEB_STAMP)
-	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "slow or not slow" --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 # The quick subset (no slow tests); skips allowed.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Training on a CUDA GPU (`--device cuda`): needs a torch build with CUDA in the venv instead of the CPU one.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks web_demo/tools

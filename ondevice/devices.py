@@ -1,8 +1,8 @@
-"""Which torch device a pair training run uses: `cpu` (the default), `cuda` / `cuda:N`, or `auto` (CUDA when present).
+"""Which torch device a training run uses: `cpu` (the default), `cuda` / `cuda:N`, or `auto` (CUDA when present).
 
-Only the training side (cross-encoder teachers, DSE and DvBERT students) takes a device; everything a bundle runs
-stays on the CPU. Checkpoints and saved weights are always written from CPU copies, so a run trained on a GPU
-resumes and loads on a machine without one.
+Only the training side (`distill`'s teacher and student, cross-encoder teachers, DSE, DvBERT and DiPair students)
+takes a device; everything a bundle runs stays on the CPU. Checkpoints and saved weights are always written from
+CPU copies, so a run trained on a GPU resumes and loads on a machine without one.
 """
 
 from __future__ import annotations

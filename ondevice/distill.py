@@ -69,12 +69,15 @@ class DistillConfig:
     val_fraction: float = 0.02
     seed: int = 0
     threads: int = 0
+    # where the torch teacher and the student train: cpu | cuda | cuda:N | auto; the run saves and resumes on any device
+    device: str = "cpu"
     checkpoint_minutes: float = 5.0
     corpus_sha256: str = ""  # filled in by `distill`: what was read, wherever the file lives
 
     def validate(self) -> None:
         """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
         from ondevice.checks import check_float, check_int
+        from ondevice.devices import device_check
         from ondevice.pairs.data import check_unlabeled_tasks
 
         if self.train_splits is not False:
@@ -108,6 +111,10 @@ class DistillConfig:
             (self.backend in ("local", "ray"), "--backend must be local or ray"),
             (self.train_split_repeats == 1 or self.train_splits is not False,
              "--train-split-repeats needs --train-splits (it repeats their sentences)"),
+            device_check(self.device),
+            (not str(self.device).startswith("cuda") or self.teacher_backend == "torch",
+             (f"--teacher-backend {self.teacher_backend} runs on the CPU (ONNX Runtime); use --teacher-backend torch "
+              f"with --device {self.device}")),
         ]
         for ok, msg in checks:
             if not ok:
@@ -325,15 +332,16 @@ def _load_checkpoint(out: Path, student: Student, opt) -> dict:
     return state
 
 
-def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarray, batch_size: int = 512) -> float:
+def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarray, batch_size: int = 512,
+                     device: str = "cpu") -> float:
     torch = require("torch", "train")
     student.model.eval()
     total = 0.0
     with torch.inference_mode():
         for s in range(0, len(ids), batch_size):
             x, lengths = pad_ids(ids[s : s + batch_size])
-            pred = student.model(torch.from_numpy(x), torch.from_numpy(lengths))
-            t = torch.from_numpy(np.ascontiguousarray(targets[s : s + batch_size]))
+            pred = student.model(torch.from_numpy(x).to(device), torch.from_numpy(lengths).to(device))
+            t = torch.from_numpy(np.ascontiguousarray(targets[s : s + batch_size])).to(device)
             total += float(torch.nn.functional.cosine_similarity(pred, t, dim=-1).sum())
     return total / max(1, len(ids))
 
@@ -343,10 +351,12 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     from tqdm.auto import tqdm
 
     torch = require("torch", "train")
+    from ondevice.devices import resolve_device
     from ondevice.teacher import Teacher, cached_vectors
     from ondevice.wordvectors import DEFAULT, refuse_pickle
 
     config.validate()
+    device = resolve_device(config.device)  # before any work: --device cuda on a machine without one is one line
     if str(config.word_vectors) not in (DEFAULT, *SPECS) and Path(config.word_vectors).is_file():
         refuse_pickle(Path(config.word_vectors), config.allow_pickle)  # before minutes of teacher work
     out = check_out_dir(out_dir)
@@ -378,7 +388,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     train_idx, val_idx = _split(len(sentences), config.val_fraction, config.seed)
 
     teacher = Teacher(config.teacher, pooling=config.teacher_pooling, normalize=config.teacher_normalize,
-                      backend=config.teacher_backend, threads=config.threads)
+                      backend=config.teacher_backend, threads=config.threads,
+                      device=device if config.backend == "local" and config.teacher_backend == "torch" else "cpu")
     if config.backend == "ray":
         from ondevice.scale.ray_label import ray_cached_vectors
 
@@ -415,7 +426,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         )
         student = Student.from_embeddings(student_cfg, tokenizer, matrix, seed=config.seed)
 
-    model = student.model
+    model = student.model.to(device)
     model.embedding.weight.requires_grad_(not config.freeze_embeddings)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     state = {"epoch": 0, "step": 0, "log": []}
@@ -447,11 +458,12 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             total_steps = config.epochs * len(batches)
             model.train()
             losses: list[float] = []
+            epoch_start = time.monotonic()
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
             for b in bar:
                 x, lens = pad_ids([train_ids[i] for i in b])
-                pred = model(torch.from_numpy(x), torch.from_numpy(lens))
-                target = torch.from_numpy(train_t[b])
+                pred = model(torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device))
+                target = torch.from_numpy(train_t[b]).to(device)
                 loss = cosine_loss(pred, target)
                 if config.sim_loss_weight > 0:
                     loss = loss + config.sim_loss_weight * similarity_matching_loss(pred, target.to(pred.dtype))
@@ -472,9 +484,10 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
                     checkpoint(epoch, step)
                     last_ckpt = time.monotonic()
             bar.close()
-            val = _held_out_cosine(student, val_ids, val_t)
+            val = _held_out_cosine(student, val_ids, val_t, device=device)
             entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
-                     "held_out_cosine": round(val, 6), "held_out_n": len(val_ids), "time": time.time()}
+                     "held_out_cosine": round(val, 6), "held_out_n": len(val_ids), "time": time.time(),
+                     "seconds": round(time.monotonic() - epoch_start, 3)}  # this process's share of the epoch
             state["log"].append(entry)
             if progress:
                 print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, held-out cosine to teacher {val:.4f}", flush=True)
@@ -486,5 +499,5 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     except KeyboardInterrupt:
         checkpoint(epoch, step)
         raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
-    model.eval()
+    model.eval().cpu()  # the returned student encodes like a loaded one, on the CPU
     return student

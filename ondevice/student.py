@@ -160,11 +160,12 @@ class Student:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         self.model.eval()
+        device = next(self.model.parameters()).device  # a student in training may sit on a GPU
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 ids, lengths = self.tokenizer.batch([texts[i] for i in idx])
-                out[idx] = self.model(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
+                out[idx] = self.model(torch.from_numpy(ids).to(device), torch.from_numpy(lengths).to(device)).cpu().numpy()
         return out
 
     def num_parameters(self, embeddings: bool = True) -> int:

@@ -109,16 +109,24 @@ class Teacher:
     `pooling` None takes the model's own choice from its sentence-transformers config (modules.json and the
     Pooling module's config.json) when it has one, else mean. `backend` picks how vectors are computed: 'torch', 'onnx' (ONNX Runtime fp32: the same vectors to 1e-4
     cosine, faster on a CPU, same cache key) or 'onnx-int8' (dynamic int8: faster still, another cache key).
+    `device` (torch backend only: cpu, cuda, cuda:N or auto) is where the torch model runs; fp32 vectors from a GPU
+    share the CPU's cache key, like ONNX fp32's (the GPU check measures how close they are).
     """
 
     def __init__(self, spec: str | Path = DEFAULT, pooling: str | None = None, normalize: bool = True,
-                 max_length: int = 256, backend: str = "torch", threads: int = 0):
+                 max_length: int = 256, backend: str = "torch", threads: int = 0, device: str = "cpu"):
         if pooling is not None and pooling not in POOLINGS:
             raise OndeviceError(f"unknown teacher pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         if backend not in BACKENDS:
             raise OndeviceError(f"unknown teacher backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if not 1 <= max_length <= 8192:
             raise OndeviceError(f"teacher max length must be in 1..8192, got {max_length}")
+        if backend != "torch" and device != "cpu":
+            raise OndeviceError(f"--teacher-backend {backend} runs on the CPU (ONNX Runtime); use --teacher-backend torch "
+                                f"with --device {device}")
+        from ondevice.devices import resolve_device
+
+        self.device = resolve_device(device)
         torch = require("torch", "train")
         transformers = require("transformers", "train")
         path = resolve_teacher(spec)
@@ -130,7 +138,7 @@ class Teacher:
         hf_logging.disable_progress_bar()
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval()
+            self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OndeviceError(f"cannot load teacher from {path}: {first}; give a complete local model dir") from None
@@ -191,7 +199,8 @@ class Teacher:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         with self.torch.inference_mode():
             for idx, enc in self._batches(texts, batch_size, "pt"):
-                out[idx] = self.pool(self.model(**enc).last_hidden_state, enc["attention_mask"]).float().numpy()
+                enc = enc.to(self.device)
+                out[idx] = self.pool(self.model(**enc).last_hidden_state, enc["attention_mask"]).float().cpu().numpy()
         return out
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:

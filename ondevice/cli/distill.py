@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="add this x the in-batch similarity-matching loss (0 = SRA loss only)")
     p.add_argument("--val-fraction", type=finite_float, default=d.val_fraction, help="held out for the cosine report")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
+    p.add_argument("--device", default=d.device,
+                   help="where the torch teacher and the student run: cpu, cuda, cuda:N or auto (CUDA when available); "
+                        "the student is saved for the CPU either way")
     p.add_argument("--checkpoint-minutes", type=finite_float, default=d.checkpoint_minutes)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -81,7 +84,7 @@ def config_from_args(a: argparse.Namespace):
         freeze_embeddings=a.freeze_embeddings, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
         lr_schedule=a.lr_schedule, warmup_steps=a.warmup_steps,
         clip_grad_norm=a.clip_grad_norm, sim_loss_weight=a.sim_loss_weight, val_fraction=a.val_fraction, seed=a.seed, threads=a.threads,
-        checkpoint_minutes=a.checkpoint_minutes,
+        device=a.device, checkpoint_minutes=a.checkpoint_minutes,
     )
 
 

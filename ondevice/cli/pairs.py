@@ -208,6 +208,7 @@ def _add_dipair(sub, fmt) -> None:
     _augment_flags(s, d)
     s.add_argument("--max-train-pairs", type=int, default=None)
     s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
+    s.add_argument("--device", default="cpu", help=DEVICE_HELP)
     s.add_argument("--seed", type=int, default=d.seed)
     s.add_argument("--resume", action="store_true", help="continue from the last epoch checkpoint in --out")
 
@@ -244,7 +245,8 @@ def _run_dipair(a: argparse.Namespace) -> int:
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
                            pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
                            lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, **_augment_kwargs(a),
-                           max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads)
+                           max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads,
+                           device=a.device)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
         from ondevice.io import read_json

@@ -312,7 +312,7 @@ def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=No
     tensors.update(head.state_dict())
     check_finite(tensors, "the DiPair head")
     with atomic_path(Path(directory) / HEAD_WEIGHTS) as tmp:
-        st.save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp),
+        st.save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
                      metadata={"format": "ondevice-dipair-head"})
     write_json(Path(directory) / HEAD_CONFIG, cfg)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
+from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
@@ -85,6 +86,7 @@ class DiPairConfig:
     seed: int = 0
     split_seed: int = 0
     threads: int = 0
+    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training and teacher labelling; the run loads on any device)
 
     def head_config(self, in_dim: int, spec, vec_dim: int = 0) -> DiPairHeadConfig:
         """The head's config for a student of token width `in_dim`, sentence-vector width `vec_dim` and task `spec`."""
@@ -105,7 +107,8 @@ class DiPairConfig:
                   (0 <= self.dropout < 1, "--dropout must be in [0, 1)"),
                   *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
                   *extra_checks(self),
-                  (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)")]
+                  (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)"),
+                  device_check(self.device)]
         first_failure(checks)
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
                          mode=self.select, vec_dim=2 if self.pooled_slot else 0).validate()
@@ -180,17 +183,19 @@ class DiPairStudent:
 
 
 def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, batch: int = 256, vproj=None):
-    """(vectors, states_a, states_b) of all id rows, no grad."""
+    """(vectors, states_a, states_b) of all id rows, no grad, on the encoder's device."""
     torch = require("torch", "train")
     encoder.eval()
+    device = next(encoder.parameters()).device
     vec, sa, sb = [], [], []
     with torch.inference_mode():
         for s in range(0, len(ids), batch):
             x, lens = pad_ids(ids[s : s + batch])
-            v, out = encoder_outputs(encoder, torch.from_numpy(x), torch.from_numpy(lens))
+            lens_t = torch.from_numpy(lens).to(device)
+            v, out = encoder_outputs(encoder, torch.from_numpy(x).to(device), lens_t)
             vec.append(v)
-            sa.append(side_states(proj, vproj, v, out, torch.from_numpy(lens), cfg.n, cfg.mode))
-            sb.append(side_states(proj, vproj, v, out, torch.from_numpy(lens), cfg.m, cfg.mode))
+            sa.append(side_states(proj, vproj, v, out, lens_t, cfg.n, cfg.mode))
+            sb.append(side_states(proj, vproj, v, out, lens_t, cfg.m, cfg.mode))
     return torch.cat(vec), torch.cat(sa), torch.cat(sb)
 
 
@@ -208,7 +213,7 @@ def _cosine(u: np.ndarray, v: np.ndarray) -> float:
     return float(cosines(u, v).mean())
 
 
-def _sra_teacher(config: DiPairConfig, student: Student):
+def _sra_teacher(config: DiPairConfig, student: Student, device: str = "cpu"):
     from ondevice.teacher import Teacher
 
     info = student.config.teacher or {}
@@ -217,7 +222,7 @@ def _sra_teacher(config: DiPairConfig, student: Student):
         raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
                             "distilled from) or --sra-weight 0")
     return Teacher(path, pooling=info.get("pooling"), normalize=bool(info.get("normalize", True)),
-                   max_length=int(info.get("max_length", 256)))
+                   max_length=int(info.get("max_length", 256)), device=device)
 
 
 def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> DiPairStudent:
@@ -236,6 +241,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
 
     config.validate()
     torch = require("torch", "train")
+    device = resolve_device(config.device)
     out = check_out_dir(out_dir)
     ckpt = out / CHECKPOINT
     extra = extra_texts(config)  # before the resume check: it fills in the --augment-text checksum
@@ -249,7 +255,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if config.sra_weight > 0 and not (config.sra_teacher or (student.config.teacher or {}).get("path")):
         raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
                             "distilled from) or --sra-weight 0")
-    teacher = CrossEncoderTeacher.load(config.teacher)
+    teacher = CrossEncoderTeacher.load(config.teacher, device=device)
     if teacher.spec.name != spec.name:
         raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
     train = load_pairs(config.task, "train", config.data, config.split_seed)
@@ -268,8 +274,8 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     dev_texts, da, db = _index([], dev.a, dev.b)
     dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
 
-    sra = _sra_teacher(config, student) if config.sra_weight > 0 else None
-    t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)) if sra else None
+    sra = _sra_teacher(config, student, device) if config.sra_weight > 0 else None
+    t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)).to(device) if sra else None
     dev_t_vec = np.asarray(cached_vectors(sra, dev_texts, progress=progress), np.float32) if sra else None
 
     head_cfg = config.head_config(2 * student.config.hidden_size, spec, student.config.output_dim)
@@ -280,7 +286,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     parts = {"encoder": student.model, "proj": proj, "head": head}
     if vproj is not None:
         parts["vproj"] = vproj
-    holder.model = torch.nn.ModuleDict(parts)
+    holder.model = torch.nn.ModuleDict(parts).to(device)  # before any optimizer holds its parameters
 
     def optimizer(stage: int):
         student.model.requires_grad_(stage == 2)
@@ -316,7 +322,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         write_json(out / "dev.json", metrics)
         write_sra_cosine(out, read_json(out / "data.json", "data summary").get("sra_dev_cosine_before"), cosine)
 
-    target_t = torch.from_numpy(targets)
+    target_t = torch.from_numpy(targets).to(device)
     epoch, step = state["epoch"], state["step"]
     total = config.stage1_epochs + config.stage2_epochs
     try:
@@ -333,20 +339,20 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
             for rows in bar:
                 uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
                 x, lens = pad_ids([ids[i] for i in uniq])
-                x_t, lens_t = torch.from_numpy(x), torch.from_numpy(lens)
+                x_t, lens_t = torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device)
                 if stage == 1:
                     with torch.no_grad():
                         vec, tok = encoder_outputs(student.model, x_t, lens_t)
                 else:
                     vec, tok = encoder_outputs(student.model, x_t, lens_t)
-                ia, ib = torch.from_numpy(inv[: len(rows)]), torch.from_numpy(inv[len(rows):])
+                ia, ib = torch.from_numpy(inv[: len(rows)]).to(device), torch.from_numpy(inv[len(rows):]).to(device)
                 sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
                 sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
-                loss = soft_label_loss(head(sa, sb), target_t[torch.from_numpy(rows)], spec.kind, config.temperature)
+                loss = soft_label_loss(head(sa, sb), target_t[torch.from_numpy(rows).to(device)], spec.kind, config.temperature)
                 if stage == 2 and t_vec is not None:
                     from ondevice.student import cosine_loss
 
-                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[torch.from_numpy(uniq)])
+                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[torch.from_numpy(uniq).to(device)])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -358,9 +364,9 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
             vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
             head.eval()
             with torch.inference_mode():
-                dl = head(dsa[torch.from_numpy(da)], dsb[torch.from_numpy(db)]).numpy()
+                dl = head(dsa[torch.from_numpy(da).to(device)], dsb[torch.from_numpy(db).to(device)]).cpu().numpy()
             metrics, threshold = dev_metrics(spec, dl, dev.gold)
-            cosine = _cosine(vec.numpy(), dev_t_vec) if dev_t_vec is not None else None
+            cosine = _cosine(vec.cpu().numpy(), dev_t_vec) if dev_t_vec is not None else None
             entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,
                      "dev": metrics, "sra_dev_cosine": cosine, "time": time.time()}
             state["log"].append(entry)
