@@ -573,6 +573,27 @@ def distill_speed(path: str) -> str:
     return "\n".join(lines)
 
 
+def devices(*paths: str) -> str:
+    """benchmarks/devices.py runs: teacher labelling and a student epoch on the GPU against the same machine's CPU."""
+    lines = [("| teacher batch | device | sentences | teacher sentences/s | student epoch sentences/s | GPU / CPU teacher | "
+              "GPU / CPU student | results file |"), "|---:|---|---:|---:|---:|---:|---:|---|"]
+    for path in paths:
+        b = _load(path)
+        for r in b["rows"]:
+            gpu = r["device"] != "cpu"
+            lines.append(f"| {b['settings']['teacher_batch_size']} | {b['machine']['gpu'] if gpu else str(b['machine']['cores']) + ' CPU threads'} "
+                         f"| {r['sentences']:,} | {r['teacher_sentences_per_s']:,.0f} | {r['student_sentences_per_s']:,.0f} "
+                         f"| {b['gpu_over_cpu']['teacher'] if gpu else ''} | {b['gpu_over_cpu']['student'] if gpu else ''} "
+                         f"| {'`' + Path(path).name + '`' if gpu else ''} |")
+    b = _load(paths[0])
+    c = b["teacher_gpu_vs_cpu"]
+    lines.append(f"\n{b['machine']['cpu']}; teacher: {'random weights in the architecture and tokenizer of ' if b['random_weights'] else ''}"
+                 f"`{Path(b['teacher']).name}`; student hidden {b['settings']['hidden']}, batch {b['settings']['batch_size']}; "
+                 f"GPU vs CPU teacher vectors over {c['sentences']:,} sentences: min cosine {c['min_cosine']:.7f}, "
+                 f"max abs difference {c['max_abs_diff']:.1e}.")
+    return "\n".join(lines)
+
+
 def _best_epoch(dev: dict) -> str:
     """The published epoch (and stage) of a run, or the two epochs a kept weight soup averaged."""
     if isinstance(dev.get("soup"), dict):
@@ -724,7 +745,7 @@ RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid)}
+    hamming_grid, devices)}
 
 
 def render(text: str) -> str:

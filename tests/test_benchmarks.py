@@ -45,6 +45,8 @@ TINY = {
     # needs the tiny pair fixtures: test_pairs_suite_runs_with_tiny_models below runs it end to end
     "pairs_suite": ["--help"],
     "jvm_core": ["--quick"],
+    # needs a CUDA GPU (it compares the GPU with the CPU); the gpu-marked tests of tests/test_devices.py train what it times
+    "devices": ["--help"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
