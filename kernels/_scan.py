@@ -38,21 +38,32 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # - AMD family 25 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at 1M x
 #   1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json),
 #   and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
-# - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead for the serial build only. 4 KB at one thread took every
-#   cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% -> 87%, FAISS 0.84x -> 1.28x;
-#   grids -090547 off vs -091324 4 KB); at two threads it cost the 10M-code catalogs of 256-2048 bits 7-25 points.
-#   Then one-thread runs of the 1M/10M-code cells at 2, 4 and 8 KB (-094605, -095531, -095055): 8 KB was best or
-#   level in every cell (91-104%, against 86-97% at 4 KB and 78-95% at 2 KB).
+# - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead; the parallel build only on catalogs up to 128 MiB.
+#   4 KB at one thread took every cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% ->
+#   87%, FAISS 0.84x -> 1.28x; grids -090547 off vs -091324 4 KB). One-thread runs of the 1M/10M-code cells at 2, 4
+#   and 8 KB (-094605, -095531, -095055): 8 KB best or level in every cell (91-104%, against 86-97% at 4 KB). At two
+#   threads (-110310 off, -110558 2 KB, -110845 4 KB, -111121 8 KB, -111411 16 KB): prefetch took the catalogs up to
+#   80 MB from 59-67% to 80-86% at 8 KB (1M x 64 / 256 bits; 10M x 64 bits level or better) and cost the 320 MB-
+#   1.28 GB ones 3-9 points (10M x 256 / 1024 bits; -091324 at 4 KB: 7-25 points), so larger catalogs go without.
 # - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
 #   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
-# ONDEVICE_PREFETCH_BYTES overrides both builds. A compile-time constant of each build: 0 costs nothing.
-def _default_prefetch(parallel: bool = False) -> int:
-    env = os.environ.get("ONDEVICE_PREFETCH_BYTES", "").strip()
-    if env:
-        if not env.isdigit():  # as resolve_path: named, never a silent default
-            raise SettingError(f"ONDEVICE_PREFETCH_BYTES must be a whole number of bytes (e.g. 0 or 512), got {env!r}; "
-                             "unset it for this CPU's default")
-        return int(env) // 64 * 64
+# ONDEVICE_PREFETCH_BYTES overrides both builds (at any catalog size, unless ONDEVICE_PREFETCH_MAX_BYTES caps the
+# parallel build's). The distance is a compile-time constant of each build: 0 costs nothing.
+NO_LIMIT = 1 << 62
+
+
+def _env_bytes(name: str) -> int | None:
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return None
+    if not env.isdigit():  # as resolve_path: named, never a silent default
+        raise SettingError(f"{name} must be a whole number of bytes (e.g. 0 or 512), got {env!r}; "
+                           "unset it for this CPU's default")
+    return int(env)
+
+
+def _vendor_family() -> tuple[str, int]:
+    """CPU 0's vendor id and family from /proc/cpuinfo (("", 0) where there is none)."""
     vendor, family = "", 0
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
@@ -65,15 +76,35 @@ def _default_prefetch(parallel: bool = False) -> int:
                     break
     except OSError:
         pass
-    if vendor == "GenuineIntel":
-        return 4096
-    if vendor == "AuthenticAMD" and family >= 26 and not parallel:
-        return 8192
+    return vendor, family
+
+
+def _default_prefetch(cpu: tuple[str, int] | None = None) -> int:
+    """Prefetch distance (bytes, whole 64-byte lines) of single-query scans on this CPU."""
+    env = _env_bytes("ONDEVICE_PREFETCH_BYTES")
+    if env is not None:
+        return env // 64 * 64
+    vendor, family = cpu or _vendor_family()
+    if vendor == "GenuineIntel" or (vendor == "AuthenticAMD" and family >= 26):
+        return 4096 if vendor == "GenuineIntel" else 8192
     return 0
 
 
-PREFETCH_BYTES = _default_prefetch()  # the serial build's (one-thread searches)
-PREFETCH_PARALLEL_BYTES = _default_prefetch(parallel=True)
+def _prefetch_limit(cpu: tuple[str, int] | None = None) -> int:
+    """Largest catalog (bytes) the parallel build prefetches ahead of; larger ones are scanned without."""
+    env = _env_bytes("ONDEVICE_PREFETCH_MAX_BYTES")
+    if env is not None:
+        return env
+    if _env_bytes("ONDEVICE_PREFETCH_BYTES") is not None:
+        return NO_LIMIT
+    vendor, family = cpu or _vendor_family()
+    return 128 << 20 if vendor == "AuthenticAMD" and family >= 26 else NO_LIMIT
+
+
+_CPU = _vendor_family()
+PREFETCH_BYTES = _default_prefetch(_CPU)  # the serial build's (one-thread searches)
+PREFETCH_PARALLEL_BYTES = PREFETCH_BYTES  # the parallel build's, on catalogs up to PREFETCH_PARALLEL_MAX_BYTES
+PREFETCH_PARALLEL_MAX_BYTES = _prefetch_limit(_CPU)
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
 # better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
@@ -305,8 +336,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
     PF = PREFETCH_PARALLEL_BYTES if PAR else PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
+    PFMAX = PREFETCH_PARALLEL_MAX_BYTES if PAR else NO_LIMIT  # parallel scans of larger catalogs go without prefetch
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
-    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}"
+    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}" + (f"_max{PFMAX}" if PFMAX < NO_LIMIT else "")
 
     def compiled(fn, **options):
         # Each build's kernels get their own names. Numba names a function's machine code by its qualified name and a
@@ -326,6 +358,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
+        pf = PF if PAR == 0 or codes.shape[0] * NB <= PFMAX else 0  # a constant in the serial build
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             for q in range(nq):
@@ -339,9 +372,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     thr = _threshold(hd, hn, slot, k, strict)
                     if BRANCHY:
                         for r in range(start, stop):
-                            if PF:
+                            if pf:
                                 for j in range((NB + 63) // 64):
-                                    prefetch(codes, r * NB + PF + 64 * j)
+                                    prefetch(codes, r * NB + pf + 64 * j)
                             d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                             if d <= thr:
                                 _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
@@ -350,9 +383,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):
-                        if PF:
+                        if pf:
                             for j in range((NB + 63) // 64):
-                                prefetch(codes, r * NB + PF + 64 * j)
+                                prefetch(codes, r * NB + pf + 64 * j)
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         cand_r[nc] = r
                         cand_d[nc] = d
@@ -481,6 +514,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
+        pf = PF if PAR == 0 or codes.shape[0] * NB <= PFMAX else 0  # a constant in the serial build
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qpattern = tmp[QO : QO + nq * QW].view(np.uint64)  # each query's words, repeated to fill 8 lanes
@@ -509,9 +543,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     if X4:
                         first = nblk // 4 * 4
                         for b4 in range(0, first, 4):
-                            if PF:
+                            if pf:
                                 for j in range(NB * LANES * 4 // 64):
-                                    prefetch(codes, (start + b4 * LANES) * NB + PF + 64 * j)
+                                    prefetch(codes, (start + b4 * LANES) * NB + pf + 64 * j)
                             m4 = rows8x4_mask(codes, (start + b4 * LANES) * NB, qpattern, q * QW, FULL, POP, thr)
                             if m4 != 0:
                                 for j in range(4):
@@ -523,9 +557,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         cand_m[nc] = m
                                         nc += 1
                     for b in range(first, nblk):
-                        if PF:
+                        if pf:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
-                                prefetch(codes, (start + b * LANES) * NB + PF + 64 * j)
+                                prefetch(codes, (start + b * LANES) * NB + pf + 64 * j)
                         m = rows8_distances_lazy(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
                                                  cand_d, nc * LANES)
                         if m != 0:

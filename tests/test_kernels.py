@@ -410,46 +410,57 @@ def test_fast_path_declines_what_it_does_not_handle():
         H.knn(codes, q, 1, threads=0)
 
 
-@pytest.mark.parametrize("cpuinfo, serial, parallel", [
-    ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, 4096),
-    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, 0),  # Zen 4: off
-    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 0),  # Zen 5: one thread only
-    ("vendor_id\t: SomethingElse\n", 0, 0)])
-def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, serial, parallel):
-    """ONDEVICE_PREFETCH_BYTES overrides both builds (rounded down to whole 64-byte lines); otherwise vendor and
-    family choose, per build (serial, parallel), as measured."""
+@pytest.mark.parametrize("cpuinfo, distance, limit", [
+    ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, None),
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, None),  # Zen 4: off
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 128 << 20),  # Zen 5: parallel scans up to 128 MiB only
+    ("vendor_id\t: SomethingElse\n", 0, None)])
+def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, distance, limit):
+    """ONDEVICE_PREFETCH_BYTES overrides the distance (rounded down to whole 64-byte lines) at every catalog size;
+    otherwise vendor and family choose the distance and the largest catalog the parallel build prefetches in."""
     import builtins
 
     from ondevice.kernels import _scan
 
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "700")
-    assert _scan._default_prefetch() == _scan._default_prefetch(parallel=True) == 640
+    assert _scan._default_prefetch() == 640 and _scan._prefetch_limit() == _scan.NO_LIMIT
+    monkeypatch.setenv("ONDEVICE_PREFETCH_MAX_BYTES", "4096")
+    assert _scan._prefetch_limit() == 4096
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "0")
     assert _scan._default_prefetch() == 0
-    monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "2k")
-    with pytest.raises(ValueError, match="ONDEVICE_PREFETCH_BYTES must be a whole number"):
-        _scan._default_prefetch()
-    monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
+    for name in ("ONDEVICE_PREFETCH_BYTES", "ONDEVICE_PREFETCH_MAX_BYTES"):
+        monkeypatch.setenv(name, "2k")
+        with pytest.raises(ValueError, match=f"{name} must be a whole number"):
+            _scan._default_prefetch() if name == "ONDEVICE_PREFETCH_BYTES" else _scan._prefetch_limit()
+        monkeypatch.delenv(name)
     fake = tmp_path / "cpuinfo"
     fake.write_text(cpuinfo)
     real_open = builtins.open
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
-    assert (_scan._default_prefetch(), _scan._default_prefetch(parallel=True)) == (serial, parallel)
+    assert _scan._default_prefetch() == distance
+    assert _scan._prefetch_limit() == (_scan.NO_LIMIT if limit is None else limit)
 
 
-def test_other_prefetch_build_matches_brute_force(tmp_path):
-    """The build this CPU does not default to (prefetch on or off) is correct too: run in a fresh process."""
+@pytest.mark.parametrize("env", [{"ONDEVICE_PREFETCH_BYTES": "other"},
+                                 {"ONDEVICE_PREFETCH_BYTES": "512", "ONDEVICE_PREFETCH_MAX_BYTES": "40000"}])
+def test_other_prefetch_builds_match_brute_force(tmp_path, env):
+    """The builds this CPU does not default to are correct too, each in a fresh process: prefetch on or off, and a
+    parallel build that prefetches in catalogs up to 40,000 bytes only (2,000 x 8-byte codes with, wider without)."""
     import os
     import subprocess
     import sys
 
     from ondevice.kernels import _scan
 
-    other = "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"
+    if env["ONDEVICE_PREFETCH_BYTES"] == "other":
+        env = {"ONDEVICE_PREFETCH_BYTES": "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"}
+    limit = int(env.get("ONDEVICE_PREFETCH_MAX_BYTES", _scan.NO_LIMIT))
     script = f"""
 import numpy as np
 from ondevice.kernels import _scan, hamming as H
-assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {other}
+assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {env["ONDEVICE_PREFETCH_BYTES"]}
+assert _scan.PREFETCH_PARALLEL_MAX_BYTES == {limit}
+H._PARALLEL_MIN_BYTES[:] = [1]  # two threads take every catalog here, so the parallel build runs
 rng = np.random.default_rng(1)
 for nb in (8, 32, 256):
     codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
@@ -461,9 +472,8 @@ for nb in (8, 32, 256):
         assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
 print("ok")
 """
-    env = dict(os.environ, ONDEVICE_PREFETCH_BYTES=other, NUMBA_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
-                         check=False)
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env, NUMBA_CACHE_DIR=str(tmp_path)),
+                         capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
