@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -103,6 +104,22 @@ def content_sha256(path: Path) -> str:
     return value
 
 
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers without its per-model load report (e.g. an unused position_ids buffer, or the new classifier of a
+    cross-encoder base: expected, nothing to act on) and weight-loading progress bar; both restored afterwards."""
+    hf_logging = require("transformers", "train").utils.logging
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 class Teacher:
     """A Hugging Face encoder with pooling; `encode` returns float32 (n, hidden).
 
@@ -132,20 +149,13 @@ class Teacher:
         path = resolve_teacher(spec)
         if pooling is None:  # the model's own sentence-transformers config, else mean
             pooling = config_pooling(path) or "mean"
-        hf_logging = transformers.utils.logging
-        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()  # a load report per model (e.g. an unused position_ids buffer) is not news
-        hf_logging.disable_progress_bar()
         try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
+            with quiet_loading():
+                self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+                self.model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True).eval().to(self.device)
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OndeviceError(f"cannot load teacher from {path}: {first}; give a complete local model dir") from None
-        finally:
-            hf_logging.set_verbosity(verbosity)
-            if bars:
-                hf_logging.enable_progress_bar()
         self.torch = torch
         self.backend = backend
         self.threads = threads

@@ -26,6 +26,7 @@ from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json,
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
+from ondevice.teacher import quiet_loading
 
 MODEL = "model"
 CHECKPOINTS = "checkpoints"
@@ -118,8 +119,9 @@ class CrossEncoderTeacher:
                 raise OndeviceError(f"{weights} is missing: this teacher folder holds no weights, so it can only serve "
                                     "pairs whose logits are already cached; copy the whole folder written by `ondevice pairs teacher`")
             try:
-                self._model = _st().CrossEncoder(str(self.directory / MODEL), local_files_only=True, device=self.device,
-                                                 activation_fn=torch.nn.Identity())
+                with quiet_loading():
+                    self._model = _st().CrossEncoder(str(self.directory / MODEL), local_files_only=True,
+                                                     device=self.device, activation_fn=torch.nn.Identity())
             except (OSError, ValueError) as exc:
                 raise OndeviceError(f"cannot load {self.directory / MODEL}: {str(exc).splitlines()[0]}") from None
         return self._model
@@ -199,8 +201,9 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     write_json(out / "config.json", config)
 
     torch.manual_seed(config.seed)
-    model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
-                            local_files_only=True, device=device, activation_fn=torch.nn.Identity())
+    with quiet_loading():  # the base has no classifier yet: its load report says so, which is the point
+        model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
+                                local_files_only=True, device=device, activation_fn=torch.nn.Identity())
     labels = spec.normalize(train.gold)
     first, second = (train.b, train.a) if config.swap else (train.a, train.b)
     if config.both_orders:
