@@ -50,6 +50,8 @@ TINY = {
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
+    "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--rounds", "1", "--budget",
+                            "0.01", "--results-dir", "{tmp}/out"],
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "2", "--batch", "4",
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
