@@ -64,9 +64,8 @@ def _meta(argv: list[str]) -> dict:
             "versions": {"numpy": numpy.__version__, "numba": numba.__version__, "faiss": faiss.__version__},
             "numba_threads": numba.config.NUMBA_NUM_THREADS, "load_average_start": os.getloadavg(),
             "prefetch_bytes": _scan.PREFETCH_BYTES, "prefetch_parallel_bytes": _scan.PREFETCH_PARALLEL_BYTES,
-            "prefetch_parallel_max_bytes": _scan.PREFETCH_PARALLEL_MAX_BYTES,
-            "prefetch_env": os.environ.get("ONDEVICE_PREFETCH_BYTES"),
-            "prefetch_max_env": os.environ.get("ONDEVICE_PREFETCH_MAX_BYTES")}
+            "prefetch_parallel_max_words": _scan.PREFETCH_PARALLEL_MAX_WORDS,
+            "prefetch_env": os.environ.get("ONDEVICE_PREFETCH_BYTES")}
 
 
 # ------------------------------------------------------------------------------------------------ probes

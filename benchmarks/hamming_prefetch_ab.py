@@ -4,7 +4,7 @@
 
 Whole grids run one after the other swing with the VM's memory bandwidth (on the family-26 EPYC the two-thread read
 probe gave 33-81 GB/s across one hour), so a distance is judged here against the others within the same rounds:
-every build of kernels/_scan.py's parallel kernels (one per distance, no catalog-size limit) and a plain parallel
+every build of kernels/_scan.py's parallel kernels (one per distance, at any code width) and a plain parallel
 sum of the same bytes (the read bound) take turns, each round a new query, the same queries for every build, and
 all builds must return the same top k. A cell is the median over rounds of each build's median call (wall time).
 Issue 14: which distance, for which catalogs, at two threads.
@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         codes_all = codes_all[: max(a.sizes) * nb].reshape(max(a.sizes), nb)
         queries = [rng.integers(0, 256, (1, nb), dtype=np.uint8) for _ in range(64)]
         builds = {}
-        saved = (_scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_BYTES)
+        saved = (_scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS)
         for dist in a.distances:  # read when the kernels are built; each build has its own machine code
-            _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_BYTES = dist, _scan.NO_LIMIT
+            _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS = dist, _scan.NO_LIMIT
             try:
                 builds[f"{dist} B"] = _scan.Kernels(nb, 0)
             finally:
-                _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_BYTES = saved
+                _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS = saved
         for n in sorted(a.sizes):
             codes = codes_all[:n]
             scratch = np.empty(a.threads + 1 + _scan.scratch_words(nb, builds[f"{a.distances[0]} B"].tile_rows,

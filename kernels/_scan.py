@@ -38,17 +38,19 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # - AMD family 25 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at 1M x
 #   1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json),
 #   and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
-# - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead; the parallel build only on catalogs up to 128 MiB.
+# - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead; the parallel build only for codes up to 256 bits.
 #   4 KB at one thread took every cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% ->
 #   87%, FAISS 0.84x -> 1.28x; grids -090547 off vs -091324 4 KB). One-thread runs of the 1M/10M-code cells at 2, 4
 #   and 8 KB (-094605, -095531, -095055): 8 KB best or level in every cell (91-104%, against 86-97% at 4 KB). At two
-#   threads (-110310 off, -110558 2 KB, -110845 4 KB, -111121 8 KB, -111411 16 KB): prefetch took the catalogs up to
-#   80 MB from 59-67% to 80-86% at 8 KB (1M x 64 / 256 bits; 10M x 64 bits level or better) and cost the 320 MB-
-#   1.28 GB ones 3-9 points (10M x 256 / 1024 bits; -091324 at 4 KB: 7-25 points), so larger catalogs go without.
+#   threads, whole grids one after the other (-110310 off .. -111411 16 KB) swung with the VM's memory bandwidth, so
+#   the builds were compared in turns in one process (benchmarks/hamming_prefetch_ab.py; hamming_prefetch_ab_
+#   20261127-120702Z.json 0/4/8/16 KB, -120845Z 0/8 KB): 8 KB took 64- and 256-bit codes from 68-84% of the read
+#   bound to 78-95% at 1M and 10M codes in both runs, left 1M x 1024 / 2048 bits level, and cost 10M x 1024 bits 6-7
+#   points (10M x 2048 bits: +15 in one run, -5 in the other), so wider codes scan without it at two threads.
 # - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
 #   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
-# ONDEVICE_PREFETCH_BYTES overrides both builds (at any catalog size, unless ONDEVICE_PREFETCH_MAX_BYTES caps the
-# parallel build's). The distance is a compile-time constant of each build: 0 costs nothing.
+# ONDEVICE_PREFETCH_BYTES overrides both builds at every width. The distance is a compile-time constant of each
+# build: 0 costs nothing.
 NO_LIMIT = 1 << 62
 
 
@@ -90,21 +92,17 @@ def _default_prefetch(cpu: tuple[str, int] | None = None) -> int:
     return 0
 
 
-def _prefetch_limit(cpu: tuple[str, int] | None = None) -> int:
-    """Largest catalog (bytes) the parallel build prefetches ahead of; larger ones are scanned without."""
-    env = _env_bytes("ONDEVICE_PREFETCH_MAX_BYTES")
-    if env is not None:
-        return env
+def _parallel_prefetch_words(cpu: tuple[str, int] | None = None) -> int:
+    """Widest code (64-bit words) the parallel build prefetches ahead of; wider codes are scanned without."""
     if _env_bytes("ONDEVICE_PREFETCH_BYTES") is not None:
         return NO_LIMIT
     vendor, family = cpu or _vendor_family()
-    return 128 << 20 if vendor == "AuthenticAMD" and family >= 26 else NO_LIMIT
+    return ROWS8X4_MAX_WORDS if vendor == "AuthenticAMD" and family >= 26 else NO_LIMIT
 
 
 _CPU = _vendor_family()
 PREFETCH_BYTES = _default_prefetch(_CPU)  # the serial build's (one-thread searches)
-PREFETCH_PARALLEL_BYTES = PREFETCH_BYTES  # the parallel build's, on catalogs up to PREFETCH_PARALLEL_MAX_BYTES
-PREFETCH_PARALLEL_MAX_BYTES = _prefetch_limit(_CPU)
+PREFETCH_PARALLEL_BYTES = PREFETCH_BYTES  # the parallel build's, for codes up to PREFETCH_PARALLEL_MAX_WORDS
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
 # better at 2048 bits on the same VM (1M codes, one query, one thread; same grid runs).
 ROWS8_MAX_WORDS = 16
@@ -114,6 +112,7 @@ BRANCH_MIN_BYTES = 128
 # Codes up to this many 64-bit words first test 32 rows at once for any row within the threshold (rows8x4_mask, no
 # stores) and compute distances only under a set mask: narrow codes are bound by the work per row, not by memory.
 ROWS8X4_MAX_WORDS = 4
+PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
 # k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
 # the few candidates, and their histogram gives the exact k-th distance and each distance's place in the sorted
@@ -335,10 +334,10 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # query, A/B in alternating processes) 2,048-row passes after the first took one thread from 72-74% of the read
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
-    PF = PREFETCH_PARALLEL_BYTES if PAR else PREFETCH_BYTES  # a closure cell: Numba's disk cache keys the build by it
-    PFMAX = PREFETCH_PARALLEL_MAX_BYTES if PAR else NO_LIMIT  # parallel scans of larger catalogs go without prefetch
+    # a closure cell: Numba's disk cache keys the build by it
+    PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
-    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}" + (f"_max{PFMAX}" if PFMAX < NO_LIMIT else "")
+    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}"
 
     def compiled(fn, **options):
         # Each build's kernels get their own names. Numba names a function's machine code by its qualified name and a
@@ -358,7 +357,6 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
-        pf = PF if PAR == 0 or codes.shape[0] * NB <= PFMAX else 0  # a constant in the serial build
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             for q in range(nq):
@@ -372,9 +370,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     thr = _threshold(hd, hn, slot, k, strict)
                     if BRANCHY:
                         for r in range(start, stop):
-                            if pf:
+                            if PF:
                                 for j in range((NB + 63) // 64):
-                                    prefetch(codes, r * NB + pf + 64 * j)
+                                    prefetch(codes, r * NB + PF + 64 * j)
                             d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                             if d <= thr:
                                 _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
@@ -383,9 +381,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     # Branch-free pass: every row is written, only rows within thr advance the cursor.
                     nc = 0
                     for r in range(start, stop):
-                        if pf:
+                        if PF:
                             for j in range((NB + 63) // 64):
-                                prefetch(codes, r * NB + pf + 64 * j)
+                                prefetch(codes, r * NB + PF + 64 * j)
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         cand_r[nc] = r
                         cand_d[nc] = d
@@ -514,7 +512,6 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
-        pf = PF if PAR == 0 or codes.shape[0] * NB <= PFMAX else 0  # a constant in the serial build
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qpattern = tmp[QO : QO + nq * QW].view(np.uint64)  # each query's words, repeated to fill 8 lanes
@@ -543,9 +540,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                     if X4:
                         first = nblk // 4 * 4
                         for b4 in range(0, first, 4):
-                            if pf:
+                            if PF:
                                 for j in range(NB * LANES * 4 // 64):
-                                    prefetch(codes, (start + b4 * LANES) * NB + pf + 64 * j)
+                                    prefetch(codes, (start + b4 * LANES) * NB + PF + 64 * j)
                             m4 = rows8x4_mask(codes, (start + b4 * LANES) * NB, qpattern, q * QW, FULL, POP, thr)
                             if m4 != 0:
                                 for j in range(4):
@@ -557,9 +554,9 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         cand_m[nc] = m
                                         nc += 1
                     for b in range(first, nblk):
-                        if pf:
+                        if PF:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
-                                prefetch(codes, (start + b * LANES) * NB + pf + 64 * j)
+                                prefetch(codes, (start + b * LANES) * NB + PF + 64 * j)
                         m = rows8_distances_lazy(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, thr,
                                                  cand_d, nc * LANES)
                         if m != 0:

@@ -410,57 +410,48 @@ def test_fast_path_declines_what_it_does_not_handle():
         H.knn(codes, q, 1, threads=0)
 
 
-@pytest.mark.parametrize("cpuinfo, distance, limit", [
+@pytest.mark.parametrize("cpuinfo, distance, words", [
     ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, None),
     ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, None),  # Zen 4: off
-    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 128 << 20),  # Zen 5: parallel scans up to 128 MiB only
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 4),  # Zen 5: parallel scans of codes up to 256 bits
     ("vendor_id\t: SomethingElse\n", 0, None)])
-def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, distance, limit):
-    """ONDEVICE_PREFETCH_BYTES overrides the distance (rounded down to whole 64-byte lines) at every catalog size;
-    otherwise vendor and family choose the distance and the largest catalog the parallel build prefetches in."""
+def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, distance, words):
+    """ONDEVICE_PREFETCH_BYTES overrides the distance (rounded down to whole 64-byte lines) at every width;
+    otherwise vendor and family choose the distance and the widest code the parallel build prefetches for."""
     import builtins
 
     from ondevice.kernels import _scan
 
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "700")
-    assert _scan._default_prefetch() == 640 and _scan._prefetch_limit() == _scan.NO_LIMIT
-    monkeypatch.setenv("ONDEVICE_PREFETCH_MAX_BYTES", "4096")
-    assert _scan._prefetch_limit() == 4096
+    assert _scan._default_prefetch() == 640 and _scan._parallel_prefetch_words() == _scan.NO_LIMIT
     monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "0")
     assert _scan._default_prefetch() == 0
-    for name in ("ONDEVICE_PREFETCH_BYTES", "ONDEVICE_PREFETCH_MAX_BYTES"):
-        monkeypatch.setenv(name, "2k")
-        with pytest.raises(ValueError, match=f"{name} must be a whole number"):
-            _scan._default_prefetch() if name == "ONDEVICE_PREFETCH_BYTES" else _scan._prefetch_limit()
-        monkeypatch.delenv(name)
+    monkeypatch.setenv("ONDEVICE_PREFETCH_BYTES", "2k")
+    with pytest.raises(ValueError, match="ONDEVICE_PREFETCH_BYTES must be a whole number"):
+        _scan._default_prefetch()
+    monkeypatch.delenv("ONDEVICE_PREFETCH_BYTES")
     fake = tmp_path / "cpuinfo"
     fake.write_text(cpuinfo)
     real_open = builtins.open
     monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(fake if f == "/proc/cpuinfo" else f, *a, **k))
     assert _scan._default_prefetch() == distance
-    assert _scan._prefetch_limit() == (_scan.NO_LIMIT if limit is None else limit)
+    assert _scan._parallel_prefetch_words() == (_scan.NO_LIMIT if words is None else words)
 
 
-@pytest.mark.parametrize("env", [{"ONDEVICE_PREFETCH_BYTES": "other"},
-                                 {"ONDEVICE_PREFETCH_BYTES": "512", "ONDEVICE_PREFETCH_MAX_BYTES": "40000"}])
-def test_other_prefetch_builds_match_brute_force(tmp_path, env):
-    """The builds this CPU does not default to are correct too, each in a fresh process: prefetch on or off, and a
-    parallel build that prefetches in catalogs up to 40,000 bytes only (2,000 x 8-byte codes with, wider without)."""
+def test_other_prefetch_build_matches_brute_force(tmp_path):
+    """The build this CPU does not default to (prefetch on or off) is correct too: run in a fresh process."""
     import os
     import subprocess
     import sys
 
     from ondevice.kernels import _scan
 
-    if env["ONDEVICE_PREFETCH_BYTES"] == "other":
-        env = {"ONDEVICE_PREFETCH_BYTES": "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"}
-    limit = int(env.get("ONDEVICE_PREFETCH_MAX_BYTES", _scan.NO_LIMIT))
+    other = "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"
     script = f"""
 import numpy as np
 from ondevice.kernels import _scan, hamming as H
-assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {env["ONDEVICE_PREFETCH_BYTES"]}
-assert _scan.PREFETCH_PARALLEL_MAX_BYTES == {limit}
-H._PARALLEL_MIN_BYTES[:] = [1]  # two threads take every catalog here, so the parallel build runs
+assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {other}
+H._PARALLEL_MIN_BYTES[:] = [1]  # two threads take every catalog here, so the parallel build runs too
 rng = np.random.default_rng(1)
 for nb in (8, 32, 256):
     codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
@@ -472,9 +463,31 @@ for nb in (8, 32, 256):
         assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env, NUMBA_CACHE_DIR=str(tmp_path)),
-                         capture_output=True, text=True, timeout=600, check=False)
+    env = dict(os.environ, ONDEVICE_PREFETCH_BYTES=other, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+                         check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_parallel_prefetch_by_width_matches_brute_force(monkeypatch):
+    """A parallel build that prefetches for codes up to 4 words only (the family-26 rule), built here whatever the
+    CPU: narrow codes scan with prefetch, wide ones without, both exact."""
+    from ondevice.kernels import _scan
+
+    monkeypatch.setattr(_scan, "PREFETCH_PARALLEL_BYTES", 512)
+    monkeypatch.setattr(_scan, "PREFETCH_PARALLEL_MAX_WORDS", 4)
+    rng = np.random.default_rng(2)
+    for nb, prefetched in ((8, True), (32, True), (128, False)):
+        kern = _scan.Kernels(nb, 0)  # a fresh build with the patched constants (its own names: the variant)
+        assert ("_pf512" in kern.few_par.py_func.__name__) is prefetched
+        codes = np.packbits(rng.random((3000, nb * 8)) < 0.05, axis=1, bitorder="little")
+        q = codes[[11]]
+        scratch = np.empty(3 + _scan.scratch_words(nb, kern.tile_rows, 2, 1, 10), np.int64)
+        d, i = np.empty((1, 10), np.int32), np.empty((1, 10), np.int64)
+        kern.few_par(codes, q, 10, np.empty(0, np.int64), 1, 2, scratch, d, i)
+        ref = np.unpackbits(codes ^ q, axis=1).sum(1)
+        order = np.lexsort((np.arange(len(ref)), ref))[:10]
+        assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
 
 
 def test_first_parallel_search_of_a_process_leaves_torch_thread_count_alone():
