@@ -46,7 +46,8 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 #   the builds were compared in turns in one process (benchmarks/hamming_prefetch_ab.py; hamming_prefetch_ab_
 #   20261127-120702Z.json 0/4/8/16 KB, -120845Z 0/8 KB): 8 KB took 64- and 256-bit codes from 68-84% of the read
 #   bound to 78-95% at 1M and 10M codes in both runs, left 1M x 1024 / 2048 bits level, and cost 10M x 1024 bits 6-7
-#   points (10M x 2048 bits: +15 in one run, -5 in the other), so wider codes scan without it at two threads.
+#   points (10M x 2048 bits: +15 in one run, -5 in the other), so wider codes scan without it at two threads. The
+#   grid with this rule (hamming_grid-20261127-121747.json): every 10M-code cell at 90-97% of the read bound.
 # - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
 #   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
 # ONDEVICE_PREFETCH_BYTES overrides both builds at every width. The distance is a compile-time constant of each
