@@ -88,9 +88,9 @@ def _default_prefetch(cpu: tuple[str, int] | None = None) -> int:
     if env is not None:
         return env // 64 * 64
     vendor, family = cpu or _vendor_family()
-    if vendor == "GenuineIntel" or (vendor == "AuthenticAMD" and family >= 26):
-        return 4096 if vendor == "GenuineIntel" else 8192
-    return 0
+    if vendor == "GenuineIntel":
+        return 4096
+    return 8192 if vendor == "AuthenticAMD" and family >= 26 else 0
 
 
 def _parallel_prefetch_words(cpu: tuple[str, int] | None = None) -> int:
