@@ -21,6 +21,11 @@ def device_check(spec: str) -> tuple[bool, str]:
     return ok, f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}"
 
 
+def on_device(x, device):
+    """A numpy array as a torch tensor on `device` (shares memory on the CPU)."""
+    return require("torch", "train").from_numpy(x).to(device)
+
+
 def resolve_device(spec: str) -> str:
     """The torch device string for `spec`; a one-line error when CUDA is asked for and this torch has none."""
     ok, message = device_check(spec)

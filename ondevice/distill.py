@@ -332,16 +332,18 @@ def _load_checkpoint(out: Path, student: Student, opt) -> dict:
     return state
 
 
-def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarray, batch_size: int = 512,
-                     device: str = "cpu") -> float:
+def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarray, batch_size: int = 512) -> float:
+    from ondevice.devices import on_device
+
     torch = require("torch", "train")
     student.model.eval()
+    device = next(student.model.parameters()).device
     total = 0.0
     with torch.inference_mode():
         for s in range(0, len(ids), batch_size):
             x, lengths = pad_ids(ids[s : s + batch_size])
-            pred = student.model(torch.from_numpy(x).to(device), torch.from_numpy(lengths).to(device))
-            t = torch.from_numpy(np.ascontiguousarray(targets[s : s + batch_size])).to(device)
+            pred = student.model(on_device(x, device), on_device(lengths, device))
+            t = on_device(np.ascontiguousarray(targets[s : s + batch_size]), device)
             total += float(torch.nn.functional.cosine_similarity(pred, t, dim=-1).sum())
     return total / max(1, len(ids))
 
@@ -351,7 +353,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     from tqdm.auto import tqdm
 
     torch = require("torch", "train")
-    from ondevice.devices import resolve_device
+    from ondevice.devices import on_device, resolve_device
     from ondevice.teacher import Teacher, cached_vectors
     from ondevice.wordvectors import DEFAULT, refuse_pickle
 
@@ -462,8 +464,8 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
             for b in bar:
                 x, lens = pad_ids([train_ids[i] for i in b])
-                pred = model(torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device))
-                target = torch.from_numpy(train_t[b]).to(device)
+                pred = model(on_device(x, device), on_device(lens, device))
+                target = on_device(train_t[b], device)
                 loss = cosine_loss(pred, target)
                 if config.sim_loss_weight > 0:
                     loss = loss + config.sim_loss_weight * similarity_matching_loss(pred, target.to(pred.dtype))
@@ -484,7 +486,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
                     checkpoint(epoch, step)
                     last_ckpt = time.monotonic()
             bar.close()
-            val = _held_out_cosine(student, val_ids, val_t, device=device)
+            val = _held_out_cosine(student, val_ids, val_t)
             entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
                      "held_out_cosine": round(val, 6), "held_out_n": len(val_ids), "time": time.time(),
                      "seconds": round(time.monotonic() - epoch_start, 3)}  # this process's share of the epoch

@@ -152,6 +152,7 @@ class Student:
     def encode(self, texts: str | Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Sentence vectors, float32 (len(texts), output_dim), in input order (a str is one text)."""
         from ondevice.checks import check_int
+        from ondevice.devices import on_device
         from ondevice.tokenizer import as_texts
 
         torch = _torch()
@@ -165,7 +166,7 @@ class Student:
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 ids, lengths = self.tokenizer.batch([texts[i] for i in idx])
-                out[idx] = self.model(torch.from_numpy(ids).to(device), torch.from_numpy(lengths).to(device)).cpu().numpy()
+                out[idx] = self.model(on_device(ids, device), on_device(lengths, device)).cpu().numpy()
         return out
 
     def num_parameters(self, embeddings: bool = True) -> int:

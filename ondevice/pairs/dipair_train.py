@@ -24,7 +24,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
-from ondevice.devices import device_check, resolve_device
+from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
@@ -191,8 +191,8 @@ def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, bat
     with torch.inference_mode():
         for s in range(0, len(ids), batch):
             x, lens = pad_ids(ids[s : s + batch])
-            lens_t = torch.from_numpy(lens).to(device)
-            v, out = encoder_outputs(encoder, torch.from_numpy(x).to(device), lens_t)
+            lens_t = on_device(lens, device)
+            v, out = encoder_outputs(encoder, on_device(x, device), lens_t)
             vec.append(v)
             sa.append(side_states(proj, vproj, v, out, lens_t, cfg.n, cfg.mode))
             sb.append(side_states(proj, vproj, v, out, lens_t, cfg.m, cfg.mode))
@@ -275,7 +275,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     dev_ids = [np.asarray(student.tokenizer.ids(t), np.int64) for t in dev_texts]
 
     sra = _sra_teacher(config, student, device) if config.sra_weight > 0 else None
-    t_vec = torch.from_numpy(np.array(cached_vectors(sra, texts, progress=progress), np.float32)).to(device) if sra else None
+    t_vec = on_device(np.array(cached_vectors(sra, texts, progress=progress), np.float32), device) if sra else None
     dev_t_vec = np.asarray(cached_vectors(sra, dev_texts, progress=progress), np.float32) if sra else None
 
     head_cfg = config.head_config(2 * student.config.hidden_size, spec, student.config.output_dim)
@@ -322,7 +322,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         write_json(out / "dev.json", metrics)
         write_sra_cosine(out, read_json(out / "data.json", "data summary").get("sra_dev_cosine_before"), cosine)
 
-    target_t = torch.from_numpy(targets).to(device)
+    target_t = on_device(targets, device)
     epoch, step = state["epoch"], state["step"]
     total = config.stage1_epochs + config.stage2_epochs
     try:
@@ -339,20 +339,20 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
             for rows in bar:
                 uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
                 x, lens = pad_ids([ids[i] for i in uniq])
-                x_t, lens_t = torch.from_numpy(x).to(device), torch.from_numpy(lens).to(device)
+                x_t, lens_t = on_device(x, device), on_device(lens, device)
                 if stage == 1:
                     with torch.no_grad():
                         vec, tok = encoder_outputs(student.model, x_t, lens_t)
                 else:
                     vec, tok = encoder_outputs(student.model, x_t, lens_t)
-                ia, ib = torch.from_numpy(inv[: len(rows)]).to(device), torch.from_numpy(inv[len(rows):]).to(device)
+                ia, ib = on_device(inv[: len(rows)], device), on_device(inv[len(rows):], device)
                 sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
                 sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
-                loss = soft_label_loss(head(sa, sb), target_t[torch.from_numpy(rows).to(device)], spec.kind, config.temperature)
+                loss = soft_label_loss(head(sa, sb), target_t[on_device(rows, device)], spec.kind, config.temperature)
                 if stage == 2 and t_vec is not None:
                     from ondevice.student import cosine_loss
 
-                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[torch.from_numpy(uniq).to(device)])
+                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[on_device(uniq, device)])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -364,7 +364,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
             vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
             head.eval()
             with torch.inference_mode():
-                dl = head(dsa[torch.from_numpy(da).to(device)], dsb[torch.from_numpy(db).to(device)]).cpu().numpy()
+                dl = head(dsa[on_device(da, device)], dsb[on_device(db, device)]).cpu().numpy()
             metrics, threshold = dev_metrics(spec, dl, dev.gold)
             cosine = _cosine(vec.cpu().numpy(), dev_t_vec) if dev_t_vec is not None else None
             entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,

@@ -40,7 +40,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
-from ondevice.devices import device_check, resolve_device
+from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
@@ -318,7 +318,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     from tqdm.auto import tqdm
 
     from ondevice.distill import _load_checkpoint, _save_checkpoint
-    from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index, _on
+    from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index
     from ondevice.student import Student
 
     config.validate()
@@ -385,7 +385,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         student.save(out / STUDENT)
         write_json(out / "dev.json", metrics)
 
-    probs_t, gold_t, labeled_t = _on(probs, device), _on(gold, device), _on(labeled, device)
+    probs_t, gold_t, labeled_t = on_device(probs, device), on_device(gold, device), on_device(labeled, device)
 
     n = len(a)
     per_epoch = math.ceil(n / config.batch_size)
@@ -400,7 +400,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
             for rows in bar:
                 lam = anneal_lambda(config.anneal, epoch * per_epoch + step, total)
                 f = _batch_logits(model, ids, pa, pb, rows, device)
-                r = _on(rows, device)
+                r = on_device(rows, device)
                 loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind, labeled_t[r])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()

@@ -20,7 +20,7 @@ import numpy as np
 
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
-from ondevice.devices import device_check, resolve_device
+from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import read_json, write_json
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
@@ -132,16 +132,11 @@ def _batches(n: int, batch_size: int, seed: int) -> list[np.ndarray]:
     return [perm[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
-def _on(x: np.ndarray, device):
-    """A numpy array as a torch tensor on `device`."""
-    return require("torch", "train").from_numpy(x).to(device)
-
-
 def _batch_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, rows: np.ndarray, device):
     """Pair-model logits of training pairs `rows`, each distinct sentence of the batch encoded once (DSE and DvBERT)."""
     uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
     x, lens = pad_ids([ids[i] for i in uniq])
-    return model(_on(x, device), _on(lens, device), _on(inv[: len(rows)], device), _on(inv[len(rows):], device))
+    return model(on_device(x, device), on_device(lens, device), on_device(inv[: len(rows)], device), on_device(inv[len(rows):], device))
 
 
 def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -152,9 +147,9 @@ def _dev_logits(model, ids: list[np.ndarray], pa: np.ndarray, pb: np.ndarray, ba
         vec = []
         for s in range(0, len(ids), batch):
             x, lens = pad_ids(ids[s : s + batch])
-            vec.append(model.encoder(_on(x, device), _on(lens, device)))
+            vec.append(model.encoder(on_device(x, device), on_device(lens, device)))
         v = torch.cat(vec)
-        return model.head(v[_on(pa, device)], v[_on(pb, device)]).cpu().numpy()
+        return model.head(v[on_device(pa, device)], v[on_device(pb, device)]).cpu().numpy()
 
 
 def _index(texts: list[str], a: Sequence[str], b: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -247,10 +242,10 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         bar = tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
         for rows in bar:
             if frozen is not None:  # encoder frozen: its vectors were computed once
-                logits = model.head(frozen[_on(pa[rows], device)], frozen[_on(pb[rows], device)])
+                logits = model.head(frozen[on_device(pa[rows], device)], frozen[on_device(pb[rows], device)])
             else:
                 logits = _batch_logits(model, ids, pa, pb, rows, device)
-            r = _on(rows, device)
+            r = on_device(rows, device)
             loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
             opt.zero_grad(set_to_none=True)
             loss.backward()
