@@ -22,8 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _meta import results_path, run_metadata
 
+from ondevice import layouts
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
-from ondevice.distill import CHECKPOINT, DistillConfig, distill
+from ondevice.distill import DistillConfig, distill
 from ondevice.eval import sts_spearman
 from ondevice.io import cache_dir, sha256_text, write_json
 
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         tag = sha256_text([json.dumps(dataclasses.asdict(cfg), sort_keys=True)])[:12]
         out = cache_dir() / "ablation" / f"{a.sentences // 1000}k-{tag}"
         start = time.monotonic()
-        student = distill(cfg, out, resume=(out / CHECKPOINT).exists(), progress=False)
+        student = distill(cfg, out, resume=(out / layouts.CHECKPOINT).exists(), progress=False)
         log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
         row = {"variant": variant or "(base)", "config": cfg, "student_dir": str(out),
                "held_out_cosine": log[-1]["held_out_cosine"], "held_out_cosine_per_epoch": [e["held_out_cosine"] for e in log],

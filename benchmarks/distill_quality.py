@@ -27,8 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _meta import results_path, run_metadata
 
+from ondevice import layouts
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
-from ondevice.distill import CHECKPOINT, DistillConfig, distill
+from ondevice.distill import DistillConfig, distill
 from ondevice.eval import glove_average_encoder, sts_spearman
 from ondevice.eval.data import read_snli_sentences, read_stsb
 from ondevice.eval.metrics import recall_at_k
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
         out = cache_dir() / "bench" / f"student-{a.sentences // 1000}k"
         cfg = DistillConfig(corpus=str(a.data / WIKI_RELPATH), max_sentences=a.sentences, epochs=a.epochs, seed=a.seed,
                             threads=a.threads)
-        student = distill(cfg, out, resume=(out / CHECKPOINT).exists())
+        student = distill(cfg, out, resume=(out / layouts.CHECKPOINT).exists())
         a.student = out
     student = Student.load(a.student)
     teacher_info = student.config.teacher

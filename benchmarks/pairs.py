@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.results import create_new, results_dir, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,7 +340,6 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
-    from ondevice.pairs.dvbert import CONFIG as DVBERT_CONFIG
     from ondevice.pairs.dvbert import (
         DvBERTConfig,
         _view_logits,
@@ -386,7 +386,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         dv_dir = work / f"dvbert-seed{seed}"
         vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **{**common, **dv_augment})
         if finished(dv_dir, vcfg.epochs):
-            same_settings(dv_dir, vcfg, DVBERT_CONFIG, "DvBERT config", DVBERT_KEYS)
+            same_settings(dv_dir, vcfg, layouts.DVBERT_CONFIG, "DvBERT config", DVBERT_KEYS)
         else:
             train_dvbert(vcfg, dv_dir, resume=(dv_dir / "checkpoint").exists(), progress=not a.quiet)
         rows["dvbert"][seed] = {"test": PairStudent.load(dv_dir).evaluate(test),

@@ -23,7 +23,7 @@ from ondevice.export.onnx_graph import IR_VERSION, OPSET, build_graph
 from ondevice.export.quantize import QUANTIZED_OPS, build_int8_graph
 from ondevice.export.torchscript import quantize_encoder, save_torchscript, scriptable_encoder
 
-from ondevice import __version__
+from ondevice import __version__, layouts
 from ondevice._deps import require
 from ondevice.bits import BIT_ORDER, code_bytes, pack
 from ondevice.errors import OndeviceError
@@ -39,12 +39,11 @@ from ondevice.io import (
     write_text,
 )
 from ondevice.onnxproto import external_tensors
-from ondevice.runtime import FORMAT, FORMAT_VERSION, MANIFEST, ONNX_FILE, PRECISIONS, Bundle, read_manifest
+from ondevice.runtime import FORMAT_VERSION, Bundle, read_manifest
 from ondevice.student import Student
 
-CHOICES = (*PRECISIONS, "both")
+CHOICES = (*layouts.PRECISIONS, "both")
 PROJECTIONS = ("auto", "float16", "float32")
-TORCHSCRIPT_FILE = "encoder.pt"
 CHECK_SENTENCES = 256  # generated sentences the export-time parity checks run on
 
 
@@ -94,8 +93,8 @@ def training_summary(student_dir: Path | None, student: Student) -> dict[str, An
                                "word_vectors": student.config.word_vectors}
     if student_dir is None:
         return summary
-    if (student_dir / "distill_config.json").is_file():
-        cfg = read_json(student_dir / "distill_config.json", "distill config")
+    if (student_dir / layouts.DISTILL_CONFIG).is_file():
+        cfg = read_json(student_dir / layouts.DISTILL_CONFIG, "distill config")
         cfg = cfg if isinstance(cfg, dict) else {}
         summary.update({k: cfg.get(k) for k in ("corpus", "max_sentences", "train_splits", "train_split_repeats", "epochs",
                                                   "batch_size", "lr", "lr_schedule", "seed", "vocab_size",
@@ -103,7 +102,7 @@ def training_summary(student_dir: Path | None, student: Student) -> dict[str, An
         if cfg.get("init_from"):  # a continued run: name the student it started from (not the local path) and its hash
             summary["init_from"] = Path(str(cfg["init_from"])).name
             summary["init_sha256"] = cfg.get("init_sha256")
-    log = student_dir / "train_log.jsonl"
+    log = student_dir / layouts.TRAIN_LOG
     if log.is_file():
         try:
             lines = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
@@ -143,12 +142,12 @@ def _write_binarizer(directory: Path, binarizer, dtype: str) -> dict[str, Any]:
     metadata = {"format": "ondevice-binarizer", "bit_order": BIT_ORDER, "projection_dtype": dtype}
     if dtype == "float16":
         metadata["affine_sha256"] = affine_sha256(A, c)
-    with atomic_path(directory / "binarizer.safetensors") as tmp:
+    with atomic_path(directory / layouts.BINARIZER_WEIGHTS) as tmp:
         save_file({"projection": stored_projection(A, dtype), "offset": np.ascontiguousarray(c, np.float32)},
                   str(tmp), metadata=metadata)
         canonical_safetensors(tmp)  # the same export gives the same bytes
     config = _binarizer_config(binarizer)
-    write_json(directory / "binarizer.json", config)
+    write_json(directory / layouts.BINARIZER_CONFIG, config)
     return config
 
 
@@ -194,7 +193,7 @@ def _manifest(student: Student, binarizer_cfg: dict, precision: str, dtype: str,
               evaluation: dict | None, checks: dict, golden: dict | None) -> dict[str, Any]:
     cfg = student.config
     manifest: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "files": {},
+        "format": layouts.BUNDLE_FORMAT, "format_version": FORMAT_VERSION, "files": {},
         "dim": cfg.output_dim, "bits": int(binarizer_cfg["bits"]), "code_bytes": code_bytes(int(binarizer_cfg["bits"])),
         "bit_order": BIT_ORDER, "precision": precision,
         "inputs": {"ids": "int64 [batch, tokens]", "lengths": "int64 [batch]"},
@@ -222,7 +221,7 @@ def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
     links = sorted(p for p in directory.rglob("*") if p.is_symlink())
     if links:  # the runtime refuses links (they can point anywhere), so never write a bundle with one
         raise OndeviceError(f"{links[0]} is a symbolic link; a bundle must hold its files itself")
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != layouts.MANIFEST)
     return {p.relative_to(directory).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files}
 
 
@@ -238,11 +237,11 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
              if precision == "int8" else reference)
     if external_tensors(graph):  # Bundle.load refuses these; fail here with the cause rather than there
         raise OndeviceError("the exported graph refers to external data files; please report this with the student config")
-    with atomic_path(directory / ONNX_FILE) as tmp:
+    with atomic_path(directory / layouts.ENCODER_ONNX) as tmp:
         tmp.write_bytes(graph)
     if config.torchscript:
         module = scriptable_encoder(student.model, A, c)
-        save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / TORCHSCRIPT_FILE)
+        save_torchscript(quantize_encoder(module) if precision == "int8" else module, directory / layouts.ENCODER_TORCHSCRIPT)
     student.tokenizer.save(directory)
     binarizer_cfg = _write_binarizer(directory, binarizer, dtype)
     # Weights ship once: with --precision both only the fp32 folder gets them (the Java forward pass is fp32 anyway).
@@ -257,7 +256,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     # a provisional manifest lets the runtime load the graph for the checks and the golden files
     provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None)
     provisional["files"] = _file_table(directory)
-    write_json(directory / MANIFEST, provisional)
+    write_json(directory / layouts.MANIFEST, provisional)
     bundle = Bundle.load(directory, threads=1)
     sentences = golden_mod.golden_sentences(student.tokenizer, n=CHECK_SENTENCES, seed=config.seed + 7)
     checks = _checks(student, binarizer, bundle, sentences, dtype)
@@ -278,7 +277,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
     manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),
                                       "bytes": (directory / "README.md").stat().st_size}
-    write_json(directory / MANIFEST, manifest)
+    write_json(directory / layouts.MANIFEST, manifest)
     Bundle.load(directory)  # the finished bundle must pass the same verification an app's load does
     return directory
 
@@ -290,7 +289,7 @@ def _bundle_entries(folder: Path) -> set[str] | None:
         manifest = read_manifest(folder)
     except OndeviceError:
         return None
-    return {MANIFEST, *(name.split("/")[0] for name in manifest["files"])}
+    return {layouts.MANIFEST, *(name.split("/")[0] for name in manifest["files"])}
 
 
 def _only_bundle(folder: Path, prefix: str = "") -> str | None:
@@ -300,7 +299,7 @@ def _only_bundle(folder: Path, prefix: str = "") -> str | None:
         return None
     owned = _bundle_entries(folder)
     if owned is None:  # the `--precision both` layout: one bundle per precision folder, nothing beside them
-        subfolders = [n for n in entries if n in PRECISIONS and (folder / n).is_dir() and not (folder / n).is_symlink()]
+        subfolders = [n for n in entries if n in layouts.PRECISIONS and (folder / n).is_dir() and not (folder / n).is_symlink()]
         if not subfolders:
             return f"no valid bundle manifest{f' in {prefix}' if prefix else ''}"
         inner = next((m for n in subfolders if (m := _only_bundle(folder / n, f"{prefix}{n}/")) is not None), None)
@@ -359,7 +358,7 @@ def export(student: Student, binarizer, out: str | Path, config: ExportConfig | 
     training = training_summary(Path(student_dir) if student_dir else None, student)
     staging = stage(out)
     try:
-        precisions = list(PRECISIONS) if config.precision == "both" else [config.precision]
+        precisions = list(layouts.PRECISIONS) if config.precision == "both" else [config.precision]
         for p in precisions:
             folder = staging / p if config.precision == "both" else staging
             folder.mkdir(parents=True, exist_ok=True)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.bits import hamming_reference
 from ondevice.io import atomic_path, write_text
 from ondevice.tokenizer import Tokenizer
 
-FOLDER = "golden"
 TOP_K = 10
 NUM_QUERIES = 100
 
@@ -93,7 +93,7 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 def write_golden(directory: str | Path, sentences: Sequence[str], tokenizer: Tokenizer,
                  run_ids: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]], seed: int = 0) -> dict:
     """Write golden/ under `directory` using `run_ids(ids, lengths) -> (embeddings, codes)`; returns a summary."""
-    folder = Path(directory) / FOLDER
+    folder = Path(directory) / layouts.GOLDEN
     folder.mkdir(parents=True, exist_ok=True)
     ids = [tokenizer.ids(s) for s in sentences]
     embs, codes = [], []

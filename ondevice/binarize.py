@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ondevice import __version__
+from ondevice import __version__, layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
 from ondevice.io import (
@@ -58,8 +58,6 @@ from ondevice.projections import column_mean, itq_rotation, pca_components, rand
 METHODS = ("threshold", "random", "pca", "itq", "ae", "ae-sp")
 ITQ_ITERATIONS = 50  # the paper's setting; the loss has flattened well before
 ITQ_MAX_ROWS = 100_000  # rows the rotation is fitted on (a seeded sample of larger inputs); the PCA uses every row
-CONFIG = "binarizer.json"
-WEIGHTS = "binarizer.safetensors"
 _CHUNK = 32768  # rows per transform step: bounds the float32 (rows, bits) temporary to ~256 MiB at 2048 bits
 
 
@@ -269,10 +267,10 @@ class Binarizer:
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"projection": self._A, "offset": self._c}
         tensors.update({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self.extras.items()})
-        with atomic_path(directory / WEIGHTS) as tmp:
+        with atomic_path(directory / layouts.BINARIZER_WEIGHTS) as tmp:
             save_file(tensors, str(tmp), metadata={"format": "ondevice-binarizer", "bit_order": BIT_ORDER})
             canonical_safetensors(tmp)
-        write_json(directory / CONFIG, self.config)
+        write_json(directory / layouts.BINARIZER_CONFIG, self.config)
         return directory
 
     @classmethod
@@ -281,25 +279,26 @@ class Binarizer:
         from safetensors.numpy import load_file
 
         directory = Path(directory)
-        if not (directory / CONFIG).is_file() or not (directory / WEIGHTS).is_file():
-            raise OndeviceError(f"{directory} is not a binarizer dir (needs {CONFIG} and {WEIGHTS}); run `ondevice binarize` first")
-        raw = read_json(directory / CONFIG, "binarizer config")
+        if not (directory / layouts.BINARIZER_CONFIG).is_file() or not (directory / layouts.BINARIZER_WEIGHTS).is_file():
+            raise OndeviceError(f"{directory} is not a binarizer dir (needs {layouts.BINARIZER_CONFIG} and {layouts.BINARIZER_WEIGHTS}); "
+                                f"{layouts.what_it_is(directory, 'binarizer')}; run `ondevice binarize` first")
+        raw = read_json(directory / layouts.BINARIZER_CONFIG, "binarizer config")
         if not isinstance(raw, dict):
-            raise OndeviceError(f"{directory / CONFIG} is not a binarizer config; re-create the binarizer")
+            raise OndeviceError(f"{directory / layouts.BINARIZER_CONFIG} is not a binarizer config; re-create the binarizer")
         try:
             config = dataclass_from_dict(BinarizerConfig, raw, "binarizer config")
         except TypeError as exc:
-            raise OndeviceError(f"{directory / CONFIG} is incomplete ({exc}); re-create the binarizer") from None
+            raise OndeviceError(f"{directory / layouts.BINARIZER_CONFIG} is incomplete ({exc}); re-create the binarizer") from None
         if config.bit_order != BIT_ORDER:
             raise OndeviceError(f"{directory} uses bit order {config.bit_order!r}; this ondevice reads only {BIT_ORDER!r}")
         check_bits(config.method, config.bits, config.dim)
         try:
-            tensors = load_file(str(directory / WEIGHTS))
+            tensors = load_file(str(directory / layouts.BINARIZER_WEIGHTS))
         except Exception as exc:  # noqa: BLE001 -- safetensors raises its own error types for truncated/corrupt headers
             first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            raise OndeviceError(f"cannot read {directory / WEIGHTS}: {first}; the file is corrupt, re-create it") from None
+            raise OndeviceError(f"cannot read {directory / layouts.BINARIZER_WEIGHTS}: {first}; the file is corrupt, re-create it") from None
         if "projection" not in tensors or "offset" not in tensors:
-            raise OndeviceError(f"{directory / WEIGHTS} lacks 'projection'/'offset'; it is not a binarizer")
+            raise OndeviceError(f"{directory / layouts.BINARIZER_WEIGHTS} lacks 'projection'/'offset'; it is not a binarizer")
         A, c = tensors.pop("projection"), tensors.pop("offset")
         return cls(config, A, c, tensors)
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
@@ -44,7 +45,6 @@ SAMPLINGS = ("uniform", "gap", "neighbor")
 INITS = ("random", "pca", "xavier", "auto")
 SELECTS = ("last", "holdout")
 INPUTS = ("standardize", "whiten")
-CHECKPOINT = "ae_checkpoint.safetensors"
 
 
 @dataclass
@@ -290,7 +290,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
     identity = {"bits": bits, "dim": dim, "in_dim": in_dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
                 "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads")}}
-    ckpt = Path(checkpoint_dir) / CHECKPOINT if checkpoint_dir else None
+    ckpt = Path(checkpoint_dir) / layouts.AE_CHECKPOINT if checkpoint_dir else None
     start_epoch, log = 0, []
     if ckpt is not None and ckpt.exists():
         if not resume:
@@ -298,7 +298,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         start_epoch, log, saved_best = _load_checkpoint(ckpt, model, opt, identity)
         best = saved_best or best
     elif resume:
-        raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {CHECKPOINT}); run without --resume")
+        raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {layouts.AE_CHECKPOINT}); run without --resume")
 
     began = time.monotonic()
     for epoch in range(start_epoch, cfg.epochs):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 
 QUERIES = (
@@ -53,7 +54,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     """Run every step of the pipeline and report scores, timings and search results."""
     from ondevice.binarize import Binarizer
     from ondevice.corpus import read_corpus
-    from ondevice.distill import CHECKPOINT, DistillConfig, distill, read_sentences
+    from ondevice.distill import DistillConfig, distill, read_sentences
     from ondevice.eval import sts_spearman
     from ondevice.export.bundle import ExportConfig, export
     from ondevice.io import write_json
@@ -91,7 +92,7 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
                          teacher_backend=config.teacher_backend)
     student_dir = out / "student"
     # Rerunning the demo continues (or reuses) the same run instead of refusing to touch it.
-    student = distill(dcfg, student_dir, resume=(student_dir / CHECKPOINT).exists(), progress=progress)
+    student = distill(dcfg, student_dir, resume=(student_dir / layouts.CHECKPOINT).exists(), progress=progress)
     step("distill", t0)
     log = (student_dir / "train_log.jsonl").read_text().strip().splitlines()
     held = json.loads(log[-1])["held_out_cosine"] if log else float("nan")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
@@ -22,8 +23,6 @@ from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss, similarity_matching_loss
 from ondevice.teacher import BACKENDS
 from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens, pad_ids
-
-CHECKPOINT = "checkpoint"
 
 
 @dataclass
@@ -181,7 +180,6 @@ def upweighted(train_idx: np.ndarray, n_front: int, repeats: int) -> np.ndarray:
 def apply_init(config: DistillConfig) -> Student:
     """Load `config.init_from` and set the config's architecture fields from it, so distill_config.json is true."""
     from ondevice.io import sha256_file
-    from ondevice.student import WEIGHTS
 
     if not config.init_from or not Path(config.init_from).is_dir():
         from ondevice.student import unpack_hint
@@ -193,7 +191,7 @@ def apply_init(config: DistillConfig) -> Student:
     config.vocab_size = c.vocab_size - 2  # [PAD] and [UNK] besides the corpus words
     config.word_vectors = c.word_vectors or config.word_vectors
     config.embedding_dim = c.embedding_dim if config.word_vectors in SPECS else 0
-    config.init_sha256 = sha256_file(Path(config.init_from) / WEIGHTS)
+    config.init_sha256 = sha256_file(Path(config.init_from) / layouts.STUDENT_WEIGHTS)
     return init
 
 
@@ -243,15 +241,15 @@ def _save_checkpoint(out: Path, student: Student, opt, state: dict) -> None:
     """Model, optimizer and position, written to a temp dir and swapped in whole."""
     torch = require("torch", "train")
     st = require("safetensors.torch", "train")
-    tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
+    tmp, final, old = out / f".{layouts.CHECKPOINT}.tmp", out / layouts.CHECKPOINT, out / f".{layouts.CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    st.save_file({k: v.detach().cpu().contiguous() for k, v in student.model.state_dict().items()}, str(tmp / "model.safetensors"))
+    st.save_file({k: v.detach().cpu().contiguous() for k, v in student.model.state_dict().items()}, str(tmp / layouts.CKPT_WEIGHTS))
     osd = opt.state_dict()
     tensors = {f"{i}.{k}": (v.detach().cpu() if torch.is_tensor(v) else torch.tensor(v)).contiguous()
                for i, s in osd["state"].items() for k, v in s.items()}
-    st.save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "state.json", {**state, "param_groups": osd["param_groups"]})
+    st.save_file(tensors, str(tmp / layouts.CKPT_OPTIMIZER))
+    write_json(tmp / layouts.CKPT_STATE, {**state, "param_groups": osd["param_groups"]})
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
@@ -261,7 +259,7 @@ def _save_checkpoint(out: Path, student: Student, opt, state: dict) -> None:
 
 def _complete(folder: Path) -> bool:
     """Whether a checkpoint folder was fully written (state.json is written last)."""
-    return all((folder / n).is_file() for n in ("model.safetensors", "optimizer.safetensors", "state.json"))
+    return all((folder / n).is_file() for n in (layouts.CKPT_WEIGHTS, layouts.CKPT_OPTIMIZER, layouts.CKPT_STATE))
 
 
 def recover_checkpoint(out: Path) -> bool:
@@ -270,7 +268,7 @@ def recover_checkpoint(out: Path) -> bool:
     A save writes .checkpoint.tmp, renames checkpoint -> .checkpoint.old, .checkpoint.tmp -> checkpoint, then deletes
     .checkpoint.old. Killed between the renames, the complete .tmp is the newest state and .old the one before.
     """
-    tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
+    tmp, final, old = out / f".{layouts.CHECKPOINT}.tmp", out / layouts.CHECKPOINT, out / f".{layouts.CHECKPOINT}.old"
     if not final.exists():
         for candidate in (tmp, old):
             if candidate.is_dir() and _complete(candidate):
@@ -285,7 +283,7 @@ def recover_checkpoint(out: Path) -> bool:
 
 def _diverged(out: Path, what: str) -> OndeviceError:
     kept = ("the last good checkpoint is kept: continue with --resume and a lower --lr (or --clip-grad-norm)"
-            if (out / CHECKPOINT).exists() else "no checkpoint was written yet: rerun with a lower --lr")
+            if (out / layouts.CHECKPOINT).exists() else "no checkpoint was written yet: rerun with a lower --lr")
     return OndeviceError(f"training diverged {what}; {kept}; check the word vectors and teacher vectors are finite")
 
 
@@ -322,13 +320,13 @@ def load_optimizer(opt, flat: dict, param_groups: Any) -> None:
 
 def _load_checkpoint(out: Path, student: Student, opt) -> dict:
     st = require("safetensors.torch", "train")
-    folder = out / CHECKPOINT
-    state = read_json(folder / "state.json", "checkpoint state")
+    folder = out / layouts.CHECKPOINT
+    state = read_json(folder / layouts.CKPT_STATE, "checkpoint state")
     with checkpoint_errors(folder):
         if not isinstance(state, dict):
             raise TypeError("state.json is not an object")
-        student.model.load_state_dict(st.load_file(str(folder / "model.safetensors")))
-        load_optimizer(opt, st.load_file(str(folder / "optimizer.safetensors")), state["param_groups"])
+        student.model.load_state_dict(st.load_file(str(folder / layouts.CKPT_WEIGHTS)))
+        load_optimizer(opt, st.load_file(str(folder / layouts.CKPT_OPTIMIZER)), state["param_groups"])
     return state
 
 
@@ -362,13 +360,13 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if str(config.word_vectors) not in (DEFAULT, *SPECS) and Path(config.word_vectors).is_file():
         refuse_pickle(Path(config.word_vectors), config.allow_pickle)  # before minutes of teacher work
     out = check_out_dir(out_dir)
-    ckpt = out / CHECKPOINT
+    ckpt = out / layouts.CHECKPOINT
     if out.is_dir():
         recover_checkpoint(out)
     if ckpt.exists() and not resume:
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not ckpt.exists():
-        raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINT}/); run without --resume")
+        raise OndeviceError(f"nothing to resume in {out} (no {layouts.CHECKPOINT}/); run without --resume")
     if config.threads:
         torch.set_num_threads(config.threads)
 
@@ -376,7 +374,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     sentences, n_front = _read_corpus(config)
     config.corpus_sha256 = sha256_text(sentences)
     if resume:
-        saved = dataclass_from_dict(DistillConfig, read_json(out / "distill_config.json", "distill config"), "distill config")
+        saved = dataclass_from_dict(DistillConfig, read_json(out / layouts.DISTILL_CONFIG, "distill config"), "distill config")
         if saved.init_from:  # the checkpoint holds the weights: --init-from need not be repeated (nor still exist)
             for k in _INIT_FIELDS:
                 setattr(config, k, getattr(saved, k))
@@ -403,7 +401,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     if resume:
         tokenizer = Tokenizer.load(out)
-        student_cfg = dataclass_from_dict(StudentConfig, read_json(out / "config.json", "student config"), "student config")
+        student_cfg = dataclass_from_dict(StudentConfig, read_json(out / layouts.STUDENT_CONFIG, "student config"), "student config")
         student_cfg.validate(f"{out / 'config.json'}")  # before anything is allocated from its sizes
         if student_cfg.vocab_size != len(tokenizer):
             raise OndeviceError(f"{out / 'config.json'} says vocab_size {student_cfg.vocab_size} but {out} holds a "
@@ -435,10 +433,10 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
     if resume:
         state = _load_checkpoint(out, student, opt)
         state.pop("param_groups", None)
-        write_json(out / "distill_config.json", config)  # settings that may change on resume (threads, ...)
+        write_json(out / layouts.DISTILL_CONFIG, config)  # settings that may change on resume (threads, ...)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "distill_config.json", config)
+        write_json(out / layouts.DISTILL_CONFIG, config)
         student.save(out)
 
     ids = [np.asarray(tokenizer.ids(s), dtype=np.int64) for s in sentences]
@@ -497,7 +495,7 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
             checkpoint(epoch, step)  # checks the weights are finite before the student is saved too
             last_ckpt = time.monotonic()
             student.save(out)
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
     except KeyboardInterrupt:
         checkpoint(epoch, step)
         raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None

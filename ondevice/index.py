@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.bits import BIT_ORDER, code_bytes
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
 
-MAGIC = b"ONDVIDX\0"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
 HEADER_BYTES = 256  # version 2; version 1 files have a 128-byte header
@@ -315,7 +315,7 @@ class HammingIndex:
             flags = _FLAG_ASCENDING if self._ascending else 0
             enc = self.encoder or EncoderId()
             precision = {v: k for k, v in _PRECISIONS.items()}.get(enc.precision, 0)
-            head = _HEAD.pack(MAGIC, VERSION, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
+            head = _HEAD.pack(layouts.INDEX_MAGIC, VERSION, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
                               digest.digest()) + _IDENT.pack(_raw(enc.encoder_sha256), _raw(enc.binarizer_sha256), precision)
             fh.seek(0)
             fh.write(head + _CRC.pack(zlib.crc32(head)))
@@ -387,7 +387,7 @@ def read_header(path: str | os.PathLike) -> dict:
     with open(path, "rb") as fh:
         raw = fh.read(HEADER_BYTES)
     actual = path.stat().st_size
-    if len(raw) < 8 or raw[:8] != MAGIC:
+    if len(raw) < 8 or raw[:8] != layouts.INDEX_MAGIC:
         raise OndeviceError(f"{path} is not an ondevice index file (bad magic); build one with `ondevice index build`")
     if len(raw) < 12:
         raise OndeviceError(f"{path} is truncated ({actual} bytes, shorter than the header); rebuild the index")

@@ -26,18 +26,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError, ort_error_line
 from ondevice.onnxproto import external_tensors
 from ondevice.tokenizer import Tokenizer, as_texts
 
-FORMAT = "ondevice-bundle"
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-ONNX_FILE = "encoder.onnx"
-PRECISIONS = ("fp32", "int8")
 # Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
-REQUIRED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.json", "binarizer.safetensors")
+REQUIRED = (layouts.ENCODER_ONNX, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates and line breaks are never in our file names
 MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes, like most file systems)
@@ -47,7 +44,7 @@ MAX_K = 1 << 20  # neighbours per query in `search`
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists a dozen files: anything this large is not one
 MAX_PARSED_BYTES = 1 << 30  # a file read whole to be parsed (an ONNX graph is at most 2 GB; a phone bundle ~10 MB)
 MAX_FILE_BYTES = 1 << 32  # any listed file (hashed in blocks): a bundle for a device is far smaller
-PARSED = (ONNX_FILE, "vocab.txt", "tokenizer.json", "binarizer.safetensors")
+PARSED = (layouts.ENCODER_ONNX, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.BINARIZER_WEIGHTS)
 
 
 def _binarizer_weights(path: Path, data: bytes, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -92,19 +89,20 @@ def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
     from ondevice.pretrained import parse_spec
 
     path = parse_spec(path) or Path(path)
-    if precision is not None and precision not in PRECISIONS:
-        raise OndeviceError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if (path / MANIFEST).is_file():
+    if precision is not None and precision not in layouts.PRECISIONS:
+        raise OndeviceError(f"unknown precision {precision!r}; choose one of {', '.join(layouts.PRECISIONS)}")
+    if (path / layouts.MANIFEST).is_file():
         return path
-    for candidate in ([precision] if precision else list(reversed(PRECISIONS))):  # int8 first: what apps ship
-        if (path / candidate / MANIFEST).is_file():
+    for candidate in ([precision] if precision else list(reversed(layouts.PRECISIONS))):  # int8 first: what apps ship
+        if (path / candidate / layouts.MANIFEST).is_file():
             if (path / candidate).is_symlink():  # the bundle's own files are checked for links; so is its folder
                 raise _bundle_error(path, f"{candidate}/ is a symbolic link ({os.readlink(path / candidate)}); copy the "
                                           "real bundle folder in")
             return path / candidate
     if not path.exists():
         raise _bundle_error(path, "not found; export one with `ondevice export`")
-    raise _bundle_error(path, f"{MANIFEST} is missing; this is not a bundle folder (re-export it with `ondevice export`)")
+    raise _bundle_error(path, f"{layouts.MANIFEST} is missing; {layouts.what_it_is(path)}, not a bundle (`ondevice "
+                              "export` makes one)")
 
 
 def _safe_name(path: Path, name: Any) -> Path:
@@ -117,57 +115,57 @@ def _safe_name(path: Path, name: Any) -> Path:
         raise _bundle_error(path, f"manifest lists a file name of {len(name):,} characters ({name[:40]!r}...); "
                                   "the manifest is corrupt")
     # ':' too: on Windows "C:x" joined to a folder is a path on drive C, outside the bundle
-    if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or ":" in name or name == MANIFEST:
+    if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or ":" in name or name == layouts.MANIFEST:
         raise _bundle_error(path, f"manifest lists an unsafe file name {name!r}; refusing to load it")
     return path.joinpath(*parts)
 
 
 def read_manifest(path: Path) -> dict:
     """Parse and validate manifest.json (format, version, file table) without trusting any other file."""
-    file = path / MANIFEST
+    file = path / layouts.MANIFEST
     if file.is_symlink():  # refused before reading: a link could name any file, however large
-        _no_symlink(path, MANIFEST)
+        _no_symlink(path, layouts.MANIFEST)
     if file.exists() and not file.is_file():
-        raise _bundle_error(path, f"{MANIFEST} is not a regular file; re-export the bundle")
+        raise _bundle_error(path, f"{layouts.MANIFEST} is not a regular file; re-export the bundle")
     try:
         with open(file, "rb") as fh:
             raw = fh.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
-            raise _bundle_error(path, f"{MANIFEST} is over {MAX_MANIFEST_BYTES >> 20} MB, far more than any manifest; "
+            raise _bundle_error(path, f"{layouts.MANIFEST} is over {MAX_MANIFEST_BYTES >> 20} MB, far more than any manifest; "
                                       "re-export the bundle")
         manifest = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise _bundle_error(path, f"{MANIFEST} is missing; re-export the bundle") from None
+        raise _bundle_error(path, f"{layouts.MANIFEST} is missing; re-export the bundle") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an over-long integer
-        raise _bundle_error(path, f"{MANIFEST} is not valid JSON ({type(exc).__name__}); re-export the bundle") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _bundle_error(path, f"{MANIFEST} is not an {FORMAT} manifest; re-export the bundle")
+        raise _bundle_error(path, f"{layouts.MANIFEST} is not valid JSON ({type(exc).__name__}); re-export the bundle") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != layouts.BUNDLE_FORMAT:
+        raise _bundle_error(path, f"{layouts.MANIFEST} is not an {layouts.BUNDLE_FORMAT} manifest; re-export the bundle")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise _bundle_error(path, f"format version {version!r} is not supported (this ondevice reads version "
                                   f"{FORMAT_VERSION}); upgrade ondevice or re-export the bundle with this version")
     files = manifest.get("files")
     if not isinstance(files, dict):
-        raise _bundle_error(path, f"{MANIFEST} has no 'files' table; re-export the bundle")
+        raise _bundle_error(path, f"{layouts.MANIFEST} has no 'files' table; re-export the bundle")
     for name, entry in files.items():
         _safe_name(path, name)
         ok = (isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and _SHA256.match(entry["sha256"])
               and isinstance(entry.get("bytes"), int) and entry["bytes"] >= 0)
         if not ok:
-            raise _bundle_error(path, f"{MANIFEST} entry for {name!r} needs a sha256 and a byte count; re-export the bundle")
+            raise _bundle_error(path, f"{layouts.MANIFEST} entry for {name!r} needs a sha256 and a byte count; re-export the bundle")
     missing = [n for n in REQUIRED if n not in files]
     if missing:
-        raise _bundle_error(path, f"{MANIFEST} does not list {', '.join(missing)}; re-export the bundle")
+        raise _bundle_error(path, f"{layouts.MANIFEST} does not list {', '.join(missing)}; re-export the bundle")
     for key, top in (("dim", MAX_DIM), ("bits", MAX_BITS), ("code_bytes", code_bytes(MAX_BITS))):
         value = manifest.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise _bundle_error(path, f"{MANIFEST} has no valid {key!r} (an integer in 1..{top}); re-export the bundle")
+            raise _bundle_error(path, f"{layouts.MANIFEST} has no valid {key!r} (an integer in 1..{top}); re-export the bundle")
     if manifest["code_bytes"] != code_bytes(manifest["bits"]) or manifest.get("bit_order") != BIT_ORDER:
-        raise _bundle_error(path, f"{MANIFEST} describes codes this ondevice cannot read "
+        raise _bundle_error(path, f"{layouts.MANIFEST} describes codes this ondevice cannot read "
                                   f"(bits {manifest['bits']}, code_bytes {manifest['code_bytes']}, "
                                   f"bit order {manifest.get('bit_order')!r}); re-export the bundle")
-    if manifest.get("precision") not in PRECISIONS:
-        raise _bundle_error(path, f"{MANIFEST} has unknown precision {manifest.get('precision')!r}; re-export the bundle")
+    if manifest.get("precision") not in layouts.PRECISIONS:
+        raise _bundle_error(path, f"{layouts.MANIFEST} has unknown precision {manifest.get('precision')!r}; re-export the bundle")
     return manifest
 
 
@@ -198,8 +196,8 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
     """Check the size and sha256 of every listed file; returns the verified bytes of those in `keep` (by default the
     files the runtime parses), so a caller parses exactly the bytes that were checked."""
     kept: dict[str, bytes] = {}
-    if (path / MANIFEST).is_symlink():
-        _no_symlink(path, MANIFEST)
+    if (path / layouts.MANIFEST).is_symlink():
+        _no_symlink(path, layouts.MANIFEST)
     for name, entry in sorted(manifest["files"].items()):
         file = _safe_name(path, name)
         try:
@@ -224,11 +222,11 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
         if name in keep:
             kept[name] = data
     try:
-        external = external_tensors(kept[ONNX_FILE]) if ONNX_FILE in kept else []
+        external = external_tensors(kept[layouts.ENCODER_ONNX]) if layouts.ENCODER_ONNX in kept else []
     except OndeviceError as exc:
-        raise _bundle_error(path, f"{ONNX_FILE} is not a valid ONNX model ({exc}); re-export the bundle") from None
+        raise _bundle_error(path, f"{layouts.ENCODER_ONNX} is not a valid ONNX model ({exc}); re-export the bundle") from None
     if external:
-        raise _bundle_error(path, f"{ONNX_FILE} keeps tensor {external[0]!r} in an external data file, which no checksum "
+        raise _bundle_error(path, f"{layouts.ENCODER_ONNX} keeps tensor {external[0]!r} in an external data file, which no checksum "
                                   "covers; re-export the bundle with `ondevice export` (weights inside the graph)")
     return kept
 
@@ -243,7 +241,7 @@ def _session(path: Path, model: bytes, threads: int):
     try:
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
-        raise _bundle_error(path, f"{ONNX_FILE} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
+        raise _bundle_error(path, f"{layouts.ENCODER_ONNX} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
                                   "or re-export the bundle") from None
 
 
@@ -267,16 +265,16 @@ class Bundle:
         if precision is not None and manifest["precision"] != precision:
             raise _bundle_error(path, f"is a {manifest['precision']} bundle, not {precision}; load it without precision=")
         files = verify_files(path, manifest)
-        _binarizer_weights(path, files["binarizer.safetensors"], manifest)  # a broken one fails here, not at indexing
+        _binarizer_weights(path, files[layouts.BINARIZER_WEIGHTS], manifest)  # a broken one fails here, not at indexing
         try:
-            tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], f"bundle {path}")
+            tokenizer = Tokenizer.from_bytes(files[layouts.VOCAB], files[layouts.TOKENIZER_JSON], f"bundle {path}")
         except OndeviceError as exc:
             raise OndeviceError(f"{exc} (re-export the bundle)") from None
-        session = _session(path, files[ONNX_FILE], threads)
+        session = _session(path, files[layouts.ENCODER_ONNX], threads)
         shapes = {o.name: o.shape for o in session.get_outputs()}
         if shapes.get("embedding", [None, None])[1:] != [manifest["dim"]] or \
                 shapes.get("code", [None, None])[1:] != [manifest["code_bytes"]]:
-            raise _bundle_error(path, f"{ONNX_FILE} outputs {shapes} do not match the manifest's dim "
+            raise _bundle_error(path, f"{layouts.ENCODER_ONNX} outputs {shapes} do not match the manifest's dim "
                                       f"{manifest['dim']} / code_bytes {manifest['code_bytes']}; re-export the bundle")
         bundle = cls(path, manifest, tokenizer, session, threads)
         bundle._probe()
@@ -289,7 +287,7 @@ class Bundle:
         ids = np.array([[top, 1, 0]], dtype=np.int64)  # the last id, [UNK], and a [PAD] beyond the length
         emb, _ = self.run_ids(ids, np.array([2], dtype=np.int64), what="vocab.txt against the graph's embedding table")
         if not np.isfinite(emb).all():
-            raise _bundle_error(self.path, f"{ONNX_FILE} gives NaN or inf vectors; its weights are broken, re-export it "
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} gives NaN or inf vectors; its weights are broken, re-export it "
                                            "from a finite student")
 
     @property
@@ -317,7 +315,7 @@ class Bundle:
             emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
             check = f" (checking {what})" if what else ""
-            raise _bundle_error(self.path, f"{ONNX_FILE} failed to run{check}: {ort_error_line(exc)}; the bundle's files do not fit "
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} failed to run{check}: {ort_error_line(exc)}; the bundle's files do not fit "
                                            "together, re-export it") from None
         return emb, code
 
@@ -338,7 +336,7 @@ class Bundle:
                 manifest_sha = hashlib.sha256(canonical.encode("ascii")).hexdigest()
             from ondevice.index import affine_sha256
 
-            name = "binarizer.safetensors"
+            name = layouts.BINARIZER_WEIGHTS
             data = (self.path / name).read_bytes()  # small; hashed again here because these are the bytes parsed
             if hashlib.sha256(data).hexdigest() != self.manifest["files"][name]["sha256"]:
                 raise _bundle_error(self.path, f"{name} fails its sha256 check (modified after loading); reload the bundle")

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, write_json
 from ondevice.tokenizer import PAD_ID, Tokenizer
 
 POOLINGS = ("mean", "max", "last", "meanmax")
-WEIGHTS = "model.safetensors"
-CONFIG = "config.json"
 MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
 
 
@@ -182,25 +181,25 @@ class Student:
         directory = check_out_dir(directory)
         directory.mkdir(parents=True, exist_ok=True)
 
-        with atomic_path(directory / WEIGHTS) as tmp:
+        with atomic_path(directory / layouts.STUDENT_WEIGHTS) as tmp:
             st.save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}, str(tmp))
         self.tokenizer.save(directory)
-        write_json(directory / CONFIG, self.config)
+        write_json(directory / layouts.STUDENT_CONFIG, self.config)
 
     @classmethod
     def load(cls, directory: str | Path) -> Student:
         """Load a student directory written by `save` (or by `ondevice distill`)."""
         st = require("safetensors.torch", "train")
         directory = Path(directory)
-        if not (directory / CONFIG).is_file() or not (directory / WEIGHTS).is_file():
-            raise OndeviceError(f"{directory} is not a student dir (needs {CONFIG} and {WEIGHTS}); "
+        if not (directory / layouts.STUDENT_CONFIG).is_file() or not (directory / layouts.STUDENT_WEIGHTS).is_file():
+            raise OndeviceError(f"{directory} is not a student dir (needs {layouts.STUDENT_CONFIG} and {layouts.STUDENT_WEIGHTS}); "
                                 + unpack_hint(directory))
-        config = dataclass_from_dict(StudentConfig, read_json(directory / CONFIG, "student config"), "student config")
-        config.validate(f"{directory / CONFIG}")
+        config = dataclass_from_dict(StudentConfig, read_json(directory / layouts.STUDENT_CONFIG, "student config"), "student config")
+        config.validate(f"{directory / layouts.STUDENT_CONFIG}")
         tokenizer = Tokenizer.load(directory)
         if len(tokenizer) != config.vocab_size:
             raise OndeviceError(f"vocab.txt has {len(tokenizer)} tokens but config says {config.vocab_size}; the student dir is inconsistent")
-        weights = directory / WEIGHTS
+        weights = directory / layouts.STUDENT_WEIGHTS
         _check_shapes(config, weights)  # before the model is allocated: a corrupt config must not cost gigabytes
         model = build_model(config)
         try:
@@ -215,9 +214,13 @@ def unpack_hint(path: str | Path) -> str:
     """What to run when a student folder was expected at `path`: a bundle (or 'pretrained') is unpacked, else distilled."""
     from ondevice.pretrained import PREFIX
 
-    if str(path) == PREFIX or str(path).startswith(PREFIX + ":") or (Path(path) / "manifest.json").is_file():
+    kind = layouts.identify(path)
+    if str(path) == PREFIX or str(path).startswith(PREFIX + ":") or kind in ("bundle", "bundles"):
         return f"it is a bundle: `ondevice unpack --bundle {path} --out DIR` writes its student folder"
-    return "run `ondevice distill` first (or `ondevice unpack --bundle pretrained --out DIR` for the shipped student)"
+    if kind in ("dse-run", "dvbert-run", "dipair-run"):
+        return f"it is a pair-model run: its fine-tuned encoder is {Path(path) / layouts.RUN_STUDENT}"
+    first = "run `ondevice distill` first (or `ondevice unpack --bundle pretrained --out DIR` for the shipped student)"
+    return f"{layouts.what_it_is(path)}; {first}" if kind else first
 
 
 def check_finite(state: dict, what: str) -> None:
@@ -242,5 +245,5 @@ def _check_shapes(config: StudentConfig, weights: Path) -> None:
         raise OndeviceError(f"cannot read {weights}: {first}; the file is corrupt, re-create it") from None
     if found != expected:
         diff = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
-        raise OndeviceError(f"{weights} does not match {CONFIG} (first difference: {diff[0]} is "
+        raise OndeviceError(f"{weights} does not match {layouts.STUDENT_CONFIG} (first difference: {diff[0]} is "
                             f"{found.get(diff[0])}, config implies {expected.get(diff[0])}); the student dir is inconsistent")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.io import write_text
 
@@ -126,20 +127,20 @@ class Tokenizer:
         from ondevice.io import write_json
 
         directory = Path(directory)
-        write_text(directory / "vocab.txt", "\n".join(self.vocab) + "\n")
-        write_json(directory / "tokenizer.json", self.spec)
+        write_text(directory / layouts.VOCAB, "\n".join(self.vocab) + "\n")
+        write_json(directory / layouts.TOKENIZER_JSON, self.spec)
 
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         """Read vocab.txt and tokenizer.json written by `save`."""
         directory = Path(directory)
         files = {}
-        for name in ("tokenizer.json", "vocab.txt"):
+        for name in (layouts.TOKENIZER_JSON, layouts.VOCAB):
             path = directory / name
             if not path.is_file():
                 raise OndeviceError(f"{name} not found in {directory}; re-create the student")
             files[name] = path.read_bytes()
-        return cls.from_bytes(files["vocab.txt"], files["tokenizer.json"], str(directory))
+        return cls.from_bytes(files[layouts.VOCAB], files[layouts.TOKENIZER_JSON], str(directory))
 
     @classmethod
     def from_bytes(cls, vocab: bytes, spec: bytes, where: str = "tokenizer") -> Tokenizer:

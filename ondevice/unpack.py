@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, write_json
-from ondevice.student import CONFIG, WEIGHTS, StudentConfig
+from ondevice.student import StudentConfig
 
-PROVENANCE = "unpacked.json"
 GOLDEN_TEXTS, GOLDEN_VECTORS = "golden/sentences.jsonl", "golden/embeddings.npy"
 _KEPT = ("student.safetensors", GOLDEN_TEXTS, GOLDEN_VECTORS)  # read besides what the runtime parses
 _TORCH_GATES = (0, 2, 3, 1)  # torch gate k (input, forget, cell, output) is ONNX gate _TORCH_GATES[k] (i, o, f, c)
@@ -97,7 +97,7 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
     manifest = read_manifest(path)
     files = verify_files(path, manifest, (*PARSED, *_KEPT))  # every byte checked before any is parsed
     config = _student_config(manifest, f"bundle {path}")
-    tokenizer = Tokenizer.from_bytes(files["vocab.txt"], files["tokenizer.json"], str(path))
+    tokenizer = Tokenizer.from_bytes(files[layouts.VOCAB], files[layouts.TOKENIZER_JSON], str(path))
     if len(tokenizer) != config.vocab_size:
         raise OndeviceError(f"bundle {path}: vocab.txt has {len(tokenizer)} tokens, its student config {config.vocab_size}")
     st = require("safetensors.numpy", "train")
@@ -109,7 +109,7 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
         source = "student.safetensors (fp32, exact)"
     else:
         try:
-            state = state_from_graph(files["encoder.onnx"], config)
+            state = state_from_graph(files[layouts.ENCODER_ONNX], config)
         except (KeyError, ValueError) as exc:  # a graph not written by ondevice's export: a weight missing or malformed
             raise OndeviceError(f"bundle {path}: encoder.onnx is not an ondevice encoder graph ({type(exc).__name__}: "
                                 f"{str(exc)[:80]}); re-export it with `ondevice export`") from None
@@ -117,14 +117,14 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
     _check_state(state, config, path)  # nothing is written from weights that do not fit the student
     out = check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / WEIGHTS) as tmp:
+    with atomic_path(out / layouts.STUDENT_WEIGHTS) as tmp:
         st.save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in state.items()}, str(tmp))
     tokenizer.save(out)
-    write_json(out / CONFIG, config)
+    write_json(out / layouts.STUDENT_CONFIG, config)
     record = {"bundle": str(path), "precision": manifest["precision"], "weights_from": source,
-              "manifest_sha256": hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest(),
+              "manifest_sha256": hashlib.sha256((path / layouts.MANIFEST).read_bytes()).hexdigest(),
               "golden": _golden_check(path, files, out)}
-    write_json(out / PROVENANCE, record)
+    write_json(out / layouts.UNPACKED, record)
     return record
 
 

@@ -112,6 +112,14 @@ def pair_env(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def artifacts(pair_env, tiny_teacher, tmp_path_factory) -> dict[str, Path]:
+    """One artifact of every kind in ondevice.layouts.KINDS, written by its real writer (built once per session)."""
+    from pairs_fixtures import make_artifacts
+
+    return make_artifacts(pair_env, tiny_teacher, tmp_path_factory.mktemp("artifacts"))
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared data folder ($ONDEVICE_DATA or ../shared/data); slow tests that need it skip without it."""
     from ondevice.corpus import default_data_dir

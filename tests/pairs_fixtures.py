@@ -158,3 +158,33 @@ class PairEnv:
         if student is None:
             self._plain = folder
         return folder
+
+
+def make_artifacts(env: PairEnv, tiny_teacher: Path, root: Path) -> dict[str, Path]:
+    """One artifact of every kind ondevice.layouts knows, each written by its real writer (tiny sizes)."""
+    import numpy as np
+
+    from ondevice.binarize import Binarizer
+    from ondevice.index import HammingIndex
+    from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+    from ondevice.pairs.dvbert import DvBERTConfig, train_dvbert
+    from ondevice.pretrained import parse_spec
+    from ondevice.scale.shards import build_shards
+
+    rng = np.random.default_rng(0)
+    Binarizer.fit(rng.normal(size=(200, 16)).astype(np.float32), "random", 64, seed=0).save(root / "binarizer")
+    codes = rng.integers(0, 256, (50, 8), dtype=np.uint8)
+    index = HammingIndex(64)
+    index.add(codes)
+    index.save(root / "codes.idx")
+    build_shards(codes, root / "shards", 2)
+    common = {"task": "stsb", "data": str(env.data), "student": str(env.student), "augment_random": 20}
+    train_dvbert(DvBERTConfig(**common, teachers=[str(env.teacher())], epochs=1, head_hidden=8, max_train_pairs=48),
+                 root / "dvbert", progress=False)
+    train_dipair(DiPairConfig(**common, teacher=str(env.teacher()), sra_teacher=str(tiny_teacher), n=4, m=4, d=8,
+                              ffn=16, stage1_epochs=1, stage2_epochs=0, batch_size=16, layers=1, max_train_pairs=48),
+                 root / "dipair", progress=False)
+    return {"student": env.student, "binarizer": root / "binarizer", "index": root / "codes.idx",
+            "sharded-index": root / "shards", "bundle": parse_spec("pretrained"), "bundles": env.bundle(),
+            "cross-encoder": env.teacher(), "dse-run": env.run(), "dvbert-run": root / "dvbert",
+            "dipair-run": root / "dipair", "hf-model": tiny_teacher}

@@ -73,3 +73,15 @@ def test_main_seeds_the_globals_of_a_command_without_its_own_randomness(tmp_path
         seed_globals(seed)
         assert drawn == np.random.random()
     assert "codes" in capsys.readouterr().out
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`ondevice ... | head` closes stdout early: no traceback, exit 141 like other tools killed by SIGPIPE."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "ondevice", "info", "pretrained", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before it writes anything: its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err

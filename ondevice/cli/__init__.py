@@ -6,7 +6,9 @@ A subcommand module defines HELP (one line), add_arguments(parser) and run(args)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -107,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"ondevice {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`ondevice ... | head`): stop quietly, as cat and grep do
+        # Python would report the pipe again when it flushes stdout at exit; point stdout at /dev/null first
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout without a descriptor (a test's)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

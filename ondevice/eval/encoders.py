@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.io import sha256_file
 
@@ -78,11 +79,10 @@ class StudentEncoder:
     FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
 
     def __init__(self, directory: str | Path):
-        from ondevice.student import CONFIG, WEIGHTS
 
         self.path = Path(directory)
-        if not (self.path / CONFIG).is_file() or not (self.path / WEIGHTS).is_file():
-            raise OndeviceError(f"{self.path} is not a student dir (needs {CONFIG} and {WEIGHTS}); run `ondevice distill` first")
+        if not (self.path / layouts.STUDENT_CONFIG).is_file() or not (self.path / layouts.STUDENT_WEIGHTS).is_file():
+            raise OndeviceError(f"{self.path} is not a student dir (needs {layouts.STUDENT_CONFIG} and {layouts.STUDENT_WEIGHTS}); run `ondevice distill` first")
         self._model = None
         self._files = files_identity(self.path, self.FILES)
         self.model_bytes = files_bytes(self.path, ("model.safetensors", "vocab.txt"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.devices import device_check, resolve_device
@@ -27,10 +28,6 @@ from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 from ondevice.teacher import quiet_loading
-
-MODEL = "model"
-CHECKPOINTS = "checkpoints"
-INFO = "teacher.json"
 
 
 @dataclass
@@ -104,26 +101,27 @@ class CrossEncoderTeacher:
     def load(cls, directory: str | Path, device: str = "cpu") -> CrossEncoderTeacher:
         """Open a teacher folder written by `fine_tune` (the network itself loads on first use, on `device`)."""
         directory = Path(directory)
-        if not (directory / INFO).is_file() or not (directory / MODEL).is_dir():
-            raise OndeviceError(f"{directory} is not a cross-encoder teacher (needs {INFO} and {MODEL}/); "
-                                "run `ondevice pairs teacher` first")
-        return cls(directory, read_json(directory / INFO, "teacher info"), resolve_device(device))
+        if not (directory / layouts.TEACHER_INFO).is_file() or not (directory / layouts.TEACHER_MODEL).is_dir():
+            raise OndeviceError(f"{directory} is not a cross-encoder teacher (needs {layouts.TEACHER_INFO} and "
+                                f"{layouts.TEACHER_MODEL}/); {layouts.what_it_is(directory, 'cross-encoder')}; run "
+                                "`ondevice pairs teacher` first")
+        return cls(directory, read_json(directory / layouts.TEACHER_INFO, "teacher info"), resolve_device(device))
 
     @property
     def model(self):
         """The sentence-transformers CrossEncoder (loaded once, when first needed)."""
         if self._model is None:
             torch = require("torch", "train")
-            weights = self.directory / MODEL / "model.safetensors"
+            weights = self.directory / layouts.TEACHER_MODEL / "model.safetensors"
             if not weights.is_file():
                 raise OndeviceError(f"{weights} is missing: this teacher folder holds no weights, so it can only serve "
                                     "pairs whose logits are already cached; copy the whole folder written by `ondevice pairs teacher`")
             try:
                 with quiet_loading():
-                    self._model = _st().CrossEncoder(str(self.directory / MODEL), local_files_only=True,
+                    self._model = _st().CrossEncoder(str(self.directory / layouts.TEACHER_MODEL), local_files_only=True,
                                                      device=self.device, activation_fn=torch.nn.Identity())
             except (OSError, ValueError) as exc:
-                raise OndeviceError(f"cannot load {self.directory / MODEL}: {str(exc).splitlines()[0]}") from None
+                raise OndeviceError(f"cannot load {self.directory / layouts.TEACHER_MODEL}: {str(exc).splitlines()[0]}") from None
         return self._model
 
     @property
@@ -178,13 +176,13 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     datasets = require("datasets", "pairs")
     st = _st()
     out = Path(out_dir)
-    ckpts = sorted((out / CHECKPOINTS).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    ckpts = sorted((out / layouts.TEACHER_CHECKPOINTS).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     if ckpts and not resume:
         raise OndeviceError(f"{out} holds checkpoints of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not ckpts:
-        raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINTS}/checkpoint-*); run without --resume")
-    if resume and (out / "config.json").is_file():
-        saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / "config.json", "teacher config"), "teacher config")
+        raise OndeviceError(f"nothing to resume in {out} (no {layouts.TEACHER_CHECKPOINTS}/checkpoint-*); run without --resume")
+    if resume and (out / layouts.TEACHER_CONFIG).is_file():
+        saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / layouts.TEACHER_CONFIG, "teacher config"), "teacher config")
         keys = [k for k in ("task", "base", "epochs", "batch_size", "lr", "seed", "split_seed", "max_train_pairs",
                             "max_length", "swap", "both_orders") if getattr(saved, k) != getattr(config, k)]
         if keys:
@@ -198,7 +196,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", config)
+    write_json(out / layouts.TEACHER_CONFIG, config)
 
     torch.manual_seed(config.seed)
     with quiet_loading():  # the base has no classifier yet: its load report says so, which is the point
@@ -211,7 +209,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     dataset = datasets.Dataset.from_dict({"sentence1": first, "sentence2": second,
                                           "label": labels.tolist()})
     args = st.cross_encoder.CrossEncoderTrainingArguments(
-        output_dir=str(out / CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
+        output_dir=str(out / layouts.TEACHER_CHECKPOINTS), num_train_epochs=config.epochs, per_device_train_batch_size=config.batch_size,
         learning_rate=config.lr, warmup_steps=config.warmup_ratio, weight_decay=config.weight_decay,
         seed=config.seed, data_seed=config.seed, save_strategy="epoch", save_total_limit=2, eval_strategy="no",
         logging_steps=config.logging_steps, report_to="none", use_cpu=device == "cpu", disable_tqdm=not progress,
@@ -224,18 +222,18 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
         trainer.train(resume_from_checkpoint=str(ckpts[-1]) if resume else None)
     except KeyboardInterrupt:
         raise OndeviceError("interrupted; the last epoch's checkpoint is kept, continue with --resume") from None
-    model.save_pretrained(str(out / MODEL))
-    weights = out / MODEL / "model.safetensors"
+    model.save_pretrained(str(out / layouts.TEACHER_MODEL))
+    weights = out / layouts.TEACHER_MODEL / "model.safetensors"
     info = {"config": config, "weights_sha256": sha256_file(weights), "train_pairs": len(train),
             "train_seconds": round(time.time() - started, 1), "losses": _log_losses(trainer)}
-    write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in info["losses"]))
-    write_json(out / INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
+    write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in info["losses"]))
+    write_json(out / layouts.TEACHER_INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
     teacher = CrossEncoderTeacher.load(out, device=device)
     dev_logits = teacher.logits(dev.a, dev.b)
     info = teacher.info
     info["dev"], threshold = dev_metrics(spec, dev_logits, dev.gold)
     info["threshold"] = threshold
-    write_json(out / INFO, info)
+    write_json(out / layouts.TEACHER_INFO, info)
     return teacher  # its info is the dict just written
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import check_float
 from ondevice.errors import OndeviceError
@@ -33,8 +34,6 @@ from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
 from ondevice.pairs.model import KINDS
 
 MODES = ("first", "firstlast")
-HEAD_WEIGHTS = "dipair_head.safetensors"
-HEAD_CONFIG = "dipair_head.json"
 MASK_NEG = -1e4  # additive attention mask: exp(-1e4) is 0 in float32, and no inf - inf NaN can appear
 LN_EPS = 1e-5
 
@@ -311,10 +310,10 @@ def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=No
         tensors.update({f"vproj.{k}": v for k, v in vproj.state_dict().items()})
     tensors.update(head.state_dict())
     check_finite(tensors, "the DiPair head")
-    with atomic_path(Path(directory) / HEAD_WEIGHTS) as tmp:
+    with atomic_path(Path(directory) / layouts.DIPAIR_HEAD_WEIGHTS) as tmp:
         st.save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
                      metadata={"format": "ondevice-dipair-head"})
-    write_json(Path(directory) / HEAD_CONFIG, cfg)
+    write_json(Path(directory) / layouts.DIPAIR_HEAD_CONFIG, cfg)
 
 
 def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str, np.ndarray]]:
@@ -323,20 +322,20 @@ def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str
     from safetensors.numpy import load_file
 
     directory = Path(directory)
-    if not (directory / HEAD_CONFIG).is_file() or not (directory / HEAD_WEIGHTS).is_file():
-        raise OndeviceError(f"{directory} has no DiPair head ({HEAD_CONFIG}, {HEAD_WEIGHTS}); run `ondevice pairs dipair` first")
-    cfg = dataclass_from_dict(DiPairHeadConfig, read_json(directory / HEAD_CONFIG, "DiPair head config"), "DiPair head config")
+    if not (directory / layouts.DIPAIR_HEAD_CONFIG).is_file() or not (directory / layouts.DIPAIR_HEAD_WEIGHTS).is_file():
+        raise OndeviceError(f"{directory} has no DiPair head ({layouts.DIPAIR_HEAD_CONFIG}, {layouts.DIPAIR_HEAD_WEIGHTS}); run `ondevice pairs dipair` first")
+    cfg = dataclass_from_dict(DiPairHeadConfig, read_json(directory / layouts.DIPAIR_HEAD_CONFIG, "DiPair head config"), "DiPair head config")
     cfg.validate()
     try:
-        weights = load_file(str(directory / HEAD_WEIGHTS))
+        weights = load_file(str(directory / layouts.DIPAIR_HEAD_WEIGHTS))
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for corrupt files
-        raise OndeviceError(f"cannot read {directory / HEAD_WEIGHTS}: {str(exc)[:200]}; re-create it") from None
+        raise OndeviceError(f"cannot read {directory / layouts.DIPAIR_HEAD_WEIGHTS}: {str(exc)[:200]}; re-create it") from None
     expected = {"proj.weight": (cfg.d, cfg.in_dim), "position": (cfg.slots, cfg.d), "out.weight": (cfg.outputs, cfg.d)}
     if cfg.pooled:
         expected.update({"vproj.weight": (cfg.d, cfg.vec_dim), "compare.weight": (cfg.d, 4 * cfg.d)})
     for k, shape in expected.items():
         if k not in weights or tuple(weights[k].shape) != shape:
-            raise OndeviceError(f"{directory / HEAD_WEIGHTS} does not match {HEAD_CONFIG} ({k}); the folder is inconsistent")
+            raise OndeviceError(f"{directory / layouts.DIPAIR_HEAD_WEIGHTS} does not match {layouts.DIPAIR_HEAD_CONFIG} ({k}); the folder is inconsistent")
     return cfg, weights
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json
 from ondevice.pairs.dipair import (
-    HEAD_WEIGHTS,
     LN_EPS,
     MASK_NEG,
     DiPairHeadConfig,
@@ -32,7 +32,6 @@ from ondevice.pairs.dipair import (
 )
 from ondevice.pairs.export import add_blend, blend_dev_pairs, quantize_matmuls, save_npy, seal_bundle
 
-HEAD_ONNX = "dipair_head.onnx"
 GOLDEN_SENTENCES = 200
 GOLDEN_PAIRS = 300
 OPSET = 17
@@ -246,25 +245,23 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
     import onnx
     from safetensors.numpy import save_file
 
-    from ondevice.runtime import MANIFEST, ONNX_FILE
-
     path = Path(bundle_dir)
-    manifest = read_json(path / MANIFEST, "bundle manifest")
+    manifest = read_json(path / layouts.MANIFEST, "bundle manifest")
     precision = manifest["precision"]
-    encoder = onnx.load(str(path / ONNX_FILE))
+    encoder = onnx.load(str(path / layouts.ENCODER_ONNX))
     hidden = [n for n in encoder.graph.node if n.op_type in LSTM_OPS]
     if not hidden or 2 * _hidden_size(encoder.graph, hidden[0]) != cfg.in_dim:
         raise OndeviceError(f"the DiPair head takes {cfg.in_dim}-wide token outputs, which this bundle's encoder does not "
                             "make; export the encoder of the same DiPair run")
     vproj = (weights["vproj.weight"], weights["vproj.bias"]) if cfg.pooled else None
     extended = add_token_outputs(encoder, cfg, weights["proj.weight"], weights["proj.bias"], int8_states, vproj)
-    with atomic_path(path / ONNX_FILE) as tmp:
+    with atomic_path(path / layouts.ENCODER_ONNX) as tmp:
         tmp.write_bytes(extended.SerializeToString())
     fp32_head = build_head_graph(cfg, weights)
     head = build_int8_head_graph(cfg, weights) if precision == "int8" else fp32_head
-    with atomic_path(path / HEAD_ONNX) as tmp:
+    with atomic_path(path / layouts.DIPAIR_HEAD_ONNX) as tmp:
         tmp.write_bytes(head.SerializeToString())
-    with atomic_path(path / HEAD_WEIGHTS) as tmp:
+    with atomic_path(path / layouts.DIPAIR_HEAD_WEIGHTS) as tmp:
         save_file({k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()}, str(tmp),
                   metadata={"format": "ondevice-dipair-head", "precision": "fp32"})
 
@@ -282,7 +279,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
         raise OndeviceError(f"DiPair head graph differs from the reference by {checks['max_abs_diff_vs_reference']:.2e}")
 
     golden = None
-    ids_path = path / "golden" / "token_ids.txt"
+    ids_path = path / layouts.GOLDEN / "token_ids.txt"
     if ids_path.is_file():
         rows = [[int(t) for t in line.split()] for line in ids_path.read_text().splitlines()[:GOLDEN_SENTENCES]]
         # golden states come from the fp32 encoder graph, as the encoder's own golden files do (an int8 folder
@@ -297,7 +294,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
             logits = run_head(fp32_head.SerializeToString(), states[0][ia], states[1][ib]).astype("<f4")
             for name, arr in (("dipair_states_a", states[0].astype("<f4")), ("dipair_states_b", states[1].astype("<f4")),
                               ("dipair_pair_a", ia), ("dipair_pair_b", ib), ("dipair_logits", logits)):
-                save_npy(path / "golden" / f"{name}.npy", arr)
+                save_npy(path / layouts.GOLDEN / f"{name}.npy", arr)
             golden = {"sentences": len(rows), "pairs": GOLDEN_PAIRS,
                       "states": "golden/dipair_states_{a,b}.npy: fp32 encoder graph on the first golden sentences' token ids",
                       "logits": "golden/dipair_logits.npy: fp32 head graph on states_a[dipair_pair_a], states_b[dipair_pair_b]"}
@@ -307,7 +304,7 @@ def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str,
         outputs.update({"token_states_a_int8": f"int8 [batch, {cfg.n}, {cfg.d}]", "token_states_b_int8": f"int8 [batch, {cfg.m}, {cfg.d}]"})
     block = {
         "method": "dipair", "task": cfg.task, "task_type": cfg.kind, "labels": list(cfg.labels),
-        "file": HEAD_ONNX, "weights": HEAD_WEIGHTS, "precision": precision,
+        "file": layouts.DIPAIR_HEAD_ONNX, "weights": layouts.DIPAIR_HEAD_WEIGHTS, "precision": precision,
         "head": {"n": cfg.n, "m": cfg.m, "d": cfg.d, "layers": cfg.layers, "heads": cfg.heads, "ffn": cfg.ffn,
                  "outputs": cfg.outputs, "in_dim": cfg.in_dim, "select": cfg.mode, "activation": "relu",
                  "vec_dim": cfg.vec_dim, "pooled_slot": cfg.pooled,
@@ -339,11 +336,11 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
     from ondevice.binarize import Binarizer
     from ondevice.export.bundle import ExportConfig, export
     from ondevice.pairs.dipair import load_head_weights
-    from ondevice.pairs.dipair_train import CONFIG, STUDENT, DiPairStudent
+    from ondevice.pairs.dipair_train import DiPairStudent
 
     run = Path(run_dir)
     ds = DiPairStudent.load(run)
-    run_cfg = read_json(run / CONFIG, "DiPair config")
+    run_cfg = read_json(run / layouts.DIPAIR_CONFIG, "DiPair config")
     # before any file is written: a blend without its dev pairs would stop a half-made bundle
     dev = blend_dev_pairs(run_cfg["task"], data if data is not None else run_cfg["data"], run_cfg.get("split_seed", 0)) \
         if blend else None
@@ -354,20 +351,20 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
         sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(ds.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(ds.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
-                                                             with_weights=with_weights, seed=seed), student_dir=run / STUDENT)
+                                                             with_weights=with_weights, seed=seed), student_dir=run / layouts.RUN_STUDENT)
     cfg, weights = load_head_weights(run)
     info: dict[str, Any] = {"run": {"config": {k: run_cfg.get(k) for k in ("task", "n", "m", "d", "select", "stage1_epochs",
                                                                           "stage2_epochs", "sra_weight", "seed")},
-                                    "dev": read_json(run / "dev.json", "dev metrics") if (run / "dev.json").is_file() else None,
-                                    "sra_cosine": read_json(run / "sra_cosine.json", "SRA cosine")
-                                    if (run / "sra_cosine.json").is_file() else None}}
+                                    "dev": read_json(run / layouts.RUN_DEV, "dev metrics") if (run / layouts.RUN_DEV).is_file() else None,
+                                    "sra_cosine": read_json(run / layouts.SRA_COSINE, "SRA cosine")
+                                    if (run / layouts.SRA_COSINE).is_file() else None}}
     # fp32 folder first: its golden states are reused by the int8 folder (golden files always come from fp32 graphs)
-    order = sorted(folders, key=lambda f: read_json(Path(f) / "manifest.json", "bundle manifest")["precision"] != "fp32")
+    order = sorted(folders, key=lambda f: read_json(Path(f) / layouts.MANIFEST, "bundle manifest")["precision"] != "fp32")
     fp32_states = None
     for folder in order:
         block = add_dipair(folder, cfg, weights, {**info, "_fp32_states": fp32_states}, int8_states=int8_states, seed=seed)
         if block.get("golden") and fp32_states is None:
-            g = Path(folder) / "golden"
+            g = Path(folder) / layouts.GOLDEN
             fp32_states = [np.load(g / "dipair_states_a.npy"), np.load(g / "dipair_states_b.npy")]
         if dev is not None:
             add_blend(folder, dev)

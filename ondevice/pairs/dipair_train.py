@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
 from ondevice.devices import device_check, on_device, resolve_device
@@ -39,12 +40,9 @@ from ondevice.pairs.dipair import (
     save_head,
     side_states,
 )
-from ondevice.pairs.runloop import CHECKPOINT, check_resume
+from ondevice.pairs.runloop import check_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
-
-STUDENT = "student"
-CONFIG = "dipair_config.json"
 
 
 @dataclass
@@ -141,7 +139,7 @@ class DiPairStudent:
         """Load a run folder written by `train_dipair`."""
         torch = require("torch", "train")
         directory = Path(directory)
-        student = Student.load(directory / STUDENT)
+        student = Student.load(directory / layouts.RUN_STUDENT)
         cfg, w = load_head_weights(directory)
         proj, head, vproj = build_projection(cfg), build_head(cfg), build_vector_projection(cfg)
         proj.load_state_dict({"weight": torch.from_numpy(w["proj.weight"]), "bias": torch.from_numpy(w["proj.bias"])})
@@ -201,7 +199,7 @@ def _encode_all(encoder, proj, ids: list[np.ndarray], cfg: DiPairHeadConfig, bat
 
 def write_sra_cosine(out: Path, before: float | None, after: float | None) -> None:
     """sra_cosine.json: the encoder's mean dev cosine to the SRA teacher before training and for the published model."""
-    write_json(out / "sra_cosine.json", {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
+    write_json(out / layouts.SRA_COSINE, {"what": "mean cosine of student vs SRA teacher vectors on the dev split's "
                                                  "distinct sentences", "before": before, "after": after,
                                          "drop": None if before is None or after is None else round(before - after, 5)})
 
@@ -243,9 +241,9 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     torch = require("torch", "train")
     device = resolve_device(config.device)
     out = check_out_dir(out_dir)
-    ckpt = out / CHECKPOINT
+    ckpt = out / layouts.CHECKPOINT
     extra = extra_texts(config)  # before the resume check: it fills in the --augment-text checksum
-    check_resume(out, config, CONFIG, "DiPair config", _RESUME_KEYS, resume, extendable=("stage2_epochs",))
+    check_resume(out, config, layouts.DIPAIR_CONFIG, "DiPair config", _RESUME_KEYS, resume, extendable=("stage2_epochs",))
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)
@@ -300,27 +298,27 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     opt = optimizer(stage_of(0))
     if resume:
         st = require("safetensors.torch", "train")
-        state = read_json(ckpt / "state.json", "checkpoint state")
+        state = read_json(ckpt / layouts.CKPT_STATE, "checkpoint state")
         with checkpoint_errors(ckpt):
-            holder.model.load_state_dict(st.load_file(str(ckpt / "model.safetensors")))
+            holder.model.load_state_dict(st.load_file(str(ckpt / layouts.CKPT_WEIGHTS)))
             opt = optimizer(stage_of(int(state["epoch"])))
             if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
-                load_optimizer(opt, st.load_file(str(ckpt / "optimizer.safetensors")), state["param_groups"])
+                load_optimizer(opt, st.load_file(str(ckpt / layouts.CKPT_OPTIMIZER)), state["param_groups"])
         state.pop("param_groups", None)
     else:
         out.mkdir(parents=True, exist_ok=True)
         before = _cosine(student.encode(dev_texts), dev_t_vec) if sra else None
-        write_json(out / CONFIG, config)
-        write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug), "dev_pairs": len(dev),
+        write_json(out / layouts.DIPAIR_CONFIG, config)
+        write_json(out / layouts.RUN_DATA, {"train_pairs": len(train), "augment_pairs": len(aug), "dev_pairs": len(dev),
                                         "teacher": teacher.identity, "sentences": len(texts),
                                         "sra_dev_cosine_before": before})
 
     def publish(metrics: dict, threshold: float | None, cosine: float | None) -> None:
         head_cfg.threshold = threshold
         save_head(out, proj, head, head_cfg, vproj)
-        student.save(out / STUDENT)
-        write_json(out / "dev.json", metrics)
-        write_sra_cosine(out, read_json(out / "data.json", "data summary").get("sra_dev_cosine_before"), cosine)
+        student.save(out / layouts.RUN_STUDENT)
+        write_json(out / layouts.RUN_DEV, metrics)
+        write_sra_cosine(out, read_json(out / layouts.RUN_DATA, "data summary").get("sra_dev_cosine_before"), cosine)
 
     target_t = on_device(targets, device)
     epoch, step = state["epoch"], state["step"]
@@ -378,7 +376,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                 publish({**metrics, "epoch": epoch + 1, "stage": stage}, threshold, cosine)
             epoch, step = epoch + 1, 0
             _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
     except KeyboardInterrupt:
         _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
         raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None

@@ -38,6 +38,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
@@ -46,11 +47,9 @@ from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
-from ondevice.pairs.model import HEAD_CONFIG, HEAD_WEIGHTS, PairHeadConfig, build_head
+from ondevice.pairs.model import PairHeadConfig, build_head
 from ondevice.pairs.runloop import check_resume
 
-CONFIG = "dvbert_config.json"
-STUDENT = "student"  # same layout as a DSE run (ondevice.pairs.train.STUDENT)
 HEADS = ("auto", "linear", "mlp")
 
 
@@ -262,38 +261,33 @@ def save_head_arrays(directory: Path, weights: dict[str, np.ndarray], cfg: PairH
     """pair_head.safetensors + pair_head.json, as `ondevice.pairs.model.save_head` writes them."""
     from safetensors.numpy import save_file
 
-    with atomic_path(directory / HEAD_WEIGHTS) as tmp:
+    with atomic_path(directory / layouts.PAIR_HEAD_WEIGHTS) as tmp:
         save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head"})
-    write_json(directory / HEAD_CONFIG, cfg)
+    write_json(directory / layouts.PAIR_HEAD_CONFIG, cfg)
 
 
 def load_views(config: DvBERTConfig) -> list[tuple[str, str, object]]:
     """(dir, order, CrossEncoderTeacher) per teacher view, all checked to be teachers of `config.task`."""
-    from ondevice.pairs.crossencoder import INFO, MODEL, CrossEncoderTeacher
+    from ondevice.pairs.crossencoder import CrossEncoderTeacher
 
     spec = task_spec(config.task)
     parsed = [parse_view(t) for t in config.teachers]
-    for path, _ in parsed:  # every folder checked before any model is loaded
-        p = Path(path)
-        if not p.is_dir():
+    loaded: dict[str, object] = {}
+    for path, _ in parsed:  # every folder checked before any network is loaded (load reads the folder only)
+        if not Path(path).is_dir():
             raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher`")
-        if not (p / INFO).is_file() or not (p / MODEL).is_dir():
-            raise OndeviceError(f"{path} is not a cross-encoder teacher (needs {INFO} and {MODEL}/); "
-                                "run `ondevice pairs teacher` first")
-        task = (read_json(p / INFO, "teacher info").get("config") or {}).get("task")
+        if path not in loaded:
+            loaded[path] = CrossEncoderTeacher.load(path, device=config.device)
+        task = (loaded[path].info.get("config") or {}).get("task")
         if task != spec.name:
             raise OndeviceError(f"teacher {path} was trained for {task}, not {spec.name}; "
                                 f"all --teachers must be {spec.name} teachers")
-    loaded: dict[str, object] = {}
-    for path, _ in parsed:
-        if path not in loaded:
-            loaded[path] = CrossEncoderTeacher.load(path, device=config.device)
     return [(path, order, loaded[path]) for path, order in parsed]
 
 
 def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
     """A run saved before DvBERT had a transfer set trained without one: resuming it with augmentation would mix."""
-    saved = out / CONFIG
+    saved = out / layouts.DVBERT_CONFIG
     if not resume or not saved.is_file():
         return
     raw = read_json(saved, "DvBERT config")
@@ -326,7 +320,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     out = Path(out_dir)
     extra = extra_texts(config)  # before the resume check: it fills in a checksum
     _check_legacy_resume(out, config, resume)
-    check_resume(out, config, CONFIG, "DvBERT config", _RESUME_KEYS, resume)
+    check_resume(out, config, layouts.DVBERT_CONFIG, "DvBERT config", _RESUME_KEYS, resume)
     views = load_views(config)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -370,10 +364,10 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         state.pop("param_groups", None)
     else:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / CONFIG, config)
+        write_json(out / layouts.DVBERT_CONFIG, config)
         train_metric = [evaluate_scores(spec, x, train.gold, t.info.get("threshold"))
                         for x, (_, _, t) in zip(train_logits, views)]
-        write_json(out / "data.json", {
+        write_json(out / layouts.RUN_DATA, {
             "train_pairs": len(train), "augment_pairs": n_aug, "dev_pairs": len(dev), "head": head_type,
             "teacher": views[0][2].identity,
             "teachers": [{"dir": p, "order": o, "identity": t.identity, "dev": t.info.get("dev"), "train": m}
@@ -382,8 +376,8 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     def publish(metrics: dict, threshold: float | None) -> None:
         head_cfg.threshold = threshold
         save_head_arrays(out, head_arrays(model.head, head_type, head_cfg), head_cfg)
-        student.save(out / STUDENT)
-        write_json(out / "dev.json", metrics)
+        student.save(out / layouts.RUN_STUDENT)
+        write_json(out / layouts.RUN_DEV, metrics)
 
     probs_t, gold_t, labeled_t = on_device(probs, device), on_device(gold, device), on_device(labeled, device)
 
@@ -424,7 +418,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
                 publish({**metrics, "epoch": epoch + 1}, threshold)
             epoch, step = epoch + 1, 0
             _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
     except KeyboardInterrupt:
         _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
         raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
@@ -433,5 +427,5 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
 
 def finished(out_dir: str | Path, epochs: int) -> bool:
     """Whether a DvBERT (or DSE) run folder holds all `epochs` epochs."""
-    log = Path(out_dir) / "train_log.jsonl"
+    log = Path(out_dir) / layouts.TRAIN_LOG
     return log.is_file() and len(log.read_text().splitlines()) >= epochs

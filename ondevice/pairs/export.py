@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import (
@@ -32,9 +33,8 @@ from ondevice.io import (
     write_json,
     write_text,
 )
-from ondevice.pairs.model import HEAD_WEIGHTS, PairHeadConfig, head_forward_numpy
+from ondevice.pairs.model import PairHeadConfig, head_forward_numpy
 
-HEAD_ONNX = "pair_head.onnx"
 GOLDEN_PAIRS = 500
 GOLDEN_PAIR_FILES = ("pair_a", "pair_b", "pair_logits", "pair_blend_keys")  # golden/<name>.npy of a DSE head
 OPSET = 17
@@ -115,15 +115,15 @@ def seal_bundle(path: Path, manifest: dict, card: Callable[[dict], str] | None =
     `card(manifest)`, given, writes a new README.md from the manifest with its new file table (the README is listed
     last). The last step loads the folder as an app would: a head added to a bundle must leave it passing that check.
     """
-    from ondevice.runtime import MANIFEST, Bundle
+    from ondevice.runtime import Bundle
 
-    skip = {MANIFEST} | ({"README.md"} if card is not None else set())
+    skip = {layouts.MANIFEST} | ({layouts.MODEL_CARD} if card is not None else set())
     manifest["files"] = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
                          for p in sorted(path.rglob("*")) if p.is_file() and p.name not in skip}
     if card is not None:
-        write_text(path / "README.md", card(manifest))
-        manifest["files"]["README.md"] = {"sha256": sha256_file(path / "README.md"), "bytes": (path / "README.md").stat().st_size}
-    write_json(path / MANIFEST, manifest)
+        write_text(path / layouts.MODEL_CARD, card(manifest))
+        manifest["files"][layouts.MODEL_CARD] = {"sha256": sha256_file(path / layouts.MODEL_CARD), "bytes": (path / layouts.MODEL_CARD).stat().st_size}
+    write_json(path / layouts.MANIFEST, manifest)
     Bundle.load(path)
 
 
@@ -133,19 +133,18 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
     from safetensors.numpy import save_file
 
     from ondevice.export.modelcard import model_card
-    from ondevice.runtime import MANIFEST
 
     path = Path(bundle_dir)
-    manifest = read_json(path / MANIFEST, "bundle manifest")
+    manifest = read_json(path / layouts.MANIFEST, "bundle manifest")
     if manifest.get("dim") != cfg.dim:
         raise OndeviceError(f"the pair head takes {cfg.dim}-d vectors but the bundle makes {manifest.get('dim')}-d; "
                             "export the encoder of the same pair student")
     precision = manifest["precision"]
     fp32 = build_head_graph(cfg, weights)
     graph = build_int8_head_graph(cfg, weights) if precision == "int8" else fp32
-    with atomic_path(path / HEAD_ONNX) as tmp:
+    with atomic_path(path / layouts.PAIR_HEAD_ONNX) as tmp:
         tmp.write_bytes(graph.SerializeToString())
-    with atomic_path(path / HEAD_WEIGHTS) as tmp:
+    with atomic_path(path / layouts.PAIR_HEAD_WEIGHTS) as tmp:
         save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head", "precision": "fp32"})
         canonical_safetensors(tmp)  # the same head gives the same bytes (bundles are compared by checksum)
 
@@ -168,7 +167,7 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         checks["decision_agreement"] = float((got.argmax(1) == ref.argmax(1)).mean())
 
     golden = None
-    emb_path = path / "golden" / "embeddings.npy"
+    emb_path = path / layouts.GOLDEN / "embeddings.npy"
     if emb_path.is_file():  # golden pairs over the golden sentences' fp32 embeddings
         try:
             emb = np.load(emb_path, allow_pickle=False)
@@ -185,13 +184,13 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         ib[: min(50, n)] = ia[: min(50, n)]  # identical sentences: the top of every regression scale
         logits = _run(fp32.SerializeToString(), emb[ia], emb[ib]).astype("<f4")
         for name, arr in (("pair_a", ia), ("pair_b", ib), ("pair_logits", logits)):
-            save_npy(path / "golden" / f"{name}.npy", arr)
+            save_npy(path / layouts.GOLDEN / f"{name}.npy", arr)
         golden = {"pairs": int(n), "vectors": "golden/embeddings.npy rows pair_a[i], pair_b[i]",
                   "computed_by": "fp32 pair_head graph in onnxruntime", "outputs": "golden/pair_logits.npy"}
 
     block = {
         "method": info.get("method", "dse"), "task": cfg.task, "task_type": cfg.kind, "labels": list(cfg.labels),
-        "file": HEAD_ONNX, "weights": HEAD_WEIGHTS, "precision": precision,
+        "file": layouts.PAIR_HEAD_ONNX, "weights": layouts.PAIR_HEAD_WEIGHTS, "precision": precision,
         "inputs": {"u": f"float32 [batch, {cfg.dim}]", "v": f"float32 [batch, {cfg.dim}]"},
         "outputs": {"logits": f"float32 [batch, {cfg.outputs}]"},
         "head": {"dim": cfg.dim, "hidden": cfg.hidden, "outputs": cfg.outputs, "features": cfg.features,
@@ -250,17 +249,17 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     from ondevice.pairs.blend import fit_blend, minus_hamming
     from ondevice.pairs.data import task_spec
     from ondevice.pairs.metrics import cosines
-    from ondevice.runtime import MANIFEST, Bundle
+    from ondevice.runtime import Bundle
 
     spec = task_spec(dev.task)
     path = Path(bundle_dir)
     bundle = Bundle.load(path)
-    manifest = read_json(path / MANIFEST, "bundle manifest")
+    manifest = read_json(path / layouts.MANIFEST, "bundle manifest")
     key = "dipair" if "dipair" in manifest else "pairs"
     scorer = bundle.pair_scorer()
     logits, sim = scorer.logits_and_similarity(dev.a, dev.b, similarity=True)
     blend, dev_metrics = fit_blend(spec, logits[:, 0], sim, dev.gold, scorer.similarity)
-    g = path / "golden"
+    g = path / layouts.GOLDEN
     if key == "dipair":
         extra = {"bits": bundle.bits}
         golden_files = ("dipair_logits.npy", "codes.npy", "dipair_pair_a.npy", "dipair_pair_b.npy")
@@ -304,7 +303,7 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
     from ondevice.binarize import Binarizer
     from ondevice.export.bundle import ExportConfig, export
     from ondevice.pairs.model import load_head_weights
-    from ondevice.pairs.train import STUDENT, PairStudent
+    from ondevice.pairs.train import PairStudent
 
     run = Path(run_dir)
     pair = PairStudent.load(run)
@@ -321,10 +320,10 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
         binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(pair.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
                                                                  with_weights=with_weights, seed=seed),
-                     student_dir=run / STUDENT)
+                     student_dir=run / layouts.RUN_STUDENT)
     head_cfg, weights = load_head_weights(run)
     info = {"method": _method(run), "run": _run_summary(run), **(extra_info or {})}
-    if info["method"] == "dvbert" and read_json(run / "data.json", "data summary").get("head") == "linear":
+    if info["method"] == "dvbert" and read_json(run / layouts.RUN_DATA, "data summary").get("head") == "linear":
         info["dvbert_head"] = ("logits = W [u, v, |u-v|] + b, stored exactly in the formula above: W1 = [W; -W] "
                                "(zero u*v block), b1 = [b; -b], W2 = [I, -I], b2 = 0, since x = relu(x) - relu(-x)")
     for folder in folders:
@@ -349,7 +348,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     from ondevice.pairs.metrics import cosines
     from ondevice.pairs.model import load_head_weights
     from ondevice.pairs.train import PairStudent
-    from ondevice.runtime import MANIFEST, Bundle, verify_files
+    from ondevice.runtime import Bundle, verify_files
 
     run, out = Path(run_dir), Path(out)
     run_cfg = read_json(_config_path(run), "pair run config")
@@ -381,7 +380,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
                             f"{len(texts)} dev sentences (needs >= {ENCODER_MATCH[0]} / {ENCODER_MATCH[1]}); train the "
                             f"head on `ondevice unpack --bundle {bundle}` with --freeze-encoder")
 
-    manifest_bytes = (source.path / MANIFEST).read_bytes()
+    manifest_bytes = (source.path / layouts.MANIFEST).read_bytes()
     files = verify_files(source.path, source.manifest, keep=tuple(n for n in source.manifest["files"] if n not in drop))
     manifest = json.loads(manifest_bytes)
     if manifest != source.manifest:  # the copy must be the bundle that was loaded and checked
@@ -396,7 +395,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
             target = tmp.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
-        write_json(tmp / MANIFEST, manifest)
+        write_json(tmp / layouts.MANIFEST, manifest)
         head_cfg, weights = load_head_weights(run)
         encoder = {"frozen": True, "bundle_manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
                    **({"replaced_head": {"task": old.get("task"), "method": old.get("method")}} if old else {}),
@@ -414,11 +413,11 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
 
 def _config_path(run: Path) -> Path:
     """The run's settings file: dse_config.json, or dvbert_config.json for a DvBERT run."""
-    return run / "dvbert_config.json" if (run / "dvbert_config.json").is_file() else run / "dse_config.json"
+    return run / layouts.DVBERT_CONFIG if (run / layouts.DVBERT_CONFIG).is_file() else run / layouts.DSE_CONFIG
 
 
 def _method(run: Path) -> str:
-    return "dvbert" if (run / "dvbert_config.json").is_file() else "dse"
+    return "dvbert" if (run / layouts.DVBERT_CONFIG).is_file() else "dse"
 
 
 def _run_summary(run: Path) -> dict:
@@ -429,10 +428,10 @@ def _run_summary(run: Path) -> dict:
                                              "augment_random", "augment_neighbors", "augment_edits", "freeze_encoder",
                                              "teachers", "anneal", "head")
                          if k in cfg}
-    if (run / "dev.json").is_file():
-        out["student_dev"] = read_json(run / "dev.json", "dev metrics")
-    if (run / "data.json").is_file():
-        data = read_json(run / "data.json", "data summary")
+    if (run / layouts.RUN_DEV).is_file():
+        out["student_dev"] = read_json(run / layouts.RUN_DEV, "dev metrics")
+    if (run / layouts.RUN_DATA).is_file():
+        data = read_json(run / layouts.RUN_DATA, "data summary")
         out["teacher"] = data.get("teacher")
         out["train_pairs"], out["augment_pairs"] = data.get("train_pairs"), data.get("augment_pairs")
         if "teachers" in data:  # DvBERT: every teacher view

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import check_float, check_int, first_failure
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
 
-HEAD_WEIGHTS = "pair_head.safetensors"
-HEAD_CONFIG = "pair_head.json"
 TENSORS = ("hidden.weight", "hidden.bias", "out.weight", "out.bias")
 KINDS = ("regression", "binary", "classes")
 FEATURES = "u,v,u*v,|u-v|"
@@ -40,7 +39,7 @@ class PairHeadConfig:
     features: str = FEATURES
     format_version: int = 1
 
-    def validate(self, where: str = HEAD_CONFIG) -> PairHeadConfig:
+    def validate(self, where: str = layouts.PAIR_HEAD_CONFIG) -> PairHeadConfig:
         """Refuse a config no head could have (it is read from a run folder, which may come from anywhere)."""
         try:
             check_int(self.dim, "dim", 1, 65_536)
@@ -143,9 +142,9 @@ def save_head(directory: str | Path, head, cfg: PairHeadConfig) -> None:
 
     state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in head.state_dict().items()}
     directory = Path(directory)
-    with atomic_path(directory / HEAD_WEIGHTS) as tmp:
+    with atomic_path(directory / layouts.PAIR_HEAD_WEIGHTS) as tmp:
         save_file(state, str(tmp), metadata={"format": "ondevice-pair-head"})
-    write_json(directory / HEAD_CONFIG, cfg)
+    write_json(directory / layouts.PAIR_HEAD_CONFIG, cfg)
 
 
 def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, np.ndarray]]:
@@ -153,9 +152,9 @@ def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, 
     from safetensors.numpy import load_file
 
     directory = Path(directory)
-    cfg = dataclass_from_dict(PairHeadConfig, read_json(directory / HEAD_CONFIG, "pair head config"), "pair head config")
-    cfg.validate(str(directory / HEAD_CONFIG))
-    path = directory / HEAD_WEIGHTS
+    cfg = dataclass_from_dict(PairHeadConfig, read_json(directory / layouts.PAIR_HEAD_CONFIG, "pair head config"), "pair head config")
+    cfg.validate(str(directory / layouts.PAIR_HEAD_CONFIG))
+    path = directory / layouts.PAIR_HEAD_WEIGHTS
     if not path.is_file():
         raise OndeviceError(f"{path} not found; train a pair student with `ondevice pairs train` first")
     try:
@@ -166,7 +165,7 @@ def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, 
               "out.weight": (cfg.outputs, cfg.hidden), "out.bias": (cfg.outputs,)}
     for name, shape in shapes.items():
         if name not in weights or weights[name].shape != shape:
-            raise OndeviceError(f"{path}: tensor {name} missing or not of shape {shape}; the head does not match {HEAD_CONFIG}")
+            raise OndeviceError(f"{path}: tensor {name} missing or not of shape {shape}; the head does not match {layouts.PAIR_HEAD_CONFIG}")
         if not np.isfinite(weights[name]).all():
             raise OndeviceError(f"{path}: tensor {name} holds NaN or inf (the run diverged); retrain with a lower --lr")
     return cfg, {k: np.ascontiguousarray(weights[k], np.float32) for k in TENSORS}

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
-
-CHECKPOINT = "checkpoint"
 
 
 @dataclass
@@ -31,10 +30,10 @@ def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequ
     then continues past its old end, exactly as a run configured with the larger count from the start, and its
     saved config is rewritten to say so.
     """
-    if (out / CHECKPOINT).exists() and not resume:
+    if (out / layouts.CHECKPOINT).exists() and not resume:
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
-    if resume and not (out / CHECKPOINT).exists():
-        raise OndeviceError(f"nothing to resume in {out} (no {CHECKPOINT}/); run without --resume")
+    if resume and not (out / layouts.CHECKPOINT).exists():
+        raise OndeviceError(f"nothing to resume in {out} (no {layouts.CHECKPOINT}/); run without --resume")
     if resume:
         saved = dataclass_from_dict(type(config), read_json(out / config_file, what), what)
         diff = [k for k in keys if getattr(saved, k) != getattr(config, k)
@@ -84,7 +83,7 @@ def run_epochs(out: Path, holder, opt, state: dict, epochs: int, train_epoch: Ca
             state["log"].append(train_epoch(pos))
             pos.epoch, pos.step = pos.epoch + 1, 0
             save()
-            write_text(out / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in state["log"]))
+            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
     except KeyboardInterrupt:
         save()
         raise OndeviceError(f"interrupted at epoch {pos.epoch + 1}, batch {pos.step}; checkpoint saved, continue with --resume") from None

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.io import atomic_path, read_json, write_json
@@ -118,12 +119,12 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
             state["best"] = {"epoch": epoch + 1, "dev_accuracy": acc}
             _save_head(out, model, student, {"task": config.task, "dim": student.config.output_dim,
                                               "hidden": config.hidden, "classes": classes})
-            write_json(out / "dev.json", {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
+            write_json(out / layouts.RUN_DEV, {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
         return {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
                 "dev_accuracy": round(100 * acc, 2), "time": time.time()}
 
     run_epochs(out, holder, opt, state, config.epochs, train_epoch)
-    return read_json(out / "dev.json", "dev metrics")
+    return read_json(out / layouts.RUN_DEV, "dev metrics")
 
 
 def _save_head(out: Path, model, student: Student, cfg: dict) -> None:
@@ -133,7 +134,7 @@ def _save_head(out: Path, model, student: Student, cfg: dict) -> None:
     with atomic_path(out / "sentence_head.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "ondevice-sentence-head"})
     write_json(out / "sentence_head.json", cfg)
-    student.save(out / "student")
+    student.save(out / layouts.RUN_STUDENT)
 
 
 def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str = "test") -> dict:
@@ -145,7 +146,7 @@ def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str
     from ondevice.distill import checkpoint_errors
 
     cfg = read_json(run / "sentence_head.json", "sentence head config")
-    student = Student.load(run / "student")
+    student = Student.load(run / layouts.RUN_STUDENT)
     with checkpoint_errors(run, "train the sentence head again"):  # one line, not a traceback
         model = _model(student.model, int(cfg["dim"]), int(cfg["hidden"]), int(cfg["classes"]))
         model.head.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(str(run / "sentence_head.safetensors")).items()})

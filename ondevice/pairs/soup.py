@@ -18,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import check_out_dir, dataclass_from_dict, read_json, write_json
-
-CHECKPOINT = "checkpoint"
 
 
 def average_states(a: dict, b: dict) -> dict:
@@ -33,9 +32,9 @@ def average_states(a: dict, b: dict) -> dict:
 
 
 def _kind(run: Path) -> str:
-    if (run / "dipair_config.json").is_file():
+    if (run / layouts.DIPAIR_CONFIG).is_file():
         return "dipair"
-    if (run / "dse_config.json").is_file():
+    if (run / layouts.DSE_CONFIG).is_file():
         return "dse"
     raise OndeviceError(f"{run} is not a finished DSE or DiPair run (no dse_config.json or dipair_config.json); pass "
                         "the run folder (for a DSE sweep, its alpha-<a> folder)")
@@ -71,31 +70,31 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
     kind = _kind(run)
     if kind == "dse":
         from ondevice.pairs.model import save_head
-        from ondevice.pairs.train import STUDENT, DSEConfig, PairStudent
+        from ondevice.pairs.train import DSEConfig, PairStudent
 
-        config = dataclass_from_dict(DSEConfig, read_json(run / "dse_config.json", "DSE config"), "DSE config")
+        config = dataclass_from_dict(DSEConfig, read_json(run / layouts.DSE_CONFIG, "DSE config"), "DSE config")
         epochs, load = config.epochs, PairStudent.load
     else:
         from ondevice.pairs.dipair import save_head
-        from ondevice.pairs.dipair_train import CONFIG, STUDENT, DiPairConfig, DiPairStudent
+        from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent
 
-        config = dataclass_from_dict(DiPairConfig, read_json(run / CONFIG, "DiPair config"), "DiPair config")
+        config = dataclass_from_dict(DiPairConfig, read_json(run / layouts.DIPAIR_CONFIG, "DiPair config"), "DiPair config")
         epochs, load = config.stage1_epochs + config.stage2_epochs, DiPairStudent.load
-    state = read_json(run / CHECKPOINT / "state.json", "checkpoint state")
+    state = read_json(run / layouts.CHECKPOINT / layouts.CKPT_STATE, "checkpoint state")
     if not isinstance(state, dict) or state.get("epoch") != epochs:
         raise OndeviceError(f"{run} has not finished its {epochs} epochs (checkpoint at epoch "
                             f"{state.get('epoch') if isinstance(state, dict) else '?'}); finish it with --resume first")
     check_out_dir(out)
     if out.exists() and any(out.iterdir()):
         raise OndeviceError(f"{out} is not empty; pass a new --out folder (the soup is written beside the run, not over it)")
-    published = read_json(run / "dev.json", "dev metrics")
+    published = read_json(run / layouts.RUN_DEV, "dev metrics")
     spec = task_spec(config.task)
     best_epoch, last_epoch = int(published.get("epoch", 0)), epochs
     dev = load_pairs(config.task, "dev", data or config.data, config.split_seed)
 
     soup = load(run)
-    with checkpoint_errors(run / CHECKPOINT, "train the run again"):
-        final = st.load_file(str(run / CHECKPOINT / "model.safetensors"))
+    with checkpoint_errors(run / layouts.CHECKPOINT, "train the run again"):
+        final = st.load_file(str(run / layouts.CHECKPOINT / layouts.CKPT_WEIGHTS))
         for name, module in _parts(soup, kind).items():
             mine = {k[len(name) + 1 :]: v for k, v in final.items() if k.startswith(name + ".")}
             module.load_state_dict(average_states(module.state_dict(), mine))
@@ -108,7 +107,7 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
     for item in run.iterdir():  # the run's own files; its checkpoint is for resuming that run, not this one
-        if item.name != CHECKPOINT and not item.is_symlink():
+        if item.name != layouts.CHECKPOINT and not item.is_symlink():
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, out / item.name)
     if record["kept"]:
         cfg = soup.head_cfg if kind == "dse" else soup.cfg
@@ -118,8 +117,8 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
         else:
             save_head(out, soup.proj, soup.head, cfg, soup.vproj)
             _write_sra_cosine(run, out, config, soup, dev)
-        soup.student.save(out / STUDENT)
-        write_json(out / "dev.json", {**metrics, "epoch": f"soup of {best_epoch} and {last_epoch}", "soup": record})
+        soup.student.save(out / layouts.RUN_STUDENT)
+        write_json(out / layouts.RUN_DEV, {**metrics, "epoch": f"soup of {best_epoch} and {last_epoch}", "soup": record})
     write_json(out / "soup.json", record)
     return record
 
@@ -134,4 +133,4 @@ def _write_sra_cosine(run: Path, out: Path, config, soup, dev) -> None:
         texts = list(dict.fromkeys([*dev.a, *dev.b]))  # the dev split's distinct sentences, as training measures
         teacher = np.asarray(cached_vectors(_sra_teacher(config, soup.student), texts, progress=False), np.float32)
         after = _cosine(soup.student.encode(texts), teacher)
-    write_sra_cosine(out, read_json(run / "data.json", "data summary").get("sra_dev_cosine_before"), after)
+    write_sra_cosine(out, read_json(run / layouts.RUN_DATA, "data summary").get("sra_dev_cosine_before"), after)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
@@ -40,7 +41,6 @@ from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
 ALPHAS = (0.0, 0.5, 1.0)
-STUDENT = "student"
 
 
 @dataclass
@@ -99,7 +99,7 @@ class PairStudent:
         """Load a run folder written by `train_dse`."""
         torch = require("torch", "train")
         directory = Path(directory)
-        student = Student.load(directory / STUDENT)
+        student = Student.load(directory / layouts.RUN_STUDENT)
         cfg, weights = load_head_weights(directory)
         head = build_head(cfg)
         head.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
@@ -169,7 +169,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     torch = require("torch", "train")
     out = Path(out_dir)
     extra = extra_texts(config) if config.alpha > 0 else []  # before the resume check: it fills in a checksum
-    check_resume(out, config, "dse_config.json", "DSE config", _RESUME_KEYS, resume)
+    check_resume(out, config, layouts.DSE_CONFIG, "DSE config", _RESUME_KEYS, resume)
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -219,17 +219,17 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     model.to(device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     holder = SimpleNamespace(model=model)
-    state = start_or_resume(out, holder, opt, config, "dse_config.json", resume)
+    state = start_or_resume(out, holder, opt, config, layouts.DSE_CONFIG, resume)
     if not resume:
-        write_json(out / "data.json", {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
+        write_json(out / layouts.RUN_DATA, {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
                                         "augment_pairs_made": len(aug) if aug is not None else 0, "dev_pairs": len(dev),
                                         "teacher": teacher.identity if teacher is not None else None})
 
     def publish(metrics: dict, threshold: float | None) -> None:
         head_cfg.threshold = threshold
         save_head(out, model.head, head_cfg)
-        student.save(out / STUDENT)
-        write_json(out / "dev.json", metrics)
+        student.save(out / layouts.RUN_STUDENT)
+        write_json(out / layouts.RUN_DEV, metrics)
 
     gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)).to(device), torch.from_numpy(targets).to(device)
     labeled_t = torch.from_numpy(~np.isnan(gold)).to(device)
@@ -293,14 +293,14 @@ def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[fl
     for alpha in alphas:
         sub = out / f"alpha-{alpha:g}"
         cfg = dataclasses.replace(config, alpha=float(alpha))
-        done = (sub / "train_log.jsonl").is_file() and len((sub / "train_log.jsonl").read_text().splitlines()) >= cfg.epochs
+        done = (sub / layouts.TRAIN_LOG).is_file() and len((sub / layouts.TRAIN_LOG).read_text().splitlines()) >= cfg.epochs
         if done:  # reused as is: only if it was trained with these settings
             if cfg.alpha > 0:  # as train_dse: fills in the --augment-text checksum the saved config holds
                 extra_texts(cfg)
-            same_settings(sub, cfg, "dse_config.json", "DSE config", _RESUME_KEYS)
+            same_settings(sub, cfg, layouts.DSE_CONFIG, "DSE config", _RESUME_KEYS)
         else:
-            train_dse(cfg, sub, resume=resume and (sub / "checkpoint").exists(), progress=progress)
-        rows[f"{alpha:g}"] = read_json(sub / "dev.json", "dev metrics")
+            train_dse(cfg, sub, resume=resume and (sub / layouts.CHECKPOINT).exists(), progress=progress)
+        rows[f"{alpha:g}"] = read_json(sub / layouts.RUN_DEV, "dev metrics")
     spec = task_spec(config.task)
     best = max(rows, key=lambda k: (headline(spec, rows[k]), -abs(float(k) - 0.5)))
     selection = {"metric": spec.metric, "dev": rows, "chosen_alpha": float(best), "chosen_dir": f"alpha-{best}"}

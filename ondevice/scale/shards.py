@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.index import HammingIndex
 from ondevice.io import read_json, sha256_file, write_json
 
-MANIFEST = "manifest.json"
-FORMAT = "ondevice-sharded-index"
 VERSION = 1
 
 
@@ -44,7 +43,7 @@ class Manifest:
     bits: int
     count: int
     shards: list[ShardInfo] = field(default_factory=list)
-    format: str = FORMAT
+    format: str = layouts.SHARDS_FORMAT
     version: int = VERSION
 
     def path_of(self, folder: Path, i: int) -> Path:
@@ -58,12 +57,12 @@ class Manifest:
 def manifest_path(path: str | os.PathLike) -> Path:
     """A sharded index is given by its folder or its manifest.json."""
     path = Path(path)
-    return path / MANIFEST if path.is_dir() else path
+    return path / layouts.MANIFEST if path.is_dir() else path
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
     """True when `path` is a sharded index folder or manifest (not a single index file)."""
-    return manifest_path(path).name == MANIFEST and manifest_path(path).is_file()
+    return manifest_path(path).name == layouts.MANIFEST and manifest_path(path).is_file()
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
@@ -110,7 +109,7 @@ def build_shards(codes: np.ndarray, out: str | os.PathLike, shards: int, ids: np
         manifest.shards.append(ShardInfo(file=path.name, count=hi - lo, bytes=path.stat().st_size,
                                          sha256=sha256_file(path), id_min=int(ids[lo:hi].min()) if hi > lo else -1,
                                          id_max=int(ids[lo:hi].max()) if hi > lo else -1))
-    write_json(folder / MANIFEST, manifest)  # last: a folder without a manifest is not an index yet
+    write_json(folder / layouts.MANIFEST, manifest)  # last: a folder without a manifest is not an index yet
     return manifest
 
 
@@ -118,7 +117,7 @@ def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
     """Parse and check a manifest; returns it and its folder."""
     mpath = manifest_path(path)
     raw = read_json(mpath, "sharded index manifest")
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") != layouts.SHARDS_FORMAT:
         raise OndeviceError(f"{mpath} is not an ondevice sharded index manifest; build one with `ondevice index build --shards S`")
     if raw.get("version") != VERSION:
         raise OndeviceError(f"{mpath} is manifest version {raw.get('version')}; this ondevice reads version {VERSION}")

@@ -1,0 +1,206 @@
+"""What an artifact is and how it was made, from the files saved beside it: `ondevice info PATH`.
+
+Every artifact ondevice writes keeps its settings as JSON beside its weights; `describe` finds the kind
+(ondevice.layouts.identify), reads those files and returns a summary, and with `verify=True` loads the artifact the
+way its users do, so checksums, shapes and headers are checked. Reading never runs code from the files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ondevice import layouts
+from ondevice.errors import OndeviceError
+from ondevice.io import read_json
+from ondevice.pretrained import parse_spec
+
+
+def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
+    """Kind, origin and main settings of the artifact at `path` ('pretrained' names the shipped bundle); with
+    `verify`, it is also loaded with every check its loader makes (checksums included)."""
+    path = parse_spec(str(path)) or Path(path)
+    kind = layouts.identify(path)
+    if kind is None:
+        if not path.exists():
+            raise OndeviceError(f"{path} does not exist")
+        raise OndeviceError(f"{path} is nothing ondevice writes (no {layouts.MANIFEST}, {layouts.STUDENT_CONFIG}, "
+                            f"{layouts.BINARIZER_CONFIG} or other config it knows); give a bundle, student, binarizer, "
+                            "index or pair-model run")
+    k = layouts.KINDS[kind]
+    out: dict[str, Any] = {"path": str(path), "kind": kind, "what": k.what, "made_by": k.made_by,
+                           "bytes": _bytes(path)}
+    out.update(_READERS[kind](path, verify))
+    out["verified"] = verify
+    return out
+
+
+def summary_lines(info: dict[str, Any]) -> list[str]:
+    """A few human-readable lines of a `describe` result."""
+    lines = [f"{info['path']}: {info['what']} ({info['bytes'] / 1e6:.2f} MB; made by {info['made_by']})"]
+    for key in ("summary", "origin", "scores"):
+        if info.get(key):
+            lines.append(f"  {key}: {info[key]}")
+    for sub in info.get("precisions", {}).values():
+        lines += ["  " + line for line in summary_lines(sub)]
+    lines.append("  checked: loaded with every check its loader makes" if info["verified"] else
+                 "  checked: files named and parsed only (add --verify to load it with every check)")
+    return lines
+
+
+def _bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _short(path: object) -> str:
+    """The last two parts of a path (a packaged model's folder is often just `model`)."""
+    parts = Path(str(path)).parts
+    return "/".join(parts[-2:]) if len(parts) > 1 else str(path)
+
+
+def _json(path: Path, name: str, what: str) -> dict | None:
+    """A config file beside the artifact, or None when it is not there (older artifacts lack some)."""
+    if not (path / name).is_file():
+        return None
+    raw = read_json(path / name, what)
+    return raw if isinstance(raw, dict) else None
+
+
+def _index(path: Path, verify: bool) -> dict[str, Any]:
+    from ondevice.index import HammingIndex, read_header
+
+    head = read_header(path)
+    if verify:
+        HammingIndex.load(path, mmap=True, verify=True)
+    enc = head["encoder"]
+    return {"summary": f"{head['count']:,} codes x {head['bits']} bits, format v{head['version']}",
+            "origin": f"encoder {enc.describe()}" if enc else "encoder not recorded",
+            "config": {k: v for k, v in head.items() if k != "encoder"}}
+
+
+def _sharded(path: Path, verify: bool) -> dict[str, Any]:
+    from ondevice.scale.shards import ShardedIndex, read_manifest
+
+    manifest, _ = read_manifest(path)
+    if verify:
+        ShardedIndex.open(path, verify=True)
+    return {"summary": f"{manifest.count:,} codes x {manifest.bits} bits in {len(manifest.shards)} shards"}
+
+
+def _bundle(path: Path, verify: bool) -> dict[str, Any]:
+    from ondevice.runtime import Bundle, read_manifest
+
+    manifest = read_manifest(path)
+    if verify:
+        Bundle.load(path)
+    student, binarizer = manifest.get("student") or {}, manifest.get("binarizer") or {}
+    training = manifest.get("training") or {}
+    heads = [name for key, name in (("pairs", "DSE / DvBERT pair head"), ("dipair", "DiPair head")) if manifest.get(key)]
+    summary = (f"{manifest.get('precision')} encoder, {manifest.get('dim')}-d vectors, {manifest.get('bits')}-bit "
+               f"{binarizer.get('method', '?')} codes; BiLSTM {student.get('hidden_size')} hidden, "
+               f"{student.get('pooling')} pooling" + (f"; {', '.join(heads)}" if heads else ""))
+    teacher = (manifest.get("teacher") or {}).get("path") or (student.get("teacher") or {}).get("path")
+    origin = ", ".join(x for x in (f"teacher {_short(teacher)}" if teacher else "",
+                                    f"corpus {training['corpus']}" if training.get("corpus") else "",
+                                    f"{training['epochs_done']} epoch(s)" if training.get("epochs_done") else "") if x)
+    held = training.get("held_out_cosine_to_teacher")
+    return {"summary": summary, "origin": origin or "not recorded",
+            "scores": f"held-out cosine to the teacher {held}" if held is not None else "",
+            "config": {k: manifest[k] for k in ("precision", "dim", "bits", "student", "binarizer", "training")
+                       if k in manifest}}
+
+
+def _bundles(path: Path, verify: bool) -> dict[str, Any]:
+    subs = {p: describe(path / p, verify) for p in layouts.PRECISIONS if (path / p / layouts.MANIFEST).is_file()}
+    return {"summary": f"precisions {', '.join(subs)}", "precisions": subs}
+
+
+def _student(path: Path, verify: bool) -> dict[str, Any]:
+    cfg = read_json(path / layouts.STUDENT_CONFIG, "student config")
+    if verify:
+        from ondevice.student import Student
+
+        Student.load(path)
+    distill = _json(path, layouts.DISTILL_CONFIG, "distill config")
+    unpacked = _json(path, layouts.UNPACKED, "unpack record")
+    if distill:
+        corpus = distill.get("corpus")
+        corpus = ", ".join(map(str, corpus)) if isinstance(corpus, list) else corpus
+        origin = (f"distilled from {_short(distill.get('teacher', '?'))} on "
+                  f"{distill.get('max_sentences') or 'all'} sentences of {corpus}, {distill.get('epochs')} epochs, "
+                  f"seed {distill.get('seed')}")
+    elif unpacked:
+        origin = f"unpacked from bundle {unpacked.get('bundle')}"
+    else:
+        origin = "not recorded"
+    log = path / layouts.TRAIN_LOG
+    last = log.read_text(encoding="utf-8").strip().splitlines()[-1:] if log.is_file() else []
+    return {"summary": f"BiLSTM {cfg.get('hidden_size')} hidden, {cfg.get('embedding_dim')}-d word vectors, "
+                       f"{cfg.get('vocab_size'):,} words, {cfg.get('pooling')} pooling, {cfg.get('output_dim')}-d output",
+            "origin": origin, "scores": f"last epoch: {last[0]}" if last else "",
+            "config": {"student": cfg, "distill": distill, "unpacked": unpacked}}
+
+
+def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
+    cfg = read_json(path / layouts.BINARIZER_CONFIG, "binarizer config")
+    if verify:
+        from ondevice.binarize import Binarizer
+
+        Binarizer.load(path)
+    return {"summary": f"{cfg.get('method')}: {cfg.get('dim')}-d vectors to {cfg.get('bits')} bits",
+            "origin": f"fitted on {cfg.get('train_rows'):,} vectors, seed {cfg.get('seed')}"
+            if isinstance(cfg.get("train_rows"), int) else "not recorded",
+            "config": cfg}
+
+
+def _cross_encoder(path: Path, verify: bool) -> dict[str, Any]:
+    info = read_json(path / layouts.TEACHER_INFO, "teacher info")
+    if verify:
+        from ondevice.pairs.crossencoder import CrossEncoderTeacher
+
+        CrossEncoderTeacher.load(path).model  # noqa: B018 (loading the weights is the check)
+    cfg = info.get("config") or {}
+    return {"summary": f"task {cfg.get('task')}, base {_short(cfg.get('base', '?'))}",
+            "origin": f"{cfg.get('epochs')} epochs, lr {cfg.get('lr')}, seed {cfg.get('seed')}",
+            "scores": f"dev {info['dev']}" if info.get("dev") else "", "config": info}
+
+
+def _pair_run(config_name: str, method: str):
+    def read(path: Path, verify: bool) -> dict[str, Any]:
+        cfg = read_json(path / config_name, f"{method} config")
+        if verify:
+            if method == "DiPair":
+                from ondevice.pairs.dipair_train import DiPairStudent as Run
+            else:
+                from ondevice.pairs.train import PairStudent as Run
+            Run.load(path)
+        dev = _json(path, layouts.RUN_DEV, "dev metrics")
+        teacher = cfg.get("teacher") or ",".join(cfg.get("teachers") or [])
+        return {"summary": f"{method} student for task {cfg.get('task')}",
+                "origin": f"teacher(s) {teacher}, student {cfg.get('student')}, seed {cfg.get('seed')}",
+                "scores": f"dev {dev}" if dev else "",
+                "config": {"run": cfg, "data": _json(path, layouts.RUN_DATA, "data summary"), "dev": dev}}
+
+    return read
+
+
+def _hf_model(path: Path, verify: bool) -> dict[str, Any]:
+    cfg = read_json(path / layouts.STUDENT_CONFIG, "model config")
+    if verify:
+        from ondevice.teacher import Teacher
+
+        Teacher(str(path))
+    return {"summary": f"{cfg.get('model_type')}: {cfg.get('num_hidden_layers')} layers, {cfg.get('hidden_size')} "
+                       f"hidden, {cfg.get('vocab_size'):,} tokens" if isinstance(cfg.get("vocab_size"), int)
+            else str(cfg.get("model_type")),
+            "origin": "not made by ondevice", "config": cfg}
+
+
+_READERS = {
+    "index": _index, "sharded-index": _sharded, "bundle": _bundle, "bundles": _bundles, "student": _student,
+    "binarizer": _binarizer, "cross-encoder": _cross_encoder,
+    "dse-run": _pair_run(layouts.DSE_CONFIG, "DSE"), "dvbert-run": _pair_run(layouts.DVBERT_CONFIG, "DvBERT"),
+    "dipair-run": _pair_run(layouts.DIPAIR_CONFIG, "DiPair"), "hf-model": _hf_model,
+}

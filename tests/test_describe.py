@@ -1,0 +1,77 @@
+"""ondevice.describe and `ondevice info`: every kind is summarised from its saved settings, --verify loads it with
+its loader's checks, and what is not an artifact is one clear line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ondevice import layouts
+from ondevice.cli import main
+from ondevice.describe import describe, summary_lines
+from ondevice.errors import OndeviceError
+
+
+def test_every_kind_is_described_and_verified(artifacts):
+    for kind, path in artifacts.items():
+        info = describe(path, verify=True)
+        assert info["kind"] == kind and info["verified"] is True
+        assert info["what"] == layouts.KINDS[kind].what and info["bytes"] > 0
+        assert info["summary"] and "None" not in info["summary"], (kind, info["summary"])
+        lines = summary_lines(info)
+        assert lines[0].startswith(f"{path}: {info['what']}") and "loaded with every check" in lines[-1]
+
+
+def test_facts_come_from_the_saved_settings(artifacts):
+    from ondevice.binarize import Binarizer
+    from ondevice.index import read_header
+    from ondevice.runtime import read_manifest
+
+    b = Binarizer.load(artifacts["binarizer"])
+    assert describe(artifacts["binarizer"])["summary"] == f"random: {b.dim}-d vectors to {b.bits} bits"
+    head = read_header(artifacts["index"])
+    assert describe(artifacts["index"])["summary"].startswith(f"{head['count']:,} codes x {head['bits']} bits")
+    manifest = read_manifest(artifacts["bundle"])
+    info = describe("pretrained")  # the shipped bundle by name
+    assert info["path"] == str(artifacts["bundle"])
+    assert info["summary"].startswith(f"{manifest['precision']} encoder, {manifest['dim']}-d vectors, "
+                                      f"{manifest['bits']}-bit")
+    both = describe(artifacts["bundles"])
+    assert set(both["precisions"]) == set(layouts.PRECISIONS)
+    run = describe(artifacts["dse-run"])
+    assert run["config"]["dev"] == json.loads((artifacts["dse-run"] / layouts.RUN_DEV).read_text())
+
+
+def test_verify_catches_what_reading_the_settings_does_not(artifacts, tmp_path):
+    import shutil
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(artifacts["bundles"] / "fp32", copy)
+    with open(copy / layouts.ENCODER_ONNX, "r+b") as fh:  # one flipped byte in the graph
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 1]))
+    assert describe(copy)["kind"] == "bundle"  # names and settings only
+    with pytest.raises(OndeviceError, match="sha256"):
+        describe(copy, verify=True)
+
+
+def test_not_an_artifact(tmp_path):
+    with pytest.raises(OndeviceError, match="does not exist"):
+        describe(tmp_path / "missing")
+    with pytest.raises(OndeviceError, match="is nothing ondevice writes"):
+        describe(tmp_path)
+
+
+def test_cli(artifacts, capsys, tmp_path):
+    assert main(["info", str(artifacts["student"])]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{artifacts['student']}: a student encoder") and "add --verify" in out
+    assert main(["info", str(artifacts["index"]), "--json", "--verify"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed["kind"] == "index" and parsed["verified"] is True
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ondevice info: error:") and "Traceback" not in err
