@@ -38,6 +38,15 @@ def unpack(codes: np.ndarray, bits: int) -> np.ndarray:
     return np.unpackbits(codes, axis=1, count=bits, bitorder=BIT_ORDER)
 
 
+def from_msb_first(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Codes packed most significant bit first (numpy's default `packbits`, sentence-transformers' "ubinary") in
+    ondevice's bit order: the same bits, so the same Hamming distances, with each bit where a binarizer puts it."""
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != code_bytes(bits):
+        raise OndeviceError(f"codes must be uint8 of shape (n, {code_bytes(bits)}) for {bits} bits, got {codes.dtype} {codes.shape}")
+    return pack(np.unpackbits(codes, axis=1, count=bits, bitorder="big"))
+
+
 def hamming_reference(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """Brute-force (nq, n) Hamming distances between packed codes (numpy, for tests and small sets)."""
     q = np.ascontiguousarray(queries, dtype=np.uint8)
