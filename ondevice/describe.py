@@ -15,6 +15,8 @@ from ondevice.errors import OndeviceError
 from ondevice.io import read_json
 from ondevice.pretrained import parse_spec
 
+MAX_CONFIG_BYTES = 16 << 20  # a settings file is a few KB; a larger one is not ours and is not read whole
+
 
 def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
     """Kind, origin and main settings of the artifact at `path` ('pretrained' names the shipped bundle); with
@@ -60,12 +62,20 @@ def _short(path: object) -> str:
     return "/".join(parts[-2:]) if len(parts) > 1 else str(path)
 
 
+def _config(file: Path, what: str) -> dict:
+    """A settings file of the artifact as a dict; one that is huge or not a JSON object is a one-line error."""
+    if file.is_file() and file.stat().st_size > MAX_CONFIG_BYTES:
+        raise OndeviceError(f"{what} {file} is {file.stat().st_size / 1e6:.0f} MB, far more than any settings file; "
+                            "it is not one ondevice wrote")
+    raw = read_json(file, what)
+    if not isinstance(raw, dict):
+        raise OndeviceError(f"{what} {file} is not a JSON object; it is not one ondevice wrote")
+    return raw
+
+
 def _json(path: Path, name: str, what: str) -> dict | None:
-    """A config file beside the artifact, or None when it is not there (older artifacts lack some)."""
-    if not (path / name).is_file():
-        return None
-    raw = read_json(path / name, what)
-    return raw if isinstance(raw, dict) else None
+    """A settings file beside the artifact, or None when it is not there (older artifacts lack some)."""
+    return _config(path / name, what) if (path / name).is_file() else None
 
 
 def _index(path: Path, verify: bool) -> dict[str, Any]:
@@ -118,7 +128,7 @@ def _bundles(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _student(path: Path, verify: bool) -> dict[str, Any]:
-    cfg = read_json(path / layouts.STUDENT_CONFIG, "student config")
+    cfg = _config(path / layouts.STUDENT_CONFIG, "student config")
     if verify:
         from ondevice.student import Student
 
@@ -144,7 +154,7 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
-    cfg = read_json(path / layouts.BINARIZER_CONFIG, "binarizer config")
+    cfg = _config(path / layouts.BINARIZER_CONFIG, "binarizer config")
     if verify:
         from ondevice.binarize import Binarizer
 
@@ -156,7 +166,7 @@ def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _cross_encoder(path: Path, verify: bool) -> dict[str, Any]:
-    info = read_json(path / layouts.TEACHER_INFO, "teacher info")
+    info = _config(path / layouts.TEACHER_INFO, "teacher info")
     if verify:
         from ondevice.pairs.crossencoder import CrossEncoderTeacher
 
@@ -169,7 +179,7 @@ def _cross_encoder(path: Path, verify: bool) -> dict[str, Any]:
 
 def _pair_run(config_name: str, method: str):
     def read(path: Path, verify: bool) -> dict[str, Any]:
-        cfg = read_json(path / config_name, f"{method} config")
+        cfg = _config(path / config_name, f"{method} config")
         if verify:
             if method == "DiPair":
                 from ondevice.pairs.dipair_train import DiPairStudent as Run
@@ -187,7 +197,7 @@ def _pair_run(config_name: str, method: str):
 
 
 def _hf_model(path: Path, verify: bool) -> dict[str, Any]:
-    cfg = read_json(path / layouts.STUDENT_CONFIG, "model config")
+    cfg = _config(path / layouts.STUDENT_CONFIG, "model config")
     if verify:
         from ondevice.teacher import Teacher
 

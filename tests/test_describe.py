@@ -75,3 +75,17 @@ def test_cli(artifacts, capsys, tmp_path):
     assert main(["info", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ondevice info: error:") and "Traceback" not in err
+
+
+def test_settings_that_are_not_ours_are_one_line(artifacts, tmp_path):
+    import shutil
+
+    copy = tmp_path / "binarizer"
+    shutil.copytree(artifacts["binarizer"], copy)
+    (copy / layouts.BINARIZER_CONFIG).write_text("[1, 2]")
+    with pytest.raises(OndeviceError, match="is not a JSON object"):
+        describe(copy)
+    with open(copy / layouts.BINARIZER_CONFIG, "wb") as fh:  # sparse: nothing is written but the size
+        fh.truncate(17 << 20)
+    with pytest.raises(OndeviceError, match="far more than any settings file"):
+        describe(copy)
