@@ -139,7 +139,7 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
         corpus = distill.get("corpus")
         corpus = ", ".join(map(str, corpus)) if isinstance(corpus, list) else corpus
         origin = (f"distilled from {_short(distill.get('teacher', '?'))} on "
-                  f"{distill.get('max_sentences') or 'all'} sentences of {corpus}, {distill.get('epochs')} epochs, "
+                  f"{distill.get('max_sentences') or 'all'} sentences of {corpus}, {distill.get('epochs')} epoch(s), "
                   f"seed {distill.get('seed')}")
     elif unpacked:
         origin = f"unpacked from bundle {unpacked.get('bundle')}"

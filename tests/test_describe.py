@@ -89,3 +89,17 @@ def test_settings_that_are_not_ours_are_one_line(artifacts, tmp_path):
         fh.truncate(17 << 20)
     with pytest.raises(OndeviceError, match="far more than any settings file"):
         describe(copy)
+
+
+def test_a_distilled_student_says_what_it_was_distilled_from(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path):
+    from ondevice.distill import DistillConfig, distill
+
+    cfg = DistillConfig(corpus=str(tiny_corpus), teacher=str(tiny_teacher), word_vectors=str(tiny_word_vectors),
+                        hidden_size=8, epochs=1, batch_size=16, val_fraction=0.1, seed=4, threads=1,
+                        checkpoint_minutes=0)
+    distill(cfg, tmp_path / "student", progress=False)
+    info = describe(tmp_path / "student", verify=True)
+    assert info["kind"] == "student" and info["config"]["distill"]["seed"] == 4
+    assert info["origin"].startswith(f"distilled from {tiny_teacher.parent.name}/{tiny_teacher.name} on all "
+                                     f"sentences of {tiny_corpus}, 1 epoch(s), seed 4")
+    assert info["scores"].startswith("last epoch: {")
