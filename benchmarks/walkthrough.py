@@ -42,6 +42,8 @@ STEPS: list[tuple[str, str, str]] = [  # (kind, title, text); kind "bash" runs i
     ("bash", "4. score question pairs with the bundle's duplicate-question head (probability, blended key, decision)",
      ('ondevice pairs score --bundle pretrained --a "How do I reset my phone?" --b "How can I factory-reset my phone?"\n'
       'ondevice pairs score --bundle pretrained --a "How do I reset my phone?" --b "Which phone has the best camera?"')),
+    ("bash", "5. what an artifact is and how it was made (any bundle, student, binarizer, index or pair run)",
+     "ondevice info pretrained --verify\nondevice info catalog.odx"),
 ]
 
 

@@ -97,6 +97,8 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert "stsb-test app/codes-2048" in steps[3]["output"]
         first, second = (json.loads(line) for line in steps[4]["output"].strip().splitlines())
         assert first["decision"] is True and second["decision"] is False and first["score"] > second["score"]
+        assert "an exported bundle" in steps[5]["output"] and "loaded with every check" in steps[5]["output"]
+        assert "catalog.odx: a Hamming index file" in steps[5]["output"]
         spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks" / "tables.py")
         tables = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(tables)
