@@ -86,7 +86,7 @@ def _index(path: Path, verify: bool) -> dict[str, Any]:
         HammingIndex.load(path, mmap=True, verify=True)
     enc = head["encoder"]
     return {"summary": f"{head['count']:,} codes x {head['bits']} bits, format v{head['version']}",
-            "origin": f"encoder {enc.describe()}" if enc else "encoder not recorded",
+            "origin": enc.describe() if enc else "encoder not recorded",
             "config": {k: v for k, v in head.items() if k != "encoder"}}
 
 

@@ -31,7 +31,9 @@ def test_facts_come_from_the_saved_settings(artifacts):
     b = Binarizer.load(artifacts["binarizer"])
     assert describe(artifacts["binarizer"])["summary"] == f"random: {b.dim}-d vectors to {b.bits} bits"
     head = read_header(artifacts["index"])
-    assert describe(artifacts["index"])["summary"].startswith(f"{head['count']:,} codes x {head['bits']} bits")
+    index = describe(artifacts["index"])
+    assert index["summary"].startswith(f"{head['count']:,} codes x {head['bits']} bits")
+    assert index["origin"] == (head["encoder"].describe() if head["encoder"] else "encoder not recorded")
     manifest = read_manifest(artifacts["bundle"])
     info = describe("pretrained")  # the shipped bundle by name
     assert info["path"] == str(artifacts["bundle"])
