@@ -112,9 +112,14 @@ def _bundle(path: Path, verify: bool) -> dict[str, Any]:
                f"{binarizer.get('method', '?')} codes; BiLSTM {student.get('hidden_size')} hidden, "
                f"{student.get('pooling')} pooling" + (f"; {', '.join(heads)}" if heads else ""))
     teacher = (manifest.get("teacher") or {}).get("path") or (student.get("teacher") or {}).get("path")
+    corpus = training.get("corpus")
+    corpus = ", ".join(map(str, corpus)) if isinstance(corpus, list) else corpus
+    sentences = f"{training['max_sentences']:,} sentences of " if isinstance(training.get("max_sentences"), int) else ""
     origin = ", ".join(x for x in (f"teacher {_short(teacher)}" if teacher else "",
-                                    f"corpus {training['corpus']}" if training.get("corpus") else "",
-                                    f"{training['epochs_done']} epoch(s)" if training.get("epochs_done") else "") if x)
+                                    f"{sentences}{corpus}" if corpus else "",
+                                    f"train splits {training['train_splits']}" if training.get("train_splits") else "",
+                                    f"{training['epochs_done']} epoch(s)" if training.get("epochs_done") else "",
+                                    f"continued from {training['init_from']}" if training.get("init_from") else "") if x)
     held = training.get("held_out_cosine_to_teacher")
     return {"summary": summary, "origin": origin or "not recorded",
             "scores": f"held-out cosine to the teacher {held}" if held is not None else "",
