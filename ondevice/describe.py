@@ -32,7 +32,11 @@ def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
     k = layouts.KINDS[kind]
     out: dict[str, Any] = {"path": str(path), "kind": kind, "what": k.what, "made_by": k.made_by,
                            "bytes": _bytes(path)}
-    out.update(_READERS[kind](path, verify))
+    try:
+        out.update(_READERS[kind](path, verify))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a field of the wrong type or shape
+        raise OndeviceError(f"{path} looks like {k.what} but its settings are not what {k.made_by} writes "
+                            f"({type(exc).__name__}: {str(exc)[:120]}); re-create it") from None
     out["verified"] = verify
     return out
 

@@ -105,3 +105,16 @@ def test_a_distilled_student_says_what_it_was_distilled_from(tiny_corpus, tiny_t
     assert info["origin"].startswith(f"distilled from {tiny_teacher.parent.name}/{tiny_teacher.name} on all "
                                      f"sentences of {tiny_corpus}, 1 epoch(s), seed 4")
     assert info["scores"].startswith("last epoch: {")
+
+
+@pytest.mark.parametrize("field,value", [("student", [1, 2]), ("training", "x"), ("binarizer", 7)])
+def test_settings_of_the_wrong_shape_are_one_line(artifacts, tmp_path, field, value):
+    import shutil
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(artifacts["bundles"] / "fp32", copy)
+    manifest = json.loads((copy / layouts.MANIFEST).read_text())
+    manifest[field] = value
+    (copy / layouts.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(OndeviceError, match="its settings are not what `ondevice export` writes"):
+        describe(copy)
