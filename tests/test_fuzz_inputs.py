@@ -788,3 +788,23 @@ def test_binarizer_in_a_dtype_numpy_lacks_is_one_line(dtype, bundle_dir, tmp_pat
     _rehash(bad, "binarizer.safetensors")
     with pytest.raises(OndeviceError, match="binarizer.safetensors cannot be parsed"):
         Bundle.load(bad)
+
+
+@FAST
+@given(value=JSON_VALUES, which=st.sampled_from(["student", "bundle"]),
+       field=st.sampled_from(["vocab_size", "hidden_size", "pooling", "student", "binarizer", "training", "teacher",
+                              "dim", "bits", "precision"]))
+def test_ondevice_info_on_arbitrary_settings_is_one_line(value, which, field, student_dir, bundle_dir,
+                                                         tmp_path_factory):
+    """`ondevice info` summarises settings it did not write: any value in any field reads or is one line."""
+    from ondevice.describe import describe
+
+    d = _copy(student_dir if which == "student" else bundle_dir, tmp_path_factory.mktemp("info") / "a")
+    name = "config.json" if which == "student" else "manifest.json"
+    settings = json.loads((d / name).read_text())
+    for bad in (value, {**settings, field: value}):
+        (d / name).write_text(json.dumps(bad))
+        try:
+            describe(d)
+        except OndeviceError as exc:
+            _one_line(exc)
