@@ -337,13 +337,14 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
 
     import torch
 
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.crossencoder import evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
     from ondevice.pairs.dvbert import (
         DvBERTConfig,
         _view_logits,
         finished,
+        open_view,
         parse_teachers,
         parse_view,
         train_dvbert,
@@ -410,7 +411,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
                                                                for s in seed_list])} for x in alphas}
     if not a.skip_teachers:
         out["teachers_test"] = {}
-        loaded = {v: CrossEncoderTeacher.load(v, device=a.device) for v in dict.fromkeys(parse_view(p)[0] for p in views)}
+        loaded = {v: open_view(v, a.task, a.data, device=a.device) for v in dict.fromkeys(parse_view(p)[0] for p in views)}
         for v, teacher in loaded.items():
             out["teachers_test"][v] = evaluate_teacher(teacher, test)
         if spec.kind == "regression":  # the views' mean logit: what DvBERT's loss averages over, as one teacher
@@ -682,7 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("seeds", help="DvBERT vs DSE over several seeds (mean and spread of test metrics)")
     v.add_argument("--task", required=True)
     v.add_argument("--student", required=True, help="the SRA student both start from")
-    v.add_argument("--teachers", required=True, help="DvBERT teacher views, comma-separated (DIR or DIR:ba)")
+    v.add_argument("--teachers", required=True, help="DvBERT teacher views, comma-separated (DIR, DIR:ba or "
+                   "bi-encoder[:MODEL_DIR])")
     v.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every teacher")
     v.add_argument("--dse-teacher", default=None, help="DSE's teacher (default: the first of --teachers)")
     v.add_argument("--dse-alphas", default="0,0.5,1", help="DSE alphas per seed, dev picks one (as `pairs train`)")

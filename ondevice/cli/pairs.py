@@ -278,8 +278,9 @@ def _add_dvbert(sub, fmt) -> None:
     _common(s)
     s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
     s.add_argument("--teachers", required=True, help="comma-separated teacher dirs of --task; DIR:ba scores that "
-                   "teacher with the pair order swapped")
-    s.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every listed teacher")
+                   "teacher with the pair order swapped; bi-encoder (the packaged sentence encoder) or "
+                   "bi-encoder:MODEL_DIR adds a sentence encoder's cosine, calibrated on the training pairs")
+    s.add_argument("--both-orders", action="store_true", help="add the (b, a) view of every listed cross-encoder teacher")
     s.add_argument("--out", required=True, help="run folder (evaluates and exports like a DSE run)")
     s.add_argument("--anneal", default=v.anneal, help="gold weight lambda: linear (0 -> 1 over training), "
                    "none (teachers only), constant:X")

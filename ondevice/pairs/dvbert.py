@@ -18,7 +18,9 @@ made from the training sentences, scored by every teacher view. They have no gol
 teachers' (lambda = 0 for them); the same augmentation flags as a DSE run draw the same pairs.
 
 A teacher view is a teacher folder and an input order: `DIR` scores (a, b), `DIR:ba` scores (b, a); a teacher
-fine-tuned with `--swap` is already a (b, a) teacher. Each view's logits are cached by `ondevice.pairs.logits`.
+fine-tuned with `--swap` is already a (b, a) teacher. `bi-encoder` (or `bi-encoder:MODEL_DIR`) is a different kind
+of teacher: a sentence encoder's cosine, calibrated on the training split (ondevice.pairs.biencoder). Each view's
+logits are cached by `ondevice.pairs.logits`.
 
 The linear head is saved in the DSE head format (`pair_head.safetensors`, hidden = 2 x outputs) using
 x = relu(x) - relu(-x), which is exact in floating point, so `PairStudent`, `ondevice pairs eval`,
@@ -45,6 +47,7 @@ from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
+from ondevice.pairs.biencoder import BiEncoderTeacher, is_bi_encoder_view
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import PairHeadConfig, build_head
@@ -88,7 +91,10 @@ class DvBERTConfig:
         task_spec(self.task)
         parse_anneal(self.anneal)
         views = [parse_view(t) for t in self.teachers]
-        first_failure([(len(views) >= 1, "--teachers needs at least one cross-encoder teacher dir (comma-separated)"),
+        first_failure([(len(views) >= 1, ("--teachers needs at least one teacher view: a cross-encoder teacher dir "
+                                          "(comma-separated; DIR:ba for its (b, a) view) or bi-encoder[:MODEL_DIR]")),
+                       (not any(is_bi_encoder_view(p) and o == "ba" for p, o in views),
+                        "--teachers: a bi-encoder view is symmetric in a and b; list it without :ba"),
                        (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
                        (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
                        (self.head_hidden >= 1, "--head-hidden must be >= 1"), device_check(self.device),
@@ -124,11 +130,13 @@ def parse_view(spec: str) -> tuple[str, str]:
 
 
 def parse_teachers(text: str | Sequence[str], both_orders: bool = False) -> list[str]:
-    """Comma-separated teacher views (or a list); `both_orders` adds the (b, a) view of every (a, b) one."""
+    """Comma-separated teacher views (or a list); `both_orders` adds the (b, a) view of every (a, b) cross-encoder
+    one (a bi-encoder view is symmetric)."""
     items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [str(t).strip() for t in text]
     items = [t for t in items if t]
     if both_orders:
-        items = items + [f"{p}:ba" for p, o in map(parse_view, items) if o == "ab" and f"{p}:ba" not in items]
+        items = items + [f"{p}:ba" for p, o in map(parse_view, items)
+                         if o == "ab" and f"{p}:ba" not in items and not is_bi_encoder_view(p)]
     return items
 
 
@@ -266,19 +274,28 @@ def save_head_arrays(directory: Path, weights: dict[str, np.ndarray], cfg: PairH
     write_json(directory / layouts.PAIR_HEAD_CONFIG, cfg)
 
 
-def load_views(config: DvBERTConfig) -> list[tuple[str, str, object]]:
-    """(dir, order, CrossEncoderTeacher) per teacher view, all checked to be teachers of `config.task`."""
+def open_view(path: str, task: str, data: str | Path, split_seed: int = 0, device: str = "cpu", progress: bool = False):
+    """The teacher behind a view's path: a `BiEncoderTeacher` for bi-encoder[:MODEL_DIR], else the cross-encoder
+    folder (its network loads on first use)."""
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
 
+    if is_bi_encoder_view(path):
+        return BiEncoderTeacher(path, task, data, split_seed, progress=progress)
+    if not Path(path).is_dir():
+        raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher` "
+                            "(or bi-encoder for the packaged sentence encoder)")
+    return CrossEncoderTeacher.load(path, device=device)
+
+
+def load_views(config: DvBERTConfig, progress: bool = False) -> list[tuple[str, str, object]]:
+    """(dir, order, teacher) per teacher view, all checked to be teachers of `config.task`."""
     spec = task_spec(config.task)
     parsed = [parse_view(t) for t in config.teachers]
     loaded: dict[str, object] = {}
-    for path, _ in parsed:  # every folder checked before any network is loaded (load reads the folder only)
-        if not Path(path).is_dir():
-            raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher`")
+    for path, _ in parsed:  # every cross-encoder folder checked before any network is loaded (load reads the folder)
         if path not in loaded:
-            loaded[path] = CrossEncoderTeacher.load(path, device=config.device)
-        task = (loaded[path].info.get("config") or {}).get("task")
+            loaded[path] = open_view(path, config.task, config.data, config.split_seed, config.device, progress)
+        task = loaded[path].spec.name
         if task != spec.name:
             raise OndeviceError(f"teacher {path} was trained for {task}, not {spec.name}; "
                                 f"all --teachers must be {spec.name} teachers")
@@ -321,7 +338,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     extra = extra_texts(config)  # before the resume check: it fills in a checksum
     _check_legacy_resume(out, config, resume)
     check_resume(out, config, layouts.DVBERT_CONFIG, "DvBERT config", _RESUME_KEYS, resume)
-    views = load_views(config)
+    views = load_views(config, progress)
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
