@@ -77,3 +77,17 @@ def test_dvbert_with_a_cross_encoder_and_a_bi_encoder(pair_env, tiny_teacher, tm
     from ondevice.pairs.data import load_pairs
 
     assert np.isfinite(PairStudent.load(tmp_path / "run").evaluate(load_pairs("stsb", "test", pair_env.data))["spearman"])
+
+
+def test_a_missing_teacher_dir_is_found_before_the_bi_encoder_encodes_anything(pair_env, tmp_path, monkeypatch):
+    from ondevice.pairs import biencoder
+    from ondevice.pairs.dvbert import DvBERTConfig, load_views
+
+    def never(*args, **kwargs):
+        raise AssertionError("the bi-encoder view was opened before every teacher dir was checked")
+
+    monkeypatch.setattr(biencoder.BiEncoderTeacher, "__init__", never)
+    cfg = DvBERTConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student),
+                       teachers=["bi-encoder", str(tmp_path / "missing")])
+    with pytest.raises(OndeviceError, match="teacher dir .*missing not found"):
+        load_views(cfg)

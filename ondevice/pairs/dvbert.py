@@ -281,18 +281,25 @@ def open_view(path: str, task: str, data: str | Path, split_seed: int = 0, devic
 
     if is_bi_encoder_view(path):
         return BiEncoderTeacher(path, task, data, split_seed, progress=progress)
+    _check_teacher_dir(path)
+    return CrossEncoderTeacher.load(path, device=device)
+
+
+def _check_teacher_dir(path: str) -> None:
     if not Path(path).is_dir():
         raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher` "
                             "(or bi-encoder for the packaged sentence encoder)")
-    return CrossEncoderTeacher.load(path, device=device)
 
 
 def load_views(config: DvBERTConfig, progress: bool = False) -> list[tuple[str, str, object]]:
     """(dir, order, teacher) per teacher view, all checked to be teachers of `config.task`."""
     spec = task_spec(config.task)
     parsed = [parse_view(t) for t in config.teachers]
+    for path, _ in parsed:  # every folder named before any encoder is loaded or any pair is encoded
+        if not is_bi_encoder_view(path):
+            _check_teacher_dir(path)
     loaded: dict[str, object] = {}
-    for path, _ in parsed:  # every cross-encoder folder checked before any network is loaded (load reads the folder)
+    for path, _ in parsed:
         if path not in loaded:
             loaded[path] = open_view(path, config.task, config.data, config.split_seed, config.device, progress)
         task = loaded[path].spec.name
