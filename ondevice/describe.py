@@ -15,20 +15,15 @@ from ondevice.errors import OndeviceError
 from ondevice.io import read_json
 from ondevice.pretrained import parse_spec
 
-MAX_CONFIG_BYTES = 16 << 20  # a settings file is a few KB; a larger one is not ours and is not read whole
-
 
 def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
     """Kind, origin and main settings of the artifact at `path` ('pretrained' names the shipped bundle); with
     `verify`, it is also loaded with every check its loader makes (checksums included)."""
     path = parse_spec(str(path)) or Path(path)
     kind = layouts.identify(path)
-    if kind is None:
-        if not path.exists():
-            raise OndeviceError(f"{path} does not exist")
-        raise OndeviceError(f"{path} is nothing ondevice writes (no {layouts.MANIFEST}, {layouts.STUDENT_CONFIG}, "
-                            f"{layouts.BINARIZER_CONFIG} or other config it knows); give a bundle, student, binarizer, "
-                            "index or pair-model run")
+    if kind is None:  # "it does not exist" or "it is nothing ondevice writes"
+        raise OndeviceError(f"{path}: {layouts.what_it_is(path)}; give a bundle, student, binarizer, index or "
+                            "pair-model run (README: Artifacts on disk lists the files each is told by)")
     k = layouts.KINDS[kind]
     out: dict[str, Any] = {"path": str(path), "kind": kind, "what": k.what, "made_by": k.made_by,
                            "bytes": _bytes(path)}
@@ -68,7 +63,7 @@ def _short(path: object) -> str:
 
 def _config(file: Path, what: str) -> dict:
     """A settings file of the artifact as a dict; one that is huge or not a JSON object is a one-line error."""
-    if file.is_file() and file.stat().st_size > MAX_CONFIG_BYTES:
+    if file.is_file() and file.stat().st_size > layouts.MAX_SETTINGS_BYTES:
         raise OndeviceError(f"{what} {file} is {file.stat().st_size / 1e6:.0f} MB, far more than any settings file; "
                             "it is not one ondevice wrote")
     raw = read_json(file, what)

@@ -64,6 +64,8 @@ RUN_DATA = "data.json"  # what a pair run trained on
 RUN_DEV = "dev.json"  # the published epoch's dev metrics
 SRA_COSINE = "sra_cosine.json"  # DiPair: the encoder's held-out cosine to the SRA teacher, before and after
 
+MAX_SETTINGS_BYTES = 16 << 20  # a settings file is a few KB; a larger one is not ours and is never read whole
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -93,7 +95,7 @@ KINDS = {k.name: k for k in (
 def _json_object(path: Path) -> dict | None:
     """A small JSON object file's contents, or None when it is missing, large or not a JSON object."""
     try:
-        if path.stat().st_size > 1 << 24:
+        if path.stat().st_size > MAX_SETTINGS_BYTES:
             return None
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

@@ -21,7 +21,7 @@ import numpy as np
 
 from ondevice.errors import OndeviceError
 from ondevice.pairs.data import load_pairs, task_spec
-from ondevice.pairs.metrics import dev_metrics
+from ondevice.pairs.metrics import dev_metrics, pair_cosines
 
 PREFIX = "bi-encoder"  # a teacher view "bi-encoder" (the packaged teacher) or "bi-encoder:PATH" (a local model dir)
 
@@ -83,12 +83,7 @@ class BiEncoderTeacher:
         """cos(E(a_i), E(b_i)) for every pair, each distinct sentence encoded once (and cached on disk)."""
         from ondevice.teacher import cached_vectors
 
-        texts = list(dict.fromkeys([*a, *b]))
-        row = {t: i for i, t in enumerate(texts)}
-        vectors = np.asarray(cached_vectors(self.encoder, texts, progress=self.progress), np.float64)
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        ia, ib = [row[t] for t in a], [row[t] for t in b]
-        return (vectors[ia] * vectors[ib]).sum(axis=1)
+        return pair_cosines(lambda texts: cached_vectors(self.encoder, texts, progress=self.progress), a, b)
 
     def logits(self, a: list[str], b: list[str]) -> np.ndarray:
         """Calibrated logits (n, 1) of the pairs (a[i], b[i]); symmetric in a and b."""
