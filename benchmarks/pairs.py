@@ -340,18 +340,11 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.crossencoder import evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
-    from ondevice.pairs.dvbert import (
-        DvBERTConfig,
-        _view_logits,
-        finished,
-        open_view,
-        parse_teachers,
-        parse_view,
-        train_dvbert,
-    )
+    from ondevice.pairs.dvbert import DvBERTConfig, finished, train_dvbert
     from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
+    from ondevice.pairs.views import open_view, parse_teachers, parse_view, view_logits
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -415,7 +408,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         for v, teacher in loaded.items():
             out["teachers_test"][v] = evaluate_teacher(teacher, test)
         if spec.kind == "regression":  # the views' mean logit: what DvBERT's loss averages over, as one teacher
-            mean = np.mean([_view_logits(loaded[p], o, test.a, test.b, False) for p, o in map(parse_view, views)], axis=0)
+            mean = np.mean([view_logits(loaded[p], o, test.a, test.b) for p, o in map(parse_view, views)], axis=0)
             out["teachers_mean_test"] = evaluate_scores(spec, mean, test.gold, None)
     return out
 
@@ -511,10 +504,11 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.crossencoder import evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dipair_train import DiPairStudent
     from ondevice.pairs.train import PairStudent, chosen_run
+    from ondevice.pairs.views import open_teacher
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -524,7 +518,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     dev = load_pairs(a.task, "dev", a.data) if a.blend else None
     head = spec.metric
     if a.teacher:
-        out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
+        out["cross_encoder"] = evaluate_teacher(open_teacher(a.teacher, a.task, a.data), test)
     dse = []
     for d in a.dse_run or []:
         run = chosen_run(d)
@@ -557,6 +551,11 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
         rows.append(row)
     out["dipair"] = rows
+    # each run's own teacher (a cross-encoder, or several views as their mean) on test, beside --teacher's
+    own = [json.loads((Path(r) / "dipair_config.json").read_text())["teacher"] for r in a.runs]
+    own += [json.loads((chosen_run(d) / "dse_config.json").read_text()).get("teacher", "") for d in a.dse_run or []]
+    out["run_teachers_test"] = {t: evaluate_teacher(open_teacher(t, a.task, a.data), test)
+                                for t in dict.fromkeys(own) if t and t != a.teacher}
     # DiPair runs that differ only in their seed are seeds of one setting: their mean and spread are a result (the
     # rows of an ablation are not).
     # (the data folder by its real path: a run started from another checkout names it through another link)
@@ -585,14 +584,15 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     are seeds of one setting: mean and spread of both."""
     from ondevice.io import read_json
     from ondevice.pairs.bundle_eval import evaluate_pair_bundle
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+    from ondevice.pairs.crossencoder import evaluate_teacher
     from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.pairs.views import open_teacher
 
     spec = task_spec(a.task)
     out = {**_meta(argv, a.threads), "task": a.task}
     test = load_pairs(a.task, "test", a.data)
     if a.teacher:
-        out["cross_encoder"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), test)
+        out["cross_encoder"] = evaluate_teacher(open_teacher(a.teacher, a.task, a.data), test)
     rows = []
     dev = None
     for b in a.bundles:

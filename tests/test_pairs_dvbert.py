@@ -21,8 +21,6 @@ from ondevice.pairs.dvbert import (
     dvbert_loss,
     gold_targets,
     linear_as_mlp,
-    parse_teachers,
-    parse_view,
     teacher_predictions,
     train_dvbert,
 )
@@ -136,12 +134,6 @@ def test_linear_head_in_the_dse_format_is_exact():
     np.testing.assert_allclose(head_forward_numpy(linear_as_mlp(w, b), u, v), ref, atol=1e-5)
     weights = linear_as_mlp(w, b)
     assert weights["hidden.weight"].shape == (2 * o, 4 * d) and not weights["hidden.weight"][:, 2 * d : 3 * d].any()
-
-
-def test_teacher_views():
-    assert parse_view("runs/t") == ("runs/t", "ab") and parse_view("runs/t:ba") == ("runs/t", "ba")
-    assert parse_view("runs/t:ab") == ("runs/t", "ab") and parse_view("odd:name") == ("odd:name", "ab")
-    assert parse_teachers("a, b,,a:ba", both_orders=True) == ["a", "b", "a:ba", "b:ba"]
 
 
 def test_train_publishes_dev_best_and_loss_falls(run, teachers, pair_env):
@@ -375,13 +367,13 @@ def test_java_scores_the_dvbert_head_like_the_golden_pairs(bundle, tmp_path):
 
 def test_teachers_load_on_the_runs_device(teachers, monkeypatch):
     from ondevice.pairs import crossencoder
-    from ondevice.pairs.dvbert import load_views
+    from ondevice.pairs.dvbert import load_config_views
 
     seen = []
     real = crossencoder.CrossEncoderTeacher.load.__func__
     monkeypatch.setattr(crossencoder.CrossEncoderTeacher, "load",
                         classmethod(lambda cls, d, device="cpu": seen.append(device) or real(cls, d, device)))
-    load_views(teachers.config(device="auto"))
+    load_config_views(teachers.config(device="auto"))
     assert seen == ["auto"] * 3  # three distinct teacher folders, each on the run's device
 
 

@@ -92,7 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("train", help="train DSE students (alpha from --alphas picked on dev)", formatter_class=fmt)
     _common(s)
     s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
-    s.add_argument("--teacher", default="", help="cross-encoder teacher dir (`ondevice pairs teacher`); "
+    s.add_argument("--teacher", default="", help="cross-encoder teacher dir (`ondevice pairs teacher`), or several "
+                   "comma-separated views (DIR, DIR:ba, bi-encoder[:MODEL_DIR]) taught as their mean logit; "
                    "only --alphas 0 (gold labels alone) trains without one")
     s.add_argument("--out", required=True, help="run folder; one sub-folder per alpha and selection.json")
     s.add_argument("--alphas", default="0,0.5,1", help="comma-separated alphas to train; dev picks one")
@@ -127,7 +128,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("eval", help="test-split metrics of a teacher and/or a DSE, DvBERT or DiPair run (its head, and "
                        "its encoder's cosine), or of an exported pair bundle through the runtime", formatter_class=fmt)
     _common(s)
-    s.add_argument("--teacher", default=None, help="cross-encoder teacher dir")
+    s.add_argument("--teacher", default=None, help="cross-encoder teacher dir, or comma-separated views scored as "
+                   "their mean (as `pairs train --teacher`)")
     s.add_argument("--run", default=None, help="DSE or DvBERT run folder (an alpha sub-folder, or the parent with "
                                                "selection.json), or a DiPair run folder")
     s.add_argument("--bundle", default=None, help="pair bundle (`pairs export` / `pairs dipair-export`; a two-precision "
@@ -183,7 +185,8 @@ def _add_dipair(sub, fmt) -> None:
                        formatter_class=fmt)
     _common(s)
     s.add_argument("--student", required=True, help="SRA-distilled student dir (`ondevice distill`)")
-    s.add_argument("--teacher", required=True, help="cross-encoder teacher dir (`ondevice pairs teacher`)")
+    s.add_argument("--teacher", required=True, help="cross-encoder teacher dir (`ondevice pairs teacher`), or several "
+                   "comma-separated views (DIR, DIR:ba, bi-encoder[:MODEL_DIR]) taught as their mean logit")
     s.add_argument("--sra-teacher", default="", help="bi-encoder the student was distilled from (default: from its config)")
     s.add_argument("--out", required=True, help="run folder to write")
     s.add_argument("--n", type=int, default=d.n, help="token states of sentence A")
@@ -238,9 +241,8 @@ def _run_dipair(a: argparse.Namespace) -> int:
         from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
 
         check_data_dir(a.data)
-        for flag, path in (("--student", a.student), ("--teacher", a.teacher)):
-            if not Path(path).is_dir():
-                raise OndeviceError(f"{flag} {path} is not a folder; pass the folder `ondevice {'distill' if flag == '--student' else 'pairs teacher'}` wrote")
+        if not Path(a.student).is_dir():
+            raise OndeviceError(f"--student {a.student} is not a folder; pass the folder `ondevice distill` wrote")
         cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
                            pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
@@ -299,7 +301,8 @@ def _add_dvbert(sub, fmt) -> None:
 
 
 def _dvbert(a: argparse.Namespace) -> int:
-    from ondevice.pairs.dvbert import DvBERTConfig, parse_teachers, train_dvbert
+    from ondevice.pairs.dvbert import DvBERTConfig, train_dvbert
+    from ondevice.pairs.views import parse_teachers
 
     cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
                        anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
@@ -438,16 +441,17 @@ def run(a: argparse.Namespace) -> int:
         print(json.dumps({"dev": dev, "test": evaluate_sentence_head(a.out, a.data, "test")}))
         return 0
     if cmd == "eval":
-        from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
+        from ondevice.pairs.crossencoder import evaluate_teacher
         from ondevice.pairs.data import load_pairs
         from ondevice.pairs.train import PairStudent
+        from ondevice.pairs.views import open_teacher
 
         if not a.teacher and not a.run and not a.bundle:
             raise OndeviceError("nothing to evaluate; pass --teacher DIR, --run DIR and/or --bundle DIR")
         data = load_pairs(a.task, a.split, a.data, a.split_seed)
         out = {"task": a.task, "split": a.split}
         if a.teacher:
-            out["teacher"] = evaluate_teacher(CrossEncoderTeacher.load(a.teacher), data)
+            out["teacher"] = evaluate_teacher(open_teacher(a.teacher, a.task, a.data, a.split_seed), data)
         if a.run:
             from pathlib import Path
 

@@ -41,6 +41,7 @@ from ondevice.pairs.dipair import (
     side_states,
 )
 from ondevice.pairs.runloop import check_resume
+from ondevice.pairs.views import open_teacher, parse_teachers, view_checks
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -52,7 +53,7 @@ class DiPairConfig:
     task: str
     data: str
     student: str  # SRA-distilled student dir (`ondevice distill`)
-    teacher: str  # cross-encoder teacher dir (`ondevice pairs teacher`)
+    teacher: str  # teacher view(s), comma-separated: a cross-encoder dir, DIR:ba, bi-encoder (several: their mean)
     sra_teacher: str = ""  # bi-encoder the student was distilled from; "" = the path in the student's config
     n: int = 8
     m: int = 8
@@ -106,7 +107,7 @@ class DiPairConfig:
                   *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
                   *extra_checks(self),
                   (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)"),
-                  device_check(self.device)]
+                  *view_checks(parse_teachers(self.teacher), "--teacher"), device_check(self.device)]
         first_failure(checks)
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
                          mode=self.select, vec_dim=2 if self.pooled_slot else 0).validate()
@@ -230,7 +231,6 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     from ondevice.distill import _save_checkpoint, checkpoint_errors, load_optimizer
     from ondevice.io import check_out_dir
     from ondevice.pairs.augment import extra_texts, transfer_set
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
     from ondevice.pairs.metrics import dev_metrics, headline
@@ -253,9 +253,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     if config.sra_weight > 0 and not (config.sra_teacher or (student.config.teacher or {}).get("path")):
         raise OndeviceError("the student's config names no SRA teacher; pass --sra-teacher (the bi-encoder it was "
                             "distilled from) or --sra-weight 0")
-    teacher = CrossEncoderTeacher.load(config.teacher, device=device)
-    if teacher.spec.name != spec.name:
-        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
+    teacher = open_teacher(config.teacher, spec.name, config.data, config.split_seed, device, progress)
     train = load_pairs(config.task, "train", config.data, config.split_seed)
     dev = load_pairs(config.task, "dev", config.data, config.split_seed)
     if config.max_train_pairs:

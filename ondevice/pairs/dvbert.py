@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,11 +47,11 @@ from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
-from ondevice.pairs.biencoder import BiEncoderTeacher, is_bi_encoder_view
 from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import PairHeadConfig, build_head
 from ondevice.pairs.runloop import check_resume
+from ondevice.pairs.views import load_views, view_checks, view_logits
 
 HEADS = ("auto", "linear", "mlp")
 
@@ -90,12 +90,7 @@ class DvBERTConfig:
         """Reject impossible values with a one-line error naming the flag."""
         task_spec(self.task)
         parse_anneal(self.anneal)
-        views = [parse_view(t) for t in self.teachers]
-        first_failure([(len(views) >= 1, ("--teachers needs at least one teacher view: a cross-encoder teacher dir "
-                                          "(comma-separated; DIR:ba for its (b, a) view) or bi-encoder[:MODEL_DIR]")),
-                       (not any(is_bi_encoder_view(p) and o == "ba" for p, o in views),
-                        "--teachers: a bi-encoder view is symmetric in a and b; list it without :ba"),
-                       (len(set(views)) == len(views), "--teachers lists the same teacher view twice; list each DIR[:ba] once"),
+        first_failure([*view_checks(self.teachers, "--teachers"),
                        (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
                        (self.head_hidden >= 1, "--head-hidden must be >= 1"), device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
@@ -116,28 +111,6 @@ class DvBERTConfig:
 
 _RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "batch_size", "lr", *AUGMENT_KEYS,
                 "max_train_pairs", "seed", "split_seed")
-
-
-def parse_view(spec: str) -> tuple[str, str]:
-    """'DIR' -> (DIR, 'ab'); 'DIR:ba' / 'DIR:ab' -> (DIR, order)."""
-    spec = str(spec).strip()
-    path, sep, order = spec.rpartition(":")
-    if sep and order in ("ab", "ba") and path:
-        return path, order
-    if not spec:
-        raise OndeviceError("--teachers has an empty entry; give comma-separated teacher dirs, each optionally DIR:ba")
-    return spec, "ab"
-
-
-def parse_teachers(text: str | Sequence[str], both_orders: bool = False) -> list[str]:
-    """Comma-separated teacher views (or a list); `both_orders` adds the (b, a) view of every (a, b) cross-encoder
-    one (a bi-encoder view is symmetric)."""
-    items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [str(t).strip() for t in text]
-    items = [t for t in items if t]
-    if both_orders:
-        items = items + [f"{p}:ba" for p, o in map(parse_view, items)
-                         if o == "ab" and f"{p}:ba" not in items and not is_bi_encoder_view(p)]
-    return items
 
 
 def parse_anneal(spec: str) -> tuple[str, float]:
@@ -274,39 +247,9 @@ def save_head_arrays(directory: Path, weights: dict[str, np.ndarray], cfg: PairH
     write_json(directory / layouts.PAIR_HEAD_CONFIG, cfg)
 
 
-def open_view(path: str, task: str, data: str | Path, split_seed: int = 0, device: str = "cpu", progress: bool = False):
-    """The teacher behind a view's path: a `BiEncoderTeacher` for bi-encoder[:MODEL_DIR], else the cross-encoder
-    folder (its network loads on first use)."""
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
-
-    if is_bi_encoder_view(path):
-        return BiEncoderTeacher(path, task, data, split_seed, progress=progress)
-    _check_teacher_dir(path)
-    return CrossEncoderTeacher.load(path, device=device)
-
-
-def _check_teacher_dir(path: str) -> None:
-    if not Path(path).is_dir():
-        raise OndeviceError(f"teacher dir {path} not found; pass folders written by `ondevice pairs teacher` "
-                            "(or bi-encoder for the packaged sentence encoder)")
-
-
-def load_views(config: DvBERTConfig, progress: bool = False) -> list[tuple[str, str, object]]:
-    """(dir, order, teacher) per teacher view, all checked to be teachers of `config.task`."""
-    spec = task_spec(config.task)
-    parsed = [parse_view(t) for t in config.teachers]
-    for path, _ in parsed:  # every folder named before any encoder is loaded or any pair is encoded
-        if not is_bi_encoder_view(path):
-            _check_teacher_dir(path)
-    loaded: dict[str, object] = {}
-    for path, _ in parsed:
-        if path not in loaded:
-            loaded[path] = open_view(path, config.task, config.data, config.split_seed, config.device, progress)
-        task = loaded[path].spec.name
-        if task != spec.name:
-            raise OndeviceError(f"teacher {path} was trained for {task}, not {spec.name}; "
-                                f"all --teachers must be {spec.name} teachers")
-    return [(path, order, loaded[path]) for path, order in parsed]
+def load_config_views(config: DvBERTConfig, progress: bool = False) -> list[tuple[str, str, object]]:
+    """(dir, order, teacher) per teacher view of the run, all checked to be teachers of `config.task`."""
+    return load_views(config.teachers, config.task, config.data, config.split_seed, config.device, progress)
 
 
 def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
@@ -321,13 +264,6 @@ def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
                                 "--augment-random 0 --augment-neighbors 0, or train a new --out")
         raw.update({k: getattr(config, k) for k in AUGMENT_KEYS})
         write_json(saved, raw)
-
-
-def _view_logits(teacher, order: str, a: list[str], b: list[str], progress: bool) -> np.ndarray:
-    from ondevice.pairs.logits import teacher_logits
-
-    # a (b, a) view is the teacher over the swapped pair list, which the content-keyed cache keeps apart
-    return teacher_logits(teacher, b, a, progress=progress) if order == "ba" else teacher_logits(teacher, a, b, progress=progress)
 
 
 def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
@@ -345,7 +281,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     extra = extra_texts(config)  # before the resume check: it fills in a checksum
     _check_legacy_resume(out, config, resume)
     check_resume(out, config, layouts.DVBERT_CONFIG, "DvBERT config", _RESUME_KEYS, resume)
-    views = load_views(config, progress)
+    views = load_config_views(config, progress)
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -356,9 +292,9 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
 
-    train_logits = [_view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
+    train_logits = [view_logits(t, order, train.a, train.b, progress) for _, order, t in views]
     aug = transfer_set(train, student.encode, config, extra) if config.augments() else None
-    aug_logits = [_view_logits(t, order, aug.a, aug.b, progress) for _, order, t in views] if aug is not None and len(aug) else []
+    aug_logits = [view_logits(t, order, aug.a, aug.b, progress) for _, order, t in views] if aug is not None and len(aug) else []
     n_aug = len(aug) if aug_logits else 0
     logits = [np.concatenate([x, y]) for x, y in zip(train_logits, aug_logits)] if aug_logits else train_logits
     probs = np.stack([teacher_predictions(x, spec.kind) for x in logits])  # (K, n + n_aug, outputs)

@@ -37,6 +37,7 @@ from ondevice.pairs.model import (
     save_head,
 )
 from ondevice.pairs.runloop import Position, check_resume, run_epochs, same_settings, start_or_resume
+from ondevice.pairs.views import open_teacher, parse_teachers, view_checks
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 
@@ -50,7 +51,7 @@ class DSEConfig:
     task: str
     data: str
     student: str  # SRA-distilled student dir (`ondevice distill`)
-    teacher: str = ""  # cross-encoder teacher dir (`ondevice pairs teacher`); only alpha 0 trains without one
+    teacher: str = ""  # teacher view(s), comma-separated (ondevice.pairs.views; several: their mean); only alpha 0 trains without
     alpha: float = 0.5
     head_hidden: int = 256  # paper 004: task layer 256
     epochs: int = 4
@@ -79,7 +80,7 @@ class DSEConfig:
                        device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                       *extra_checks(self)])
+                       *extra_checks(self), *(view_checks(parse_teachers(self.teacher), "--teacher") if self.teacher else [])])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", *AUGMENT_KEYS, "freeze_encoder",
@@ -163,8 +164,6 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     """Train (or resume) one DSE student with `config.alpha`; keeps the dev-best epoch."""
     from tqdm.auto import tqdm
 
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
-
     config.validate()
     torch = require("torch", "train")
     out = Path(out_dir)
@@ -177,9 +176,8 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     if config.alpha > 0 and not config.teacher:
         raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
     # the teacher scores the augmentation pairs: on the run's device too (on a GPU run, CPU scoring is the bottleneck)
-    teacher = CrossEncoderTeacher.load(config.teacher, device=device) if config.teacher else None
-    if teacher is not None and teacher.spec.name != spec.name:
-        raise OndeviceError(f"teacher {config.teacher} was trained for {teacher.spec.name}, not {spec.name}; pass the {spec.name} teacher")
+    teacher = open_teacher(config.teacher, spec.name, config.data, config.split_seed, device, progress) \
+        if config.teacher else None
     student = Student.load(config.student)
     train = load_pairs(config.task, "train", config.data, config.split_seed)
     dev = load_pairs(config.task, "dev", config.data, config.split_seed)
