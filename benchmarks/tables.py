@@ -502,6 +502,8 @@ def pairs_seeds(path: str) -> str:
               f"{', '.join(f'{x:g}' for x in b['dse_alphas'])}; DvBERT teachers: {', '.join(Path(t).name for t in b['dvbert_teachers'])}"
               + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items())
               + (f"; the teachers' mean logit test {b['teachers_mean_test'][metric]:.2f}" if "teachers_mean_test" in b else "")
+              + (f"; DSE taught by the mean of {', '.join(Path(t).name for t in b['dse_teacher'].split(','))}"
+                 if "," in (b.get("dse_teacher") or "") else "")
               + "."]
     if "dvbert_augment" in b:  # files written before that (commit 383dddd) trained DvBERT on the labelled pairs only and do not say so
         c = b["dvbert_config"]

@@ -326,3 +326,33 @@ def test_eval_median_renders_medians_and_ranges_over_runs(tmp_path):
     assert "| app | float32 × 384 | 1536 | 83.5 | - | 50.4 |" in text  # equal in every run: one value
     assert "| app/itq-64 | itq 64 bits | 8 | 75.0 (74.0-76.0) | 28.0 (26.0-30.0) | 20.0 |" in text
     assert "Median over 3 runs" in text and "seed 2, commit aaaaaaaaaaaa" in text
+
+
+def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env, tiny_teacher, tmp_path):
+    """`benchmarks/pairs.py dipair-quality` end to end on tiny runs, with a mean of two views as --teacher: the ratio is
+    to that mean, and the cross-encoder the runs learnt from is reported on its own."""
+    import json
+
+    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    (bench / "results").mkdir()
+    teacher = str(pair_env.teacher())
+    views = f"{teacher},bi-encoder:{tiny_teacher}"
+    args = ["dipair-quality", "--task", "stsb", "--data", str(pair_env.data), "--teacher", views,
+            "--dse-run", str(artifacts["dse-run"]), "--runs", str(artifacts["dipair-run"]), "--skip-hamming", "--threads", "1"]
+    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
+    res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (path,) = (bench / "results").glob("pairs-dipair-quality-stsb-*.json")
+    out = json.loads(path.read_text())
+    from ondevice.pairs.crossencoder import evaluate_teacher
+    from ondevice.pairs.data import load_pairs
+    from ondevice.pairs.views import open_teacher
+
+    test = load_pairs("stsb", "test", pair_env.data)
+    assert out["cross_encoder"]["spearman"] == pytest.approx(
+        evaluate_teacher(open_teacher(views, "stsb", pair_env.data), test)["spearman"], abs=0.01)
+    assert list(out["run_teachers_test"]) == [teacher]  # both runs learnt from the cross-encoder alone
+    row = out["dipair"][0]
+    assert row["ratio_to_cross_encoder"] == pytest.approx(row["test"]["spearman"] / out["cross_encoder"]["spearman"], abs=1e-3)
+
