@@ -655,7 +655,10 @@ def dipair_quality(*paths: str) -> str:
                 f"`{_dse_name(b['dse']['run'], True)}` is the DSE run" if len(runs) == 1 else
                 f"DSE test is the mean of {len(runs)} runs: " + ", ".join(
                     f"`{_dse_name(d['run'])}` {d['test'][key]:.2f}" for d in runs))
-        note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}); "
+        # runs taught by other teachers than --teacher (e.g. a mean of views): each on test
+        own = "".join(f"; runs' teacher {' + '.join(Path(v).name for v in t.split(','))} {m[key]:.2f}"
+                      for t, m in (b.get("run_teachers_test") or {}).items())
+        note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}){own}; "
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
         lines += ["", note, ""]
         if "summary" in b:
