@@ -60,6 +60,21 @@ TINY = {
 WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "bundle", "jvm_core", "distill_ablation", "walkthrough"}
 
 
+def _bench_copy(tmp_path: Path, **env_extra: str) -> tuple[Path, dict[str, str]]:
+    """A copy of benchmarks/ in tmp_path with an empty results/ (results files never land in the repository) and the
+    environment that sends them there, with its own cache unless `env_extra` names one."""
+    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    (bench / "results").mkdir()
+    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results"), **env_extra}
+    return bench, env
+
+
+def _bench_run(bench: Path, env: dict[str, str], script: str, args: list[str]) -> subprocess.CompletedProcess:
+    """Run benchmarks/SCRIPT.py from the copy (repository root as working directory)."""
+    return subprocess.run([sys.executable, str(bench / f"{script}.py"), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+
+
 def test_every_benchmark_has_tiny_arguments():
     assert set(SCRIPTS) == set(TINY), "give every benchmarks/*.py tiny arguments in TINY"
 
@@ -67,14 +82,8 @@ def test_every_benchmark_has_tiny_arguments():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path):
-    # A copy of benchmarks/ in tmp_path, so results files land there and never in the repository.
-    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
-    (bench / "results").mkdir()
-    args = [a.replace("{tmp}", str(tmp_path)) for a in TINY[name]]
-    env = {**os.environ, "ONDEVICE_CACHE": str(slow_cache), "ONDEVICE_DATA": str(shared_data),
-           "ONDEVICE_RESULTS": str(bench / "results")}
-    res = subprocess.run([sys.executable, str(bench / f"{name}.py"), *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900, check=False)
+    bench, env = _bench_copy(tmp_path, ONDEVICE_CACHE=str(slow_cache), ONDEVICE_DATA=str(shared_data))
+    res = _bench_run(bench, env, name, [a.replace("{tmp}", str(tmp_path)) for a in TINY[name]])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     if name in WRITES_RESULTS:
         written = list((bench / "results").glob(f"{name}*.json"))
@@ -137,15 +146,12 @@ def test_pairs_suite_runs_with_tiny_models(pair_env, tmp_path):
     students per seed side by side, then the aggregated seeds and quality files; a second call reuses everything."""
     import json
 
-    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
-    (bench / "results").mkdir()
+    bench, env = _bench_copy(tmp_path)
     args = ["--out", str(tmp_path / "suite"), "--student", str(pair_env.student), "--base", str(pair_env.base),
             "--data", str(pair_env.data), "--device", "cpu", "--jobs", "2", "--tasks", "mrpc", "--seeds", "0,1",
             "--teacher-seeds", "2", "--teacher-epochs", "1", "--max-train-pairs", "24",
             "--student-args", "--epochs 1 --augment-random 8 --augment-neighbors 0 --dse-alphas 0,0.5"]
-    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
-    res = subprocess.run([sys.executable, str(bench / "pairs_suite.py"), *args], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=900, check=False)
+    res = _bench_run(bench, env, "pairs_suite", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = (bench / "results").glob("pairs_suite-*.json")
     out = json.loads(path.read_text())
@@ -163,8 +169,7 @@ def test_pairs_suite_runs_with_tiny_models(pair_env, tmp_path):
                    for p in (tmp_path / "suite" / "logs").glob("*-s*.log"))
 
     ran = commands()
-    again = subprocess.run([sys.executable, str(bench / "pairs_suite.py"), *args], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=900, check=False)
+    again = _bench_run(bench, env, "pairs_suite", args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert commands() == ran + 2  # teachers reused; only the two per-seed student calls run again (and find their runs)
 
@@ -174,16 +179,13 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     """`benchmarks/pairs.py seeds` (DvBERT vs DSE) end to end on the tiny pair fixtures; its results JSON is complete."""
     import json
 
-    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
-    (bench / "results").mkdir()
+    bench, env = _bench_copy(tmp_path)
     teacher = str(pair_env.teacher())
     args = ["seeds", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
             "--teachers", f"{teacher},{teacher}:ba", "--seeds", "0,1", "--epochs", "1", "--max-train-pairs", "32",
             "--augment-random", "10", "--augment-neighbors", "0", "--dse-alphas", "0.5", "--workdir", str(tmp_path / "w"),
             "--quiet"]
-    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
-    res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=900, check=False)
+    res = _bench_run(bench, env, "pairs", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = (bench / "results").glob("pairs-seeds-stsb-*.json")
     out = json.loads(path.read_text())
@@ -208,8 +210,7 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     out["dvbert_config"]["anneal"] = "none"  # a run of the ablation says so in its caption
     path.write_text(json.dumps(out))
     assert "DvBERT without teacher annealing (`--anneal none`" in _script("tables").pairs_seeds(str(path))
-    res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args[:-5], "--augment-random", "9", *args[-5:]],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    res = _bench_run(bench, env, "pairs", [*args[:-5], "--augment-random", "9", *args[-5:]])
     assert res.returncode != 0 and "finished run with other settings (augment_random)" in res.stderr  # not reused
 
 
@@ -333,15 +334,12 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
     to that mean, and the cross-encoder the runs learnt from is reported on its own."""
     import json
 
-    bench = shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
-    (bench / "results").mkdir()
+    bench, env = _bench_copy(tmp_path)
     teacher = str(pair_env.teacher())
     views = f"{teacher},bi-encoder:{tiny_teacher}"
     args = ["dipair-quality", "--task", "stsb", "--data", str(pair_env.data), "--teacher", views,
             "--dse-run", str(artifacts["dse-run"]), "--runs", str(artifacts["dipair-run"]), "--skip-hamming", "--threads", "1"]
-    env = {**os.environ, "ONDEVICE_CACHE": str(tmp_path / "cache"), "ONDEVICE_RESULTS": str(bench / "results")}
-    res = subprocess.run([sys.executable, str(bench / "pairs.py"), *args], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=900, check=False)
+    res = _bench_run(bench, env, "pairs", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = (bench / "results").glob("pairs-dipair-quality-stsb-*.json")
     out = json.loads(path.read_text())
