@@ -344,7 +344,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.metrics import evaluate_scores
     from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
-    from ondevice.pairs.views import open_view, parse_teachers, parse_view, view_logits
+    from ondevice.pairs.views import MeanTeacher, open_view, parse_teachers, parse_view
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -408,8 +408,8 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         for v, teacher in loaded.items():
             out["teachers_test"][v] = evaluate_teacher(teacher, test)
         if spec.kind == "regression":  # the views' mean logit: what DvBERT's loss averages over, as one teacher
-            mean = np.mean([view_logits(loaded[p], o, test.a, test.b) for p, o in map(parse_view, views)], axis=0)
-            out["teachers_mean_test"] = evaluate_scores(spec, mean, test.gold, None)
+            mean = MeanTeacher([(p, o, loaded[p]) for p, o in map(parse_view, views)], a.data)
+            out["teachers_mean_test"] = evaluate_scores(spec, mean.logits(test.a, test.b), test.gold, None)
     return out
 
 
@@ -552,8 +552,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         rows.append(row)
     out["dipair"] = rows
     # each run's own teacher (a cross-encoder, or several views as their mean) on test, beside --teacher's
-    own = [json.loads((Path(r) / "dipair_config.json").read_text())["teacher"] for r in a.runs]
-    own += [json.loads((chosen_run(d) / "dse_config.json").read_text()).get("teacher", "") for d in a.dse_run or []]
+    own = [r["config"]["teacher"] for r in rows]
+    own += [json.loads((Path(d["run"]) / "dse_config.json").read_text()).get("teacher", "") for d in dse]
     out["run_teachers_test"] = {t: evaluate_teacher(open_teacher(t, a.task, a.data), test)
                                 for t in dict.fromkeys(own) if t and t != a.teacher}
     # DiPair runs that differ only in their seed are seeds of one setting: their mean and spread are a result (the

@@ -482,6 +482,11 @@ def _mean_std(x: dict) -> str:
     return f"{x['mean']:.2f} ± {x['std']:.2f}" if x.get("std") is not None else f"{x['mean']:.2f}"
 
 
+def _view_names(teacher: str) -> list[str]:
+    """The folder names of a `--teacher` value's comma-separated views (a mean of several teachers)."""
+    return [Path(v).name for v in teacher.split(",")]
+
+
 def pairs_seeds(path: str) -> str:
     """DvBERT vs DSE over seeds (benchmarks/pairs.py seeds): per seed dev and test, then mean, std and the difference."""
     b = _load(path)
@@ -502,7 +507,7 @@ def pairs_seeds(path: str) -> str:
               f"{', '.join(f'{x:g}' for x in b['dse_alphas'])}; DvBERT teachers: {', '.join(Path(t).name for t in b['dvbert_teachers'])}"
               + "".join(f"; teacher {Path(t).name} test {m[metric]:.2f}" for t, m in teachers.items())
               + (f"; the teachers' mean logit test {b['teachers_mean_test'][metric]:.2f}" if "teachers_mean_test" in b else "")
-              + (f"; DSE taught by the mean of {', '.join(Path(t).name for t in b['dse_teacher'].split(','))}"
+              + (f"; DSE taught by the mean of {', '.join(_view_names(b['dse_teacher']))}"
                  if "," in (b.get("dse_teacher") or "") else "")
               + "."]
     if "dvbert_augment" in b:  # files written before that (commit 383dddd) trained DvBERT on the labelled pairs only and do not say so
@@ -656,7 +661,7 @@ def dipair_quality(*paths: str) -> str:
                 f"DSE test is the mean of {len(runs)} runs: " + ", ".join(
                     f"`{_dse_name(d['run'])}` {d['test'][key]:.2f}" for d in runs))
         # runs taught by other teachers than --teacher (e.g. a mean of views): each on test
-        own = "".join(f"; runs' teacher {' + '.join(Path(v).name for v in t.split(','))} {m[key]:.2f}"
+        own = "".join(f"; runs' teacher {' + '.join(_view_names(t))} {m[key]:.2f}"
                       for t, m in (b.get("run_teachers_test") or {}).items())
         note = (f"{b['task']}: {key} x100 on the test split; cross-encoder {b['cross_encoder'][key]:.2f} ({what}){own}; "
                 f"{b['date'][:10]}, commit {b['commit'][:7]}, `{Path(path).name}`.")
