@@ -120,7 +120,9 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
             row = {"method": method, "bits": bits, "bytes": binarizer.code_bytes, "spearman": score,
                    "ratio": round(score / res["continuous_cosine"], 4), "fit_seconds": round(fit_s, 1)}
             if method in ("ae", "ae-sp"):
-                row["final_rec_loss"] = round(binarizer.config.metrics["final_rec_loss"], 4)
+                m = binarizer.config.metrics
+                row["final_rec_loss"] = round(m["final_rec_loss"], 4)
+                row.update({key: m[key] for key in ("init_chosen", "selected_epoch") if key in m})
             res["rows"].append(row)
             # rows so far, so a long run that is stopped still leaves its finished measurements
             write_json(args.out_dir / f"partial_{name}_{args.split}{'_' + args.tag if args.tag else ''}.json", res)

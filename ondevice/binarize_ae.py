@@ -37,12 +37,12 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path
-from ondevice.projections import column_mean, pca_components, random_projection, whitening
+from ondevice.projections import column_mean, orthogonal_rows, pca_components, random_projection, whitening
 
 DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
 SAMPLINGS = ("uniform", "gap", "neighbor")
-INITS = ("random", "pca", "xavier", "auto")
+INITS = ("random", "orthogonal", "pca", "xavier", "auto")
 SELECTS = ("last", "holdout")
 INPUTS = ("standardize", "whiten")
 
@@ -55,9 +55,10 @@ class AEConfig:
     batch_size: int = 256
     lr: float = 1e-3  # 3e-4 with input "whiten" (BENCHMARKS.md "Whitened autoencoder input")
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
-    init: str = "random"  # encoder start: "random" = the centered random projection, "pca" = the top principal axes
-    # (then random rows past dim), "xavier" = torch default, "auto" = random or pca, whichever keeps the held-out
-    # similarity order better (see holdout_order)
+    init: str = "random"  # encoder start: "random" = the centered random projection, "orthogonal" = the same rows
+    # made orthogonal in blocks of the input width (Super-Bit LSH), "pca" = the top principal axes (then random rows
+    # past dim), "xavier" = torch default, "auto" = random or pca, whichever keeps the held-out similarity order
+    # better (see holdout_order)
     select: str = "last"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
     # whose codes keep the held-out similarity order best
     holdout: float = 0.05  # fraction of the vectors held out of training for init "auto" / select "holdout"
@@ -259,9 +260,11 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     torch.manual_seed(seed)
     model = _build(in_dim, bits)
     starts: dict[str, float] = {}
-    if cfg.init in ("random", "pca", "auto"):
+    if cfg.init in ("random", "orthogonal", "pca", "auto"):
         # start at the random-projection (or PCA) codes, strong baselines; training only has to improve them
         w = random_projection(in_dim, bits, seed)
+        if cfg.init == "orthogonal":
+            w = orthogonal_rows(w)
         if cfg.init in ("pca", "auto"):
             # the principal axes, scaled to the random rows' expected norm so the sigmoid starts equally steep
             # (whitened input: the axes are its coordinates, in order of the raw variance they carried)

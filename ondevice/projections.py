@@ -28,6 +28,21 @@ def random_projection(dim: int, bits: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-bound, bound, size=(bits, dim)).astype(np.float32)
 
 
+def orthogonal_rows(w: np.ndarray) -> np.ndarray:
+    """w (bits, dim) with its rows made orthogonal in consecutive blocks of `dim` (Super-Bit LSH, Ji et al., NIPS
+    2012), each row keeping its direction's sign and its norm. Orthogonal hyperplanes estimate an angle with less
+    variance than independent ones, so the codes' Hamming distances track the cosine more closely at few bits."""
+    w = np.asarray(w, dtype=np.float64)
+    out = np.empty_like(w)
+    dim = w.shape[1]
+    for start in range(0, w.shape[0], dim):
+        block = w[start : start + dim]
+        q, r = np.linalg.qr(block.T)  # Gram-Schmidt of the rows in order: row i keeps its part orthogonal to rows < i
+        q = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+        out[start : start + dim] = q.T * np.linalg.norm(block, axis=1, keepdims=True)
+    return out.astype(np.float32)
+
+
 def pca_basis(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean (dim,), variances (dim,) descending, axes (dim, dim) as columns in that order, signs fixed)."""
     mean = column_mean(x)

@@ -169,15 +169,25 @@ def test_faiss_binary_flat_matches_reference(x):
         np.testing.assert_array_equal(np.take_along_axis(ref, ids, axis=1), dist)
 
 
-@pytest.mark.parametrize("init,bits", [("random", 40), ("pca", 16), ("pca", DIM + 8)])
+@pytest.mark.parametrize("init,bits", [("random", 40), ("orthogonal", 40), ("pca", 16), ("pca", DIM + 8)])
 def test_autoencoder_starts_at_its_init(x, init, bits):
-    """With a vanishing learning rate the autoencoder's codes are its start: the random projection's, or PCA's
-    for the first min(bits, dim) bits and the random projection's for the rest."""
+    """With a vanishing learning rate the autoencoder's codes are its start: the random projection's, its rows made
+    orthogonal per block, or PCA's for the first min(bits, dim) bits and the random projection's for the rest."""
     ae = _fit(x, "ae", bits, seed=3, init=init, input="standardize", select="last", lr=1e-12, epochs=1)
     codes = unpack(ae.transform(x), bits)
     random_codes = unpack(_fit(x, "random", bits, seed=3).transform(x), bits)
     if init == "random":
         np.testing.assert_array_equal(codes, random_codes)
+        return
+    if init == "orthogonal":
+        from ondevice.projections import orthogonal_rows, random_projection
+
+        w = orthogonal_rows(random_projection(DIM, bits, 3))
+        z = x - x.mean(axis=0)  # the start sees the centered input (its global scale does not move a sign)
+        expected = (z.astype(np.float64) @ w.T.astype(np.float64)) > 0
+        agree = (codes.astype(bool) == expected).mean()
+        assert agree > 0.999  # float32 training-side arithmetic may flip a bit that sits on the hyperplane
+        assert (codes[:, DIM:] != random_codes[:, DIM:]).any()  # not the plain random projection
         return
     top = min(bits, DIM)
     np.testing.assert_array_equal(codes[:, :top], unpack(_fit(x, "pca", top).transform(x), top))

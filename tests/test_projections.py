@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ondevice.errors import OndeviceError
-from ondevice.projections import pca_basis, pca_components, random_projection, whitening
+from ondevice.projections import orthogonal_rows, pca_basis, pca_components, random_projection, whitening
 
 SCALES = np.array([8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 0.0])  # variances 64, 16, 4, 1, 0.25, 0.0625, 0
 
@@ -52,3 +52,20 @@ def test_random_projection_is_reproducible_and_bounded():
     np.testing.assert_array_equal(w, random_projection(5, 64, 7))
     assert w.shape == (64, 5) and np.abs(w).max() <= 1 / 8
     assert not np.array_equal(w, random_projection(5, 64, 8))
+
+
+@pytest.mark.parametrize("bits,dim", [(3, 7), (7, 7), (20, 7)])
+def test_orthogonal_rows_are_orthogonal_per_block_and_keep_norms_and_first_direction(bits, dim):
+    w = random_projection(dim, bits, 5)
+    o = orthogonal_rows(w)
+    assert o.shape == w.shape and o.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(o, axis=1), np.linalg.norm(w, axis=1), rtol=1e-5)
+    for start in range(0, bits, dim):
+        block = o[start : start + dim].astype(np.float64)
+        gram = block @ block.T
+        np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-6)
+        # Gram-Schmidt in order: each block's first row keeps its direction, so the first bit is the random one
+        np.testing.assert_allclose(o[start], w[start], rtol=1e-5, atol=1e-7)
+    # orthogonalized within blocks only: rows of different blocks are as random as before
+    if bits > dim:
+        assert abs(float(o[0] @ o[dim])) > 1e-6
