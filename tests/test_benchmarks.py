@@ -22,6 +22,7 @@ TINY = {
                          "--hyper", '{"epochs": 1}', "--quiet", "--out-dir", "{tmp}/out", "--bundle", "pretrained"],
     "binarize_epochs": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--epochs", "2", "--teacher-recall",
                         "--hyper", '{"input": "whiten", "init": "pca"}'],
+    "binarize_starts": ["--train-sentences", "300", "--held-out", "100", "--bits", "64", "--seeds", "2"],
     "bundle": ["--runs", "30", "--sentences", "64", "--lengths", "5", "10", "--length-runs", "20", "--no-teacher",
                "--workdir", "{tmp}/work"],
     "distill_ablation": ["--sentences", "300", "--epochs", "1", "--variants", "hidden_size=16"],
@@ -57,7 +58,7 @@ TINY = {
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
-WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "bundle", "jvm_core", "distill_ablation", "walkthrough"}
+WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "binarize_starts", "bundle", "jvm_core", "distill_ablation", "walkthrough"}
 
 
 def _bench_copy(tmp_path: Path, **env_extra: str) -> tuple[Path, dict[str, str]]:
@@ -96,6 +97,15 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert set(encoders) == {"teacher", "student"}
         assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
         assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
+    if name == "binarize_starts":  # every projection kind scored on both splits for each seed, and summarized
+        import json
+
+        (found,) = (bench / "results").glob("binarize_starts*.json")
+        res = json.loads(found.read_text())["results"]
+        kinds = {"random", "orthogonal", "whiten-random", "whiten-orthogonal"}
+        assert {(r["codes"], r["seed"]) for r in res["rows"]} == {(k, s) for k in kinds for s in (0, 1)}
+        assert {r["codes"] for r in res["summary"]} == kinds and all(r["seeds"] == 2 for r in res["summary"])
+        assert all(-100 <= r["stsb_test"] <= 100 and 0 <= r["top10_recall"] <= 1 for r in res["rows"])
     if name == "walkthrough":  # every step printed what README shows, and the rendered block hides the checkout path
         import json
 
