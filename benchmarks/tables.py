@@ -123,6 +123,25 @@ def binarize_seeds(path0: str, path1: str) -> str:
     return "\n".join(lines)
 
 
+def binarize_starts(path: str) -> str:
+    """Untrained codes over seeds: STS-B test median ± sd (dev median) per projection, and held-out top-10 recall."""
+    blob = _load(path)
+    summ = {(r["codes"], r["bits"]): r for r in blob["results"]["summary"]}
+    kinds = ("random", "orthogonal", "whiten-random", "whiten-orthogonal")
+    names = ("random", "orthogonal rows", "whitened, random", "whitened, orthogonal rows")
+    lines = ["| bits | " + " | ".join(names) + " | top-10 recall: random / orthogonal |", "|---:|" + "---:|" * 5]
+    for b in sorted({k[1] for k in summ}):
+        cells = [f"{summ[k, b]['stsb_test_median']:.2f} ± {summ[k, b]['stsb_test_sd']:.2f} (dev {summ[k, b]['stsb_dev_median']:.2f})"
+                 for k in kinds]
+        cells.append(f"{summ['random', b]['top10_recall_median']:.3f} / {summ['orthogonal', b]['top10_recall_median']:.3f}")
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    seeds = summ["random", min(k[1] for k in summ)]["seeds"]
+    meta = blob["meta"]
+    lines.append(f"\nSTS-B test Spearman x100 of -Hamming, median ± sd over {seeds} seeds (dev median in brackets); "
+                 f"{meta['date'][:10]}, {meta['cpu_model']}, commit {meta['commit'][:7]}, `{Path(path).name}`.")
+    return "\n".join(lines)
+
+
 def _si(x: float) -> str:
     return f"{x / 1e9:.2f} G" if x >= 1e9 else f"{x / 1e6:.0f} M"
 
@@ -753,7 +772,7 @@ def pair_head_on_bundle(path: str) -> str:
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
-    binarize_methods, binarize_summary, binarize_seeds, binarize_median, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
+    binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid, devices)}
 

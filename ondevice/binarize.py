@@ -6,6 +6,10 @@ and ITQ:
 - ``threshold``: bit i = 1 if h_i > s (s = 0 unless ``threshold=`` is given); exactly ``dim`` bits.
 - ``random``: W in R^{bits x dim}, W_ij ~ U(-1/sqrt(bits), 1/sqrt(bits)) from ``seed``; center by the training
   mean, project, threshold at 0. Any number of bits.
+- ``orthogonal``: ``random`` with the rows of W made orthogonal in blocks of ``dim`` (Super-Bit LSH, Ji et al.
+  2012; ``projections.orthogonal_rows``), each keeping its norm. Orthogonal hyperplanes estimate an angle with less
+  variance: on the shipped student, over 15 seeds, better than ``random`` on STS-B and on held-out neighbours at
+  every width (README, "Orthogonal rows"). Any number of bits.
 - ``pca``: center, project on the top ``bits`` principal components, threshold at 0. ``bits <= dim``.
 - ``itq``: ``pca`` followed by the orthogonal rotation that best fits the signs (iterative quantization, Gong &
   Lazebnik 2011; ``projections.itq_rotation``). ``bits <= dim``; numpy only, about a minute for 50k vectors. It
@@ -20,7 +24,7 @@ Every method is an affine map followed by "> 0", which is what makes the binariz
 
     codes = ondevice.bits.pack((h.astype(float32) @ A + c) > 0)        with (A, c) = binarizer.affine()
 
-A is float32 (dim, bits), c float32 (bits,). threshold: A = I, c = -s. random: A = W^T, c = -mean @ W^T.
+A is float32 (dim, bits), c float32 (bits,). threshold: A = I, c = -s. random, orthogonal: A = W^T, c = -mean @ W^T.
 pca: A = top components (as columns), c = -mean @ A. itq: A = components @ R. ae/ae-sp: A = W^T, c = k (sigmoid(x) > 0.5 iff x > 0;
 the input standardization used in training is folded into A and c). ``transform`` computes exactly that
 expression in float32, so an ONNX graph (MatMul, Add, Greater) or a Java loop reproduces the bits.
@@ -53,9 +57,9 @@ from ondevice.io import (
     read_json,
     write_json,
 )
-from ondevice.projections import column_mean, itq_rotation, pca_components, random_projection
+from ondevice.projections import column_mean, itq_rotation, orthogonal_rows, pca_components, random_projection
 
-METHODS = ("threshold", "random", "pca", "itq", "ae", "ae-sp")
+METHODS = ("threshold", "random", "orthogonal", "pca", "itq", "ae", "ae-sp")
 ITQ_ITERATIONS = 50  # the paper's setting; the loss has flattened well before
 ITQ_MAX_ROWS = 100_000  # rows the rotation is fitted on (a seeded sample of larger inputs); the PCA uses every row
 _CHUNK = 32768  # rows per transform step: bounds the float32 (rows, bits) temporary to ~256 MiB at 2048 bits
@@ -190,10 +194,11 @@ class Binarizer:
             _no_more(method, hyper)
             config.hyper = {"threshold": s}
             A, c = np.eye(dim, dtype=np.float32), np.full(dim, -s, dtype=np.float32)
-        elif method == "random":
+        elif method in ("random", "orthogonal"):
             _no_more(method, hyper)
             mean = column_mean(x).astype(np.float32)
-            A = random_projection(dim, bits, seed).T
+            w = random_projection(dim, bits, seed)
+            A = (orthogonal_rows(w) if method == "orthogonal" else w).T
             c = -(mean @ A)
             extras["mean"] = mean
         elif method == "pca":

@@ -34,7 +34,7 @@ def _fit(x, method, bits, seed=0, **kw):
     return Binarizer.fit(x, method, bits, seed=seed, **kw)
 
 
-CASES = [("threshold", DIM), ("random", 72), ("random", 100), ("random", 2048), ("pca", 8), ("pca", DIM),
+CASES = [("threshold", DIM), ("random", 72), ("random", 100), ("random", 2048), ("orthogonal", 40), ("pca", 8), ("pca", DIM),
          ("itq", 8), ("itq", 13), ("ae", 72), ("ae", 100), ("ae-sp", 100)]
 
 
@@ -53,7 +53,7 @@ def test_shapes_affine_contract_and_padding(x, method, bits):
     assert (b.method, b.bits, b.dim) == (method, bits, DIM)
 
 
-@pytest.mark.parametrize("method,bits", [("random", 72), ("pca", 8), ("itq", 8), ("ae", 72), ("ae-sp", 72)])
+@pytest.mark.parametrize("method,bits", [("random", 72), ("orthogonal", 72), ("pca", 8), ("itq", 8), ("ae", 72), ("ae-sp", 72)])
 def test_deterministic_with_seed(x, method, bits):
     a, b = _fit(x, method, bits, seed=3), _fit(x, method, bits, seed=3)
     np.testing.assert_array_equal(a.affine()[0], b.affine()[0])
@@ -83,6 +83,22 @@ def test_random_and_pca_center_and_scale(x):
     A, _ = p.affine()
     np.testing.assert_allclose(A.T @ A, np.eye(4), atol=1e-5)  # orthonormal principal axes
     assert np.allclose(unpack(p.transform(x), 4).mean(0), 0.5, atol=0.15)  # centered: balanced bits
+
+
+def test_orthogonal_is_the_random_projection_with_orthogonal_rows(x):
+    """Same seed, same mean and row norms as `random`; rows orthogonal within each block of dim, the first of each
+    block unchanged, so the first bit is the random projection's."""
+    from ondevice.projections import orthogonal_rows
+
+    r, o = _fit(x, "random", 40, seed=2), _fit(x, "orthogonal", 40, seed=2)
+    (Ar, cr), (Ao, co) = r.affine(), o.affine()
+    np.testing.assert_allclose(Ao, orthogonal_rows(Ar.T).T, rtol=1e-6)
+    np.testing.assert_allclose(co, -(x.mean(0) @ Ao), rtol=1e-4, atol=1e-5)
+    block = Ao[:, :DIM].astype(np.float64)
+    gram = block.T @ block
+    np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-6)
+    np.testing.assert_array_equal(unpack(o.transform(x), 40)[:, [0, DIM, 2 * DIM]],
+                                  unpack(r.transform(x), 40)[:, [0, DIM, 2 * DIM]])
 
 
 def test_itq_rotates_the_principal_axes_and_lowers_the_quantization_loss(x):
@@ -321,14 +337,14 @@ def test_ae_holdout_init_and_epoch_selection(x, tmp_path, geometry):
 
 def test_methods_for():
     assert methods_for(384, 384) == list(METHODS)
-    assert methods_for(2048, 384) == ["random", "ae", "ae-sp"]
-    assert methods_for(256, 384) == ["random", "pca", "itq", "ae", "ae-sp"]
+    assert methods_for(2048, 384) == ["random", "orthogonal", "ae", "ae-sp"]
+    assert methods_for(256, 384) == ["random", "orthogonal", "pca", "itq", "ae", "ae-sp"]
 
 
 @pytest.mark.parametrize("method,bits,match", [
-    ("threshold", 100, "use random, ae, ae-sp"),
-    ("pca", 17, "at most 16 bits.*use random, ae, ae-sp"),
-    ("itq", 17, "at most 16 bits.*use random, ae, ae-sp"),
+    ("threshold", 100, "use random, orthogonal, ae, ae-sp"),
+    ("pca", 17, "at most 16 bits.*use random, orthogonal, ae, ae-sp"),
+    ("itq", 17, "at most 16 bits.*use random, orthogonal, ae, ae-sp"),
     ("nope", 8, "unknown binarization method"),
     ("random", 0, "positive integer"),
 ])
@@ -391,7 +407,7 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
     rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "threshold", "--bits", "2048",
                "--out", str(tmp_path / "b2")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "random, ae, ae-sp" in err
+    assert rc == 2 and err.count("\n") == 1 and "random, orthogonal, ae, ae-sp" in err
     rc = main(["binarize", "--embeddings", str(tmp_path / "missing.npy"), "--bits", "8", "--out", str(tmp_path / "b3")])
     assert rc == 2 and "not found" in capsys.readouterr().err
     rc = main(["binarize", "--bits", "8", "--out", str(tmp_path / "b4")])

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-HELP = "fit a binarizer (threshold, random, pca, itq, ae, ae-sp) that turns embeddings into packed binary codes"
+HELP = "fit a binarizer (threshold, random, orthogonal, pca, itq, ae, ae-sp) that turns embeddings into packed binary codes"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
