@@ -74,34 +74,32 @@ def main(argv: list[str] | None = None) -> int:
     data = default_data_dir()
     splits = {name: read_stsb(data, name) for name in ("dev", "test")}
     texts = fit_corpus(data, a.train_sentences, a.fit_train_splits)
-    sts_x = {}
-    for name, pairs in splits.items():
-        x, s, info = bundle_vectors(a.bundle, texts, pairs.a + pairs.b)
-        sts_x[name] = np.asarray(s, np.float64)
-    x = np.asarray(x, np.float64)
+    sentences = [t for pairs in splits.values() for t in pairs.a + pairs.b]
+    x, s, info = bundle_vectors(a.bundle, texts, sentences)  # one pass: the bundle and its cached fit vectors once
+    x, s = np.asarray(x, np.float64), np.asarray(s, np.float64)
+    ends = np.cumsum([2 * len(pairs.a) for pairs in splits.values()])
+    sts_x = dict(zip(splits, np.split(s, ends[:-1])))
     perm = np.random.default_rng([0, 99]).permutation(len(x))  # one held-out part for every seed: seeds vary W only
     val, fit = x[perm[: a.held_out]], x[perm[a.held_out :]]
     judge = order_pairs(val.astype(np.float32), 0)
     anchors = np.unique(judge[0])
     mean = column_mean(fit)
     w_mean, T = whitening(fit, a.whiten_variance)
-    inputs = {"": (lambda h: h - mean), "whiten-": (lambda h: (h - w_mean) @ T)}
+    # each geometry's input, prepared once: the STS-B sentences of both splits and the held-out vectors
+    inputs = {prefix: {name: prepare(h) for name, h in (*sts_x.items(), ("val", val))}
+              for prefix, prepare in (("", lambda h: h - mean), ("whiten-", lambda h: (h - w_mean) @ T))}
     rows = []
     for bits in a.bits:
         for seed in range(a.seeds):
-            for prefix, prepare in inputs.items():
-                dim = T.shape[1] if prefix else x.shape[1]
-                w = random_projection(dim, bits, seed).astype(np.float64)
+            for prefix, prepared in inputs.items():
+                w = random_projection(prepared["val"].shape[1], bits, seed).astype(np.float64)
                 for kind, proj in (("random", w), ("orthogonal", orthogonal_rows(w).astype(np.float64))):
-                    def codes(h: np.ndarray, proj: np.ndarray = proj, prepare=prepare) -> np.ndarray:
-                        return prepare(h) @ proj.T > 0
-
                     r = {"codes": prefix + kind, "bits": bits, "seed": seed}
                     for name, pairs in splits.items():
-                        c = codes(sts_x[name])
+                        c = prepared[name] @ proj.T > 0
                         n = len(pairs.a)
                         r[f"stsb_{name}"] = spearman100(-(c[:n] != c[n:]).sum(axis=1).astype(np.float64), pairs.gold)
-                    held = codes(val)
+                    held = prepared["val"] @ proj.T > 0
                     r["holdout_order"] = round(holdout_order(held, judge), 4)
                     r["top10_recall"] = top10_recall(held, val.astype(np.float32), anchors)
                     rows.append(r)
