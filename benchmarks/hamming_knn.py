@@ -45,6 +45,8 @@ WIDTHS = [64, 256, 1024, 2048]
 THREADS = [1, 2]
 BANDWIDTH_BYTES = 512 << 20
 READ_PROBE_MIN = 1_000_000  # catalogs from this size get their own read-bound cell (the bandwidth target's range)
+PAIRED_MAX_BYTES = 4 << 20  # one-thread catalogs up to this size are also timed with ondevice and FAISS in one process
+PAIRED_BLOCK_SECONDS = 0.01  # in the paired cells the two libraries alternate about this often
 K = 10
 
 
@@ -175,6 +177,8 @@ def worker(cfg: dict) -> dict:
         return itertools.cycle(singles).__next__
 
     q1 = singles[0]
+    if cfg.get("paired"):
+        return _paired(cfg, codes, singles, q1s)
     index = faiss.IndexBinaryFlat(bits) if "faiss" in libs else None
     faiss.omp_set_num_threads(max(cfg["threads"]))  # a 1-thread worker never starts an OpenMP team, warm-up included
     cells = []
@@ -236,7 +240,38 @@ def worker(cfg: dict) -> dict:
     return {"cells": cells, "path": hamming.resolve_path(), "parallel_min_bytes": hamming.parallel_min_bytes()}
 
 
-def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None) -> list[dict]:
+def _paired(cfg: dict, codes, singles: list, q1s) -> dict:
+    """ondevice and FAISS at one thread in one process, alternating every few milliseconds, on the catalogs whose two
+    copies (ours and FAISS's) fit in the cache together (n x bytes <= --paired-max-bytes).
+
+    Separate workers run minutes apart, and this VM's core speed has phases of a fraction of a second to minutes
+    that differ up to 2x: on 2026-11-28 (AMD EPYC family 25 model 1) ondevice's 1,000 x 256-bit cell read 8.5, 13.5,
+    12.4, 12.2, 8.1 us over five rounds and FAISS's 9.4, 9.6, 10.0, 17.0, 15.3, so the median ratio came out 0.82x
+    where a same-process A/B gave 1.8x. Here both libraries see the same phases; cells are named "*-paired".
+    """
+    import faiss
+    from ondevice.kernels import hamming
+
+    bits = cfg["bits"]
+    faiss.omp_set_num_threads(1)  # one thread: no OpenMP team that would spin into ondevice's turns
+    index = faiss.IndexBinaryFlat(bits)
+    cells, added = [], 0
+    for n in sorted(cfg["sizes"]):
+        if n * bits // 8 > cfg["paired_max_bytes"]:
+            break
+        db = codes[:n]
+        index.add(codes[added:n])
+        added = n
+        _check_against_faiss(hamming, index, db, singles[:3], 1)
+        calls = {"ondevice-paired": lambda db=db, q=q1s(): hamming.knn(db, q(), K, threads=1),  # noqa: B008
+                 "faiss-paired": lambda q=q1s(): index.search(q(), K)}  # noqa: B008
+        cells += _interleaved(calls, cfg["budget"], {"n": n, "bits": bits, "threads": 1, "nq": 1},
+                              block_seconds=PAIRED_BLOCK_SECONDS)
+    return {"cells": cells, "path": hamming.resolve_path(), "parallel_min_bytes": hamming.parallel_min_bytes()}
+
+
+def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None,
+                 block_seconds: float | None = None) -> list[dict]:
     """Median wall and CPU time per call of each caller: blocks of calls, callers taking turns (A B C A B C).
 
     Blocks rather than single calls: a call made right after another caller's can see what that one left behind
@@ -251,6 +286,9 @@ def _interleaved(calls: dict, budget: float, key: dict, plan: int | None = None)
     per_round = sum(first.values())
     rounds = int(max(3, min(300, budget / max(per_round, 1e-6))))
     blocks = min(3, rounds)
+    if block_seconds:  # many short blocks instead of three: callers alternate every block_seconds or so
+        rounds = int(max(3, budget / max(per_round, 1e-7)))
+        blocks = int(max(1, min(rounds, budget / len(calls) / block_seconds)))
     wall = {name: [] for name in calls}
     cpu = {name: [] for name in calls}
     for b in range(blocks):
@@ -327,10 +365,14 @@ def report(results: list[dict]) -> str:
     threads = sorted({c["threads"] for c in cells})
     bound = ("the read bound timed in turns with it: a plain sum over the same bytes at the same thread count"
              if any(c["lib"] == "read" for c in cells) else "the read-bandwidth probe at the same thread count")
+    paired = any(c["lib"] == "ondevice-paired" for c in cells)
     lines += [("One query, k=10: milliseconds (ondevice / FAISS IndexBinaryFlat ratio = FAISS ms / ondevice ms; "
-               f"% = ondevice read speed as a share of {bound})"), "",
+               f"% = ondevice read speed as a share of {bound}"
+               + ("; same process: the ratio with both libraries alternating every ~10 ms in one process, one thread, "
+                  "catalogs that fit in the cache twice" if paired else "") + ")"), "",
               ("| codes | bits | threads | ondevice ms | FAISS ms | numpy ms | FAISS / ondevice | ondevice default "
-               "threads ms | % of read BW |"), "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+               "threads ms | % of read BW |" + (" FAISS / ondevice, same process |" if paired else "")),
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if paired else "")]
     worst = None
     for bits in widths:
         for n in sizes:
@@ -346,6 +388,9 @@ def report(results: list[dict]) -> str:
                 row = [f"{n:,}", str(bits), str(t), f"{o['ms']:.4f}", f"{f['ms']:.4f}" if f else "",
                        f"{npy['ms']:.3f}" if npy and t == 1 else "", f"{ratio:.2f}x" if ratio else "",
                        f"{auto['ms']:.4f}" if auto else "", f"{pct:.0f}%" if pct else ""]
+                if paired:
+                    po, pf = get("ondevice-paired", n, bits, t), get("faiss-paired", n, bits, t)
+                    row.append(f"{pf['ms'] / po['ms']:.2f}x" if po and pf else "")
                 lines.append("| " + " | ".join(row) + " |")
     if worst:
         lines += ["", (f"Smallest FAISS / ondevice ratio in the grid: {worst[0]:.2f}x ({worst[1]:,} codes, "
@@ -363,9 +408,16 @@ def report(results: list[dict]) -> str:
                     if pct < 90:
                         slow.append(f"{n:,} x {bits} bits, {t} thread(s): {pct:.0f}%")
     lines += ["", "Targets (issue 14):",
-              f"- ondevice >= FAISS in every cell: {'met' if not misses else 'missed in ' + '; '.join(misses)}",
-              "- >= 90% of read bandwidth from 1M codes: " + ("not measured (no catalog of 1M codes)" if not read_cells
-                                                               else "met" if not slow else "missed in " + "; ".join(slow))]
+              f"- ondevice >= FAISS in every cell: {'met' if not misses else 'missed in ' + '; '.join(misses)}"]
+    if paired:
+        both = [(n, bits) for bits in widths for n in sizes
+                if get("ondevice-paired", n, bits, 1) and get("faiss-paired", n, bits, 1)]
+        behind = [f"{n:,} x {bits} bits: {get('faiss-paired', n, bits, 1)['ms'] / get('ondevice-paired', n, bits, 1)['ms']:.2f}x"
+                  for n, bits in both if get("faiss-paired", n, bits, 1)["ms"] < get("ondevice-paired", n, bits, 1)["ms"]]
+        lines.append(f"- the same in the {len(both)} one-thread cells also timed in one process: "
+                     + ("met" if not behind else "missed in " + "; ".join(behind)))
+    lines.append("- >= 90% of read bandwidth from 1M codes: " + ("not measured (no catalog of 1M codes)" if not read_cells
+                                                                  else "met" if not slow else "missed in " + "; ".join(slow)))
     for c in cells:
         if c["nq"] > 1 and c["lib"] == "ondevice":
             f = next(x for x in cells if x["lib"] == "faiss" and x["_probes"] is c["_probes"] and  # same run
@@ -432,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="worker rounds per width, libraries taking turns; a cell is the median over rounds")
     p.add_argument("--read-min", type=int, default=READ_PROBE_MIN,
                    help="catalogs from this many codes get a read-bound cell (a sum over the same bytes)")
+    p.add_argument("--paired-max-bytes", type=int, default=PAIRED_MAX_BYTES,
+                   help="one-thread catalogs up to this many bytes are also timed with ondevice and FAISS alternating "
+                        "in one process (0: none)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--plot", action="store_true", help="also plot time vs catalog size (PNG beside the JSON)")
     p.add_argument("--calibrate", action="store_true",
@@ -486,13 +541,17 @@ def main(argv: list[str] | None = None) -> int:
                             for lib in order]
             workers += [{**base, "threads": multi, "libs": [lib], "batch_n": batch_n}
                         for lib in order if multi and lib != "numpy"]  # numpy: 1 thread only
+            if single and a.paired_max_bytes and {"ondevice", "faiss"} <= set(a.libs):
+                workers.append({**base, "threads": single, "libs": ["ondevice", "faiss"], "paired": True,
+                                "paired_max_bytes": a.paired_max_bytes})
             for cfg in workers:
                 res = run_worker(cfg)
                 round_cells += [{**c, "round": r} for c in res["cells"]]
-                if "ondevice" in cfg["libs"]:
+                if "ondevice" in cfg["libs"] and not cfg.get("paired"):
                     extra = {"path": res["path"], "parallel_min_bytes": res["parallel_min_bytes"]}
     result = {**meta, **extra, "load_average_end": os.getloadavg(), "seconds": round(time.time() - started, 1),
               "k": K, "rounds": a.rounds, "single_queries": 1 if a.same_query else a.batch, "probes": probes,
+              "paired_max_bytes": a.paired_max_bytes, "paired_block_seconds": PAIRED_BLOCK_SECONDS,
               "calibration": calibration,
               "cells": median_cells(round_cells), "round_cells": round_cells}
     out_dir = Path(a.out_dir)

@@ -35,9 +35,14 @@ from ondevice.errors import SettingError
 TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before moving on; fits L1 with the queries
 # Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone), for the serial
 # (one thread) and the parallel builds. Which is faster depends on the CPU, so the default follows vendor and family:
-# - AMD family 25 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at 1M x
-#   1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs -121946.json),
-#   and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
+# - AMD family 25 with AVX-512 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at
+#   1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs
+#   -121946.json), and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
+# - AMD family 25 without AVX-512 (Zen 3; the EPYC model 1 VM of 2026-11-28): 4 KB ahead, both builds, every width.
+#   In-process A/B of 0/2/4/8 KB (hamming_prefetch_ab_20261128-020355Z.json at one thread, -014700Z at two): 4 KB
+#   ran 7-29% faster than none in every 1M/10M-code cell but the two L3-resident two-thread ones (1M x 64 bits 2%
+#   slower; 1M x 256 bits level, a noisy cell), and within 5% of the best distance in all others (one thread: 10M x 64
+#   bits from 70% of the read bound to 85%; two threads: 10M x 2048 bits from 80% to 90%).
 # - AMD family 26 and later (Zen 5; 2026-11-27): 8 KB ahead; the parallel build only for codes up to 256 bits.
 #   4 KB at one thread took every cell from 1M codes from 56-85% of the read bound to 84-95% (1M x 1024 bits 56% ->
 #   87%, FAISS 0.84x -> 1.28x; grids -090547 off vs -091324 4 KB). One-thread runs of the 1M/10M-code cells at 2, 4
@@ -65,43 +70,52 @@ def _env_bytes(name: str) -> int | None:
     return int(env)
 
 
-def _vendor_family() -> tuple[str, int]:
-    """CPU 0's vendor id and family from /proc/cpuinfo (("", 0) where there is none)."""
-    vendor, family = "", 0
+def _cpu_id() -> tuple[str, int, bool]:
+    """CPU 0's vendor id, family and whether it has AVX-512 (avx512f), from /proc/cpuinfo (("", 0, False) without)."""
+    vendor, family, avx512 = "", 0, False
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
+                key = key.strip()
+                if key == "vendor_id":
                     vendor = value.strip()
-                elif key.strip() == "cpu family":
+                elif key == "cpu family":
                     family = int(value) if value.strip().isdigit() else 0
+                elif key == "flags":
+                    avx512 = "avx512f" in value.split()
+                    break
+                elif not key and vendor:  # the end of CPU 0's block
                     break
     except OSError:
         pass
-    return vendor, family
+    return vendor, family, avx512
 
 
-def _default_prefetch(cpu: tuple[str, int] | None = None) -> int:
+def _default_prefetch(cpu: tuple[str, int, bool] | None = None) -> int:
     """Prefetch distance (bytes, whole 64-byte lines) of single-query scans on this CPU."""
     env = _env_bytes("ONDEVICE_PREFETCH_BYTES")
     if env is not None:
         return env // 64 * 64
-    vendor, family = cpu or _vendor_family()
+    vendor, family, avx512 = cpu or _cpu_id()
     if vendor == "GenuineIntel":
         return 4096
-    return 8192 if vendor == "AuthenticAMD" and family >= 26 else 0
+    if vendor != "AuthenticAMD":
+        return 0
+    if family >= 26:
+        return 8192
+    return 4096 if family == 25 and not avx512 else 0  # Zen 3: on; Zen 4: off
 
 
-def _parallel_prefetch_words(cpu: tuple[str, int] | None = None) -> int:
+def _parallel_prefetch_words(cpu: tuple[str, int, bool] | None = None) -> int:
     """Widest code (64-bit words) the parallel build prefetches ahead of; wider codes are scanned without."""
     if _env_bytes("ONDEVICE_PREFETCH_BYTES") is not None:
         return NO_LIMIT
-    vendor, family = cpu or _vendor_family()
+    vendor, family, _ = cpu or _cpu_id()
     return ROWS8X4_MAX_WORDS if vendor == "AuthenticAMD" and family >= 26 else NO_LIMIT
 
 
-_CPU = _vendor_family()
+_CPU = _cpu_id()
 PREFETCH_BYTES = _default_prefetch(_CPU)  # the serial build's (one-thread searches)
 PREFETCH_PARALLEL_BYTES = PREFETCH_BYTES  # the parallel build's, for codes up to PREFETCH_PARALLEL_MAX_WORDS
 # Widest code (64-bit words) the 8-row interleaved kernel scans; wider codes go row by row, which streamed memory
@@ -266,7 +280,8 @@ def _carve_heaps(scratch, nchunks, sq, k):
 def scratch_words(nbytes: int, tile: int, nchunks: int, nq: int, k: int) -> int:
     """int64 words of scratch a knn kernel call needs: heaps, then each chunk's temporaries (in the caller's cached
     buffer rather than allocated per call: a parallel search allocating 120 KB per chunk cost a few microseconds)."""
-    heaps = nchunks * (nq + (HEAP_PAD if nchunks > 1 else 0)) * (2 * k + 1)
+    # The parallel builds pad each chunk's heap slots apart even for one chunk; sizing for that fits both builds.
+    heaps = nchunks * (nq + HEAP_PAD) * (2 * k + 1)
     w = (nbytes + 7) // 8
     return heaps + nchunks * (_temp_words(tile, w) + nq * max(w, rows8_query_words(nbytes // 8)) + 2 * k)
 
@@ -352,12 +367,14 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     def jit(fn):
         return compiled(fn, parallel=bool(PAR))
 
+
     def rows(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
         nq = queries.shape[0]
         has_ids = ids.shape[0] > 0
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
+        _check_scratch(scratch, tmp0, nchunks, nq, k)
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             for q in range(nq):
@@ -403,6 +420,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
+        _check_scratch(scratch, tmp0, nchunks, nq, k)
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qwords = tmp[QO : QO + nq * W].view(np.uint64)  # each query as W little-endian words, tail zero-padded
@@ -506,13 +524,13 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     def rows8(codes, queries, k, ids, strict, bounds, scratch, out_d, out_i):
         nq = queries.shape[0]
         has_ids = ids.shape[0] > 0
-        if (X4 and PAR == 0 and k <= SELECT_MAX_K and bounds[1] - bounds[0] <= SELECT and (strict == 1 or not has_ids)
-                and select(codes, queries, k, ids, has_ids, bounds[0], bounds[1],
-                           scratch[_carve_heaps(scratch, 1, nq, k)[3] :], out_d, out_i)):
-            return  # selected by counting; it declines (False) only when its candidates overflow
         nchunks = (bounds.shape[0] - 1) * PAR + 1 - PAR  # serial builds scan chunk 0 only
         sq = nq + HEAP_PAD * PAR  # heap slots per chunk
         hd, hi, hn, tmp0 = _carve_heaps(scratch, bounds.shape[0] - 1, sq, k)
+        _check_scratch(scratch, tmp0, nchunks, nq, k)
+        if (X4 and PAR == 0 and k <= SELECT_MAX_K and bounds[1] - bounds[0] <= SELECT and (strict == 1 or not has_ids)
+                and select(codes, queries, k, ids, has_ids, bounds[0], bounds[1], scratch[tmp0:], out_d, out_i)):
+            return  # selected by counting; it declines (False) only when its candidates overflow
         for c in prange(nchunks):
             tmp = scratch[tmp0 + c * (TEMP + nq * QQ + 2 * k) : tmp0 + (c + 1) * (TEMP + nq * QQ + 2 * k)]
             qpattern = tmp[QO : QO + nq * QW].view(np.uint64)  # each query's words, repeated to fill 8 lanes
@@ -665,6 +683,15 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
         return stable_identity(kernel, kernel.py_func.__name__, NB, POP, TILE, PAR)
 
     select = fixed(compiled(select, inline="always"))
+
+    def _check_scratch(scratch, tmp0, nchunks, nq, k):
+        # Kernels index their scratch without bounds checks: a buffer sized for another build (the serial layout
+        # has no heap padding) would be written past its end, corrupting the process's heap (seen 2026-11-28: a
+        # benchmark ran the parallel build on one chunk with serial-sized scratch).
+        if scratch.shape[0] < tmp0 + nchunks * (TEMP + nq * QQ + 2 * k):
+            raise ValueError("kernel scratch too small for this call (see scratch_words)")
+
+    _check_scratch = fixed(compiled(_check_scratch, inline="always"))
 
     with_rows8 = TAIL == 0 and rows8_supports(FULL) and FULL <= ROWS8_MAX_WORDS
     rows_j, rows8_j = fixed(jit(rows)), (fixed(jit(rows8)) if with_rows8 else None)

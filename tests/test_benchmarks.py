@@ -146,8 +146,12 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
             mine = [x["ms"] for x in blob["round_cells"]
                     if (x["lib"], x["n"], x["bits"], x["threads"], x["nq"]) == (c["lib"], c["n"], c["bits"], c["threads"], c["nq"])]
             assert len(mine) == 2 and c["round_ms"] == mine and c["ms"] == pytest.approx((mine[0] + mine[1]) / 2)
+        # both catalogs fit the paired limit: ondevice and FAISS also timed in one process, at one thread only
+        assert {(c["lib"], c["n"], c["threads"]) for c in cells if c["lib"].endswith("-paired")} == {
+            (lib, n, 1) for lib in ("ondevice-paired", "faiss-paired") for n in (1000, 20000)}
         row = next(line for line in res.stdout.splitlines() if line.startswith("| 20,000 | 256 | 1 |"))
-        assert row.rstrip(" |").endswith("%")
+        assert row.split("|")[-3].strip().endswith("%") and row.split("|")[-2].strip().endswith("x")
+        assert "one-thread cells also timed in one process:" in res.stdout
 
 
 @pytest.mark.slow

@@ -412,7 +412,10 @@ def test_fast_path_declines_what_it_does_not_handle():
 
 @pytest.mark.parametrize("cpuinfo, distance, words", [
     ("vendor_id\t: GenuineIntel\ncpu family\t: 6\n", 4096, None),
-    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\n", 0, None),  # Zen 4: off
+    ("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nflags\t\t: fpu avx2 avx512f avx512_vpopcntdq\n", 0,
+     None),  # Zen 4: off
+    (("vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: fpu avx2 popcnt\n\n"
+      "processor\t: 1\nflags\t\t: avx512f\n"), 4096, None),  # Zen 3: 4 KB (CPU 0's flags decide)
     ("vendor_id\t: AuthenticAMD\ncpu family\t: 26\n", 8192, 4),  # Zen 5: parallel scans of codes up to 256 bits
     ("vendor_id\t: SomethingElse\n", 0, None)])
 def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, cpuinfo, distance, words):
@@ -488,6 +491,30 @@ def test_parallel_prefetch_by_width_matches_brute_force(monkeypatch):
         ref = np.unpackbits(codes ^ q, axis=1).sum(1)
         order = np.lexsort((np.arange(len(ref)), ref))[:10]
         assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
+
+
+@pytest.mark.parametrize("nb", [8, 128])
+def test_parallel_build_on_one_chunk_fits_scratch_words_and_refuses_less(nb):
+    """The parallel build pads its heap slots even for one chunk: scratch_words(..., 1, ...) must leave room for that
+    (it did not, and a one-thread benchmark of the parallel build corrupted the process's heap), and a kernel handed
+    less scratch than its layout needs refuses the call instead of writing past the end."""
+    from ondevice.kernels import _scan
+
+    kern = _scan.kernels(nb, 0)
+    rng = np.random.default_rng(5)
+    codes = np.packbits(rng.random((5000, nb * 8)) < 0.05, axis=1, bitorder="little")
+    q = codes[[3]]
+    d, i = np.empty((1, 10), np.int32), np.empty((1, 10), np.int64)
+    words = 2 + _scan.scratch_words(nb, kern.tile_rows, 1, 1, 10)
+    kern.few_par(codes, q, 10, np.empty(0, np.int64), 1, 1, np.empty(words, np.int64), d, i)
+    ref = np.unpackbits(codes ^ q, axis=1).sum(1)
+    order = np.lexsort((np.arange(len(ref)), ref))[:10]
+    assert (d[0] == ref[order]).all() and (i[0] == order).all()
+    short = 2 + (1 + _scan.HEAP_PAD) * 21 + kern.serial_temp  # the heaps fit, the temporaries do not
+    with pytest.raises(ValueError, match="scratch too small"):
+        kern.few_par(codes, q, 10, np.empty(0, np.int64), 1, 1, np.empty(short, np.int64), d, i)
+    with pytest.raises(ValueError, match="scratch too small"):
+        kern.one(codes, q, 10, np.empty(2 + 21 + kern.serial_temp, np.int64), d, i)
 
 
 def test_first_parallel_search_of_a_process_leaves_torch_thread_count_alone():
