@@ -41,16 +41,7 @@ def _const(ty: ir.Type, value: int) -> ir.Constant:
 def _popcount(builder: ir.IRBuilder, x: ir.Value, pop: int) -> ir.Value:
     """Per-lane popcount of i64 or <n x i64> `x`."""
     ty = x.type
-    if pop == 2 and isinstance(ty, ir.VectorType):
-        # One scalar popcount per lane: where the CPU's popcount instruction is scalar only (x86 without AVX-512
-        # VPOPCNTDQ), LLVM's vector ctpop becomes a nibble-lookup sequence that costs more per word than `popcnt`.
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I64, [I64]), "llvm.ctpop.i64")
-        out = ir.Constant(ty, ir.Undefined)
-        for lane in range(ty.count):
-            e = builder.call(fn, [builder.extract_element(x, ir.Constant(I32, lane))])
-            out = builder.insert_element(out, e, ir.Constant(I32, lane))
-        return out
-    if pop in (0, 2):
+    if pop == 0:
         suffix = f"v{ty.count}i64" if isinstance(ty, ir.VectorType) else "i64"
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty]), f"llvm.ctpop.{suffix}")
         return builder.call(fn, [x])
