@@ -149,10 +149,10 @@ class TeacherOnnx:
     """The teacher (HF encoder + mean pooling + L2 normalization) exported to ONNX, run like the bundle."""
 
     def __init__(self, workdir: Path, threads: int, quantize: bool):
-        import onnxruntime as ort
         import torch
         import transformers
 
+        from ondevice.ort_session import cpu_session, session_options
         from ondevice.teacher import default_teacher_path
 
         path = default_teacher_path()
@@ -188,10 +188,7 @@ class TeacherOnnx:
             self.path = workdir / "teacher-int8.onnx"
             if not self.path.is_file():
                 quantize_dynamic(fp32, self.path, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(str(self.path), session_options(threads, inter_op=1))
 
     def encode(self, texts: list[str]) -> np.ndarray:
         enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=256, return_tensors="np")

@@ -29,11 +29,9 @@ class GraphEncoder:
     """One ONNX graph in an onnxruntime session (1 thread); `batch` 1 runs one sentence per call."""
 
     def __init__(self, model, tokenizer, batch: int):
-        import onnxruntime as ort
+        from ondevice.ort_session import cpu_session, session_options
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads, opts.inter_op_num_threads = 1, 1
-        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(model.SerializeToString(), session_options(1, inter_op=1))
         self.tokenizer, self.batch = tokenizer, batch
 
     def embed(self, texts: list[str], batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -470,17 +470,16 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
         w = {f"proj.{k}": v.numpy() for k, v in build_projection(cfg).state_dict().items()}
         w.update({k: v.numpy() for k, v in build_head(cfg).state_dict().items()})
         out["head_weights"] = "random (speed and size only)"
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session, session_options
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = a.threads
+    options = session_options(a.threads)
     rng = np.random.default_rng(0)
     sa = np.tanh(rng.normal(0, 0.8, (1, cfg.n, cfg.d))).astype(np.float32)
     sb = np.tanh(rng.normal(0, 0.8, (a.pairs, cfg.m, cfg.d))).astype(np.float32)
     rows = {}
     for name, graph in (("fp32", build_head_graph(cfg, w)), ("int8", build_int8_head_graph(cfg, w))):
         data = graph.SerializeToString()
-        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        sess = cpu_session(data, options)
 
         def run(sess=sess):
             for s in range(0, a.pairs, a.batch):

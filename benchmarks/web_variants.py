@@ -56,13 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     a = p.parse_args(argv)
 
-    import onnxruntime as ort
     from ondevice.export.bundle import _state
     from ondevice.export.onnx_graph import build_graph
     from ondevice.export.quantize import build_int8_graph
 
     from ondevice.binarize import Binarizer
     from ondevice.catalog import read_sentences
+    from ondevice.ort_session import cpu_session, session_options
     from ondevice.student import Student
 
     student, binarizer = Student.load(a.student), Binarizer.load(a.binarizer)
@@ -81,13 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                     "vocab": len(tok), "quality_sentences": len(texts), "variants": {}}
     with tempfile.TemporaryDirectory(prefix="ondevice-web-variants-") as tmp:
         paths, sessions, outputs = {}, {}, {}
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
+        opts = session_options(1, inter_op=1)
         for name, model in graphs.items():
             paths[name] = Path(tmp) / f"{name}.onnx"
             paths[name].write_bytes(model.SerializeToString())
-            sessions[name] = ort.InferenceSession(str(paths[name]), opts, providers=["CPUExecutionProvider"])
+            sessions[name] = cpu_session(str(paths[name]), opts)
             embs, codes = [], []
             for r in rows:
                 e, code = sessions[name].run(["embedding", "code"], {"ids": np.asarray([r], np.int64),

@@ -183,9 +183,9 @@ def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str
 
 def _reference_runner(model: bytes):
     """run_ids(ids, lengths) of an in-memory fp32 graph, for golden values of an int8 bundle."""
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session
 
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    session = cpu_session(model)
     return lambda ids, lengths: tuple(session.run(["embedding", "code"], {"ids": ids, "lengths": lengths}))
 
 

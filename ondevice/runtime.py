@@ -232,14 +232,10 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
 
 
 def _session(path: Path, model: bytes, threads: int):
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session, session_options
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only: warnings would be noise in an app's log
     try:
-        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return cpu_session(model, session_options(threads, inter_op=1, quiet=True))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
         raise _bundle_error(path, f"{layouts.ENCODER_ONNX} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
                                   "or re-export the bundle") from None

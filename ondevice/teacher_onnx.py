@@ -18,6 +18,7 @@ import numpy as np
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, cache_dir, write_json
+from ondevice.ort_session import cpu_session, session_options
 
 if TYPE_CHECKING:
     from ondevice.teacher import Teacher
@@ -87,14 +88,11 @@ class OnnxSession:
 
     def __init__(self, path: Path | bytes, input_names: tuple[str, ...], threads: int = 0):
         ort = require("onnxruntime", "base")
-        opts = ort.SessionOptions()
+        opts = session_options(threads or (os.cpu_count() or 1), inter_op=1)
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        opts.inter_op_num_threads = 1
         try:
             # bytes: a graph shipped to a Ray actor through the object store (no teacher files on that node)
-            self.session = ort.InferenceSession(path if isinstance(path, bytes) else str(path), opts,
-                                                providers=["CPUExecutionProvider"])
+            self.session = cpu_session(path if isinstance(path, bytes) else str(path), opts)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
             if isinstance(path, bytes):
                 raise OndeviceError(f"cannot load the shipped teacher graph: {str(exc).splitlines()[0]}") from None

@@ -13,6 +13,7 @@ from ondevice.export.golden import hamming_topk
 from ondevice.bits import hamming_reference, unpack
 from ondevice.cli import main
 from ondevice.errors import OndeviceError
+from ondevice.ort_session import cpu_session
 from ondevice.runtime import Bundle
 
 torch = pytest.importorskip("torch")
@@ -44,7 +45,7 @@ def _state(student):
 
 
 def _session(model):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return cpu_session(model.SerializeToString())
 
 
 TEXTS = make_sentences(40, seed=5) + ["", "?!", " ".join(["the cat"] * 30), "İstanbul ΣΟΦΟΣ 😀 3.14"]

@@ -17,9 +17,9 @@ from ondevice.runtime import Bundle
 
 
 def _ort(model, u, v):
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session
 
-    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    s = cpu_session(model.SerializeToString())
     return s.run(["logits"], {"u": u, "v": v})[0]
 
 

@@ -314,9 +314,10 @@ def _one_per_call(bundle: Bundle, texts: list[str]) -> tuple[np.ndarray, np.ndar
 def test_int8_range_anchors_make_rows_independent(exported, tmp_path):
     """One onnxruntime call on many rows gives each row exactly what a call on that row alone gives, because of
     the graph's range anchors; the same int8 graph without them does not (activations quantized per call)."""
-    import onnxruntime as ort
     from ondevice.export.bundle import _state
     from ondevice.export.quantize import build_int8_graph
+
+    from ondevice.ort_session import cpu_session
 
     student, binarizer, out = exported
     texts = [" ".join(np.random.default_rng(i).choice(WORDS, size=1 + i % 9)) for i in range(60)] + TEXTS
@@ -329,7 +330,7 @@ def test_int8_range_anchors_make_rows_independent(exported, tmp_path):
     np.testing.assert_array_equal(codes, codes1)
     A, c = binarizer.affine()
     plain = build_int8_graph(student.config, _state(student), A, c, range_anchors=False)
-    session = ort.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = cpu_session(plain.SerializeToString())
     single = np.concatenate([session.run(["embedding"], {"ids": ids[i : i + 1, : lengths[i]], "lengths": lengths[i : i + 1]})[0]
                              for i in range(len(texts))])
     assert not np.array_equal(session.run(["embedding"], {"ids": ids, "lengths": lengths})[0], single)

@@ -223,18 +223,17 @@ def build_int8_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray])
 
 def run_head(model_bytes: bytes, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
     """Logits of a head graph in onnxruntime."""
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session
 
-    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    sess = cpu_session(model_bytes)
     return sess.run(["logits"], {"states_a": np.asarray(sa, np.float32), "states_b": np.asarray(sb, np.float32)})[0]
 
 
 def _states_of_graph(model_bytes: bytes, rows: list[list[int]], names: list[str]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
+    from ondevice.ort_session import cpu_session
     from ondevice.tokenizer import pad_ids
 
-    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    sess = cpu_session(model_bytes)
     ids, lengths = pad_ids(rows)
     return sess.run(names, {"ids": ids, "lengths": lengths})
 

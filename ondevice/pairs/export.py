@@ -97,9 +97,9 @@ def quantize_matmuls(model, const_b_only: bool = False):
 
 
 def _run(model_bytes: bytes, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    import onnxruntime as ort
+    from ondevice.ort_session import cpu_session
 
-    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    sess = cpu_session(model_bytes)
     return sess.run(["logits"], {"u": np.asarray(u, np.float32), "v": np.asarray(v, np.float32)})[0]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ondevice.errors import OndeviceError, ort_error_line
+from ondevice.ort_session import cpu_session, session_options
 from ondevice.pairs.blend import Blend
 
 
@@ -87,7 +88,6 @@ def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> No
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
     """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
-    import onnxruntime as ort
 
     from ondevice.onnxproto import external_tensors
 
@@ -98,11 +98,8 @@ def head_session(bundle, block: dict, data: bytes, threads: int):
     if external:  # onnxruntime would read such a tensor from a file no checksum covers, wherever the app runs
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} keeps tensor {external[0]!r} in an external data "
                             "file; re-export the bundle (weights inside the graph)")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
     try:
-        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        return cpu_session(data, session_options(threads, quiet=True))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime "
                             f"({ort_error_line(exc)})") from None

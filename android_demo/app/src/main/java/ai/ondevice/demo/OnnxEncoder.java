@@ -39,6 +39,8 @@ final class OnnxEncoder implements Encoder {
             OrtSession.SessionOptions options = new OrtSession.SessionOptions();
             options.setIntraOpNumThreads(threads);
             options.setOptimizationLevel(OrtSession.SessionOptions.OptLevel.ALL_OPT);
+            // exact int8 products on x86 without VNNI (an emulator on such a host); a no-op on ARM phones
+            options.addConfigEntry("session.x64quantprecision", "1");
             this.session = env.createSession(model, options);
         } catch (OrtException e) {
             throw new BundleException("ONNX Runtime cannot load encoder.onnx: " + e.getMessage(), e);
