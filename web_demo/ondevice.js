@@ -315,7 +315,9 @@ export class Encoder {
   }
 
   static async create(ort, bundle, options = {}) {
-    const session = await ort.InferenceSession.create(bundle.model, options);
+    // exact int8 products on x86 CPUs without VNNI (onnxruntime-node; a no-op in WebAssembly): as ondevice.ort_session
+    const extra = { ...(options.extra || {}), session: { ...((options.extra || {}).session || {}), x64quantprecision: "1" } };
+    const session = await ort.InferenceSession.create(bundle.model, { ...options, extra });
     return new Encoder(ort, session, bundle.tokenizer);
   }
 
