@@ -88,7 +88,6 @@ def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> No
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
     """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
-
     from ondevice.onnxproto import external_tensors
 
     try:
