@@ -50,10 +50,17 @@ def _student(path: str | None):
     return Student.from_embeddings(cfg, Tokenizer(vocab, 128), emb, seed=0), "random student (default architecture)"
 
 
+def _stsb_texts(fallback: list[str], n: int | None = None) -> list[str]:
+    """The first n STS-B test sentences (read, never copied), else `fallback`."""
+    if not STSB.is_file():
+        return fallback
+    rows = [line.split("\t") for line in STSB.read_text(encoding="utf-8").splitlines()]
+    return [t for r in rows if len(r) >= 7 for t in (r[5], r[6])][: n or len(fallback)]
+
+
 def _sentences(student, n: int) -> tuple[list[str], str]:
     if STSB.is_file():
-        rows = [line.split("\t") for line in STSB.read_text(encoding="utf-8").splitlines()]
-        texts = [t for r in rows if len(r) >= 7 for t in (r[5], r[6])][:n]
+        texts = _stsb_texts([], n)
         if student.config.vocab_size == 50_000 and student.tokenizer.vocab[2] == "w0":  # random student: its own words
             return _word_soup(student, [len(student.tokenizer.ids(t)) for t in texts]), "STS-B test lengths"
         return texts, "STS-B test sentences"
@@ -68,14 +75,51 @@ def _word_soup(student, lengths: list[int]) -> list[str]:
 
 
 def _n_tokens(student, n: int) -> str:
-    """A sentence of exactly `n` student tokens, made of distinct frequent vocabulary words."""
+    """A sentence of exactly `n` student (or bundle) tokens, made of distinct frequent vocabulary words."""
     from ondevice.tokenizer import tokenize
 
     words = [w for w in student.tokenizer.vocab[2:2000] if tokenize(w) == [w] and w.isalnum()][:n]
     text = " ".join(words)
     if len(student.tokenizer.ids(text)) != n:
-        raise SystemExit(f"could not build a {n}-token sentence from the student's vocabulary")
+        raise SystemExit(f"could not build a {n}-token sentence from the vocabulary")
     return text
+
+
+def _precision_ab(path: Path, texts: list[str], runs: int) -> dict[str, float]:
+    """The int8 bundle at `path` as ondevice runs it (exact int8 products, ondevice.ort_session) against onnxruntime's
+    default session: p50 of a 20-token sentence, the two timed in alternating 50-call windows on one thread, and how
+    far the default's vectors and code bits are from the exact ones. On x86 without VNNI the default saturates 16-bit
+    sums (the reason for the setting); elsewhere the two are the same computation and the ratio is ~1."""
+    import onnxruntime as ort
+
+    from ondevice import layouts
+    from ondevice.bits import unpack
+    from ondevice.runtime import Bundle
+
+    exact = Bundle.load(path, threads=1)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = 1, 1, 3
+    plain = Bundle(exact.path, exact.manifest, exact.tokenizer,
+                   ort.InferenceSession(str(exact.path / layouts.ENCODER_ONNX), options,
+                                        providers=["CPUExecutionProvider"]), 1)
+    sentence = _n_tokens(exact, 20)
+    times: dict[str, list[float]] = {"exact": [], "default": []}
+    for b in (exact, plain):
+        for _ in range(20):
+            b.embed([sentence])
+    for w in range(max(2, runs // 50)):
+        for name, b in ((("exact", exact), ("default", plain)) if w % 2 == 0 else (("default", plain), ("exact", exact))):
+            for _ in range(50):
+                c = time.thread_time()
+                b.embed([sentence])
+                times[name].append((time.thread_time() - c) * 1e3)
+    e1, c1 = exact.embed(texts)
+    e2, c2 = plain.embed(texts)
+    cos = (e1 * e2).sum(1) / (np.linalg.norm(e1, axis=1) * np.linalg.norm(e2, axis=1))
+    p50 = {k: statistics.median(v) for k, v in times.items()}
+    return {"exact_p50_ms": p50["exact"], "default_p50_ms": p50["default"], "ratio": p50["exact"] / p50["default"],
+            "calls": len(times["exact"]), "default_vs_exact_cosine": float(cos.mean()),
+            "default_vs_exact_bits": float((unpack(c1, exact.bits) == unpack(c2, exact.bits)).mean())}
 
 
 # Every encoder runs on the calling thread (1 intra-op thread), so the thread's CPU time is its cost even when
@@ -260,6 +304,15 @@ def main(argv: list[str] | None = None) -> int:
             row(name, teacher.encode, teacher.encode, max(50, a.runs // 10))
             results["sizes"][name] = teacher.path.stat().st_size
     results["by_length"] = _by_length(student, work, a)
+    from ondevice.pretrained import pretrained_path
+
+    results["int8_products"] = {}
+    for name, path in (("this run's int8 bundle", work / "bundle" / "int8"), ("the shipped bundle", pretrained_path())):
+        ab = results["int8_products"][name] = _precision_ab(path, texts if "this run" in name else _stsb_texts(texts),
+                                                            a.runs)
+        print(f"  {name}, exact int8 products vs onnxruntime's default: p50 {ab['exact_p50_ms']:.3f} vs "
+              f"{ab['default_p50_ms']:.3f} ms ({ab['ratio']:.2f}x); default vs exact: cosine "
+              f"{ab['default_vs_exact_cosine']:.5f}, bits {ab['default_vs_exact_bits']:.4f}", flush=True)
     print(report(results))
     print(f"wrote {write_result('bundle', results, meta, root=a.results_dir)}")
     return 0
@@ -295,6 +348,12 @@ def report(r: dict) -> str:
                    f"{qual['top10_overlap']:.3f} ({qual['top10_overlap_ties']:.3f} counting ties at the 10th distance).")]
     lines += ["", "CPU time of the calling thread (1 intra-op thread); wall-clock time on this shared machine in brackets.",
               "", latency_table(r)]
+    for name, ab in r.get("int8_products", {}).items():
+        lines += ["", (f"{name[0].upper()}{name[1:]}, 20 tokens, exact int8 products (as ondevice runs it) against "
+                       f"onnxruntime's default session, alternating 50-call windows ({ab['calls']} calls each): p50 "
+                       f"{ab['exact_p50_ms']:.3f} against {ab['default_p50_ms']:.3f} ms ({ab['ratio']:.2f}x); the "
+                       f"default's vectors against the exact ones: mean cosine {ab['default_vs_exact_cosine']:.5f}, "
+                       f"bit agreement {ab['default_vs_exact_bits']:.4f}.")]
     return "\n".join(lines)
 
 

@@ -251,6 +251,24 @@ def bundle_by_length(path: str) -> str:
     return "\n".join(lines)
 
 
+def bundle_int8_products(path: str) -> str:
+    """Exact int8 products (every ondevice session) against onnxruntime's default session, from benchmarks/bundle.py."""
+    blob = _load(path)
+    m, ab = blob["meta"], blob["results"]["int8_products"]
+    vnni = m.get("cpu", {}).get("vnni")
+    lines = [("| int8 bundle (1 thread, 20 tokens) | p50, exact products | p50, onnxruntime default | exact / default | "
+              "default vs exact: mean cosine | default vs exact: code bits |"), "|---|---:|---:|---:|---:|---:|"]
+    for name, x in ab.items():
+        lines.append(f"| {name} | {x['exact_p50_ms']:.3f} ms | {x['default_p50_ms']:.3f} ms | {x['ratio']:.2f}x | "
+                     f"{x['default_vs_exact_cosine']:.5f} | {x['default_vs_exact_bits']:.4f} |")
+    cpu = m.get("cpu", {})
+    lines += ["", (f"`{Path(path).name}` ({m['date'][:10]}, commit {m['commit'][:7]}, {m['cpu_model']} family "
+                   f"{cpu.get('cpu_family', '?')} model {cpu.get('model', '?')}, "
+                   f"{'with' if vnni else 'without' if vnni is False else 'VNNI not recorded:'} VNNI; thread CPU time, "
+                   f"the two sessions timed in alternating 50-call windows, {next(iter(ab.values()))['calls']} calls each).")]
+    return "\n".join(lines)
+
+
 def bundle_meta(path: str) -> str:
     blob = _load(path)
     m, r = blob["meta"], blob["results"]
@@ -773,7 +791,7 @@ def pair_head_on_bundle(path: str) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
+    bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid, devices)}
 
 

@@ -81,7 +81,10 @@ def cpu_details() -> dict[str, Any]:
             if key in ("vendor_id", "cpu family", "model", "stepping") and key.replace(" ", "_") not in out:
                 out[key.replace(" ", "_")] = value.strip()
             elif key == "flags":
-                out["avx512_vpopcntdq"] = "avx512_vpopcntdq" in value.split()
+                flags = value.split()
+                out["avx512_vpopcntdq"] = "avx512_vpopcntdq" in flags
+                # int8 matrix products: without VNNI onnxruntime needs ondevice.ort_session's exact setting
+                out["vnni"] = "avx512_vnni" in flags or "avx_vnni" in flags
                 break
         for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
             level = (index / "level").read_text().strip()

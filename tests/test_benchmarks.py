@@ -97,6 +97,15 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert set(encoders) == {"teacher", "student"}
         assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
         assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
+    if name == "bundle":  # both int8 bundles timed with exact products and with onnxruntime's default session
+        import json
+
+        (found,) = (bench / "results").glob("bundle_*.json")
+        products = json.loads(found.read_text())["results"]["int8_products"]
+        assert set(products) == {"this run's int8 bundle", "the shipped bundle"}
+        for ab in products.values():
+            assert ab["calls"] >= 50 and ab["exact_p50_ms"] > 0 and ab["ratio"] > 0
+            assert 0.9 < ab["default_vs_exact_cosine"] <= 1.0 + 1e-6 and 0.5 < ab["default_vs_exact_bits"] <= 1.0
     if name == "binarize_starts":  # every projection kind scored on both splits for each seed, and summarized
         import json
 

@@ -76,10 +76,13 @@ def problems(draw, widths=WIDTHS):
     return codes, queries, ids, k, threads
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_knn_matches_brute_force(problem):
-    codes, queries, ids, k, threads = problem
+# One test per width: each width compiles its own kernels (~50 s cold on a slow core), so that `make test`'s two
+# workers can share them.
+@pytest.mark.parametrize("nb", WIDTHS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_knn_matches_brute_force(nb, data):
+    codes, queries, ids, k, threads = data.draw(problems(widths=(nb,)))
     d, i = H.knn(codes, queries, k, ids=ids, threads=threads)
     rd, ri = reference_knn(codes, queries, k, ids)
     assert d.dtype == np.int32 and i.dtype == np.int64 and d.shape == i.shape == (len(queries), k)
