@@ -26,7 +26,8 @@ from ondevice.io import cache_dir
 from ondevice.results import start_run, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tables import latency_table, size_table  # the same tables the docs render from the results file
+# the same tables the docs render from the results file
+from tables import int8_products_table, latency_table, size_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = cache_dir() / "bench" / "student-100k"
@@ -50,17 +51,16 @@ def _student(path: str | None):
     return Student.from_embeddings(cfg, Tokenizer(vocab, 128), emb, seed=0), "random student (default architecture)"
 
 
-def _stsb_texts(fallback: list[str], n: int | None = None) -> list[str]:
-    """The first n STS-B test sentences (read, never copied), else `fallback`."""
+def _stsb_texts(n: int) -> list[str]:
+    """The first n STS-B test sentences (read, never copied); [] without the data."""
     if not STSB.is_file():
-        return fallback
+        return []
     rows = [line.split("\t") for line in STSB.read_text(encoding="utf-8").splitlines()]
-    return [t for r in rows if len(r) >= 7 for t in (r[5], r[6])][: n or len(fallback)]
+    return [t for r in rows if len(r) >= 7 for t in (r[5], r[6])][:n]
 
 
 def _sentences(student, n: int) -> tuple[list[str], str]:
-    if STSB.is_file():
-        texts = _stsb_texts([], n)
+    if texts := _stsb_texts(n):
         if student.config.vocab_size == 50_000 and student.tokenizer.vocab[2] == "w0":  # random student: its own words
             return _word_soup(student, [len(student.tokenizer.ids(t)) for t in texts]), "STS-B test lengths"
         return texts, "STS-B test sentences"
@@ -90,18 +90,15 @@ def _precision_ab(path: Path, texts: list[str], runs: int) -> dict[str, float]:
     default session: p50 of a 20-token sentence, the two timed in alternating 50-call windows on one thread, and how
     far the default's vectors and code bits are from the exact ones. On x86 without VNNI the default saturates 16-bit
     sums (the reason for the setting); elsewhere the two are the same computation and the ratio is ~1."""
-    import onnxruntime as ort
-
     from ondevice import layouts
     from ondevice.bits import unpack
+    from ondevice.ort_session import cpu_session, session_options
     from ondevice.runtime import Bundle
 
     exact = Bundle.load(path, threads=1)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads, options.log_severity_level = 1, 1, 3
     plain = Bundle(exact.path, exact.manifest, exact.tokenizer,
-                   ort.InferenceSession(str(exact.path / layouts.ENCODER_ONNX), options,
-                                        providers=["CPUExecutionProvider"]), 1)
+                   cpu_session(str(exact.path / layouts.ENCODER_ONNX),
+                               session_options(1, inter_op=1, quiet=True, exact_int8=False)), 1)
     sentence = _n_tokens(exact, 20)
     times: dict[str, list[float]] = {"exact": [], "default": []}
     for b in (exact, plain):
@@ -307,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     from ondevice.pretrained import pretrained_path
 
     results["int8_products"] = {}
-    for name, path in (("this run's int8 bundle", work / "bundle" / "int8"), ("the shipped bundle", pretrained_path())):
-        ab = results["int8_products"][name] = _precision_ab(path, texts if "this run" in name else _stsb_texts(texts),
-                                                            a.runs)
+    for name, path, catalog in (("this run's int8 bundle", work / "bundle" / "int8", texts),
+                                ("the shipped bundle", pretrained_path(), _stsb_texts(len(texts)) or texts)):
+        ab = results["int8_products"][name] = _precision_ab(path, catalog, a.runs)
         print(f"  {name}, exact int8 products vs onnxruntime's default: p50 {ab['exact_p50_ms']:.3f} vs "
               f"{ab['default_p50_ms']:.3f} ms ({ab['ratio']:.2f}x); default vs exact: cosine "
               f"{ab['default_vs_exact_cosine']:.5f}, bits {ab['default_vs_exact_bits']:.4f}", flush=True)
@@ -348,12 +345,8 @@ def report(r: dict) -> str:
                    f"{qual['top10_overlap']:.3f} ({qual['top10_overlap_ties']:.3f} counting ties at the 10th distance).")]
     lines += ["", "CPU time of the calling thread (1 intra-op thread); wall-clock time on this shared machine in brackets.",
               "", latency_table(r)]
-    for name, ab in r.get("int8_products", {}).items():
-        lines += ["", (f"{name[0].upper()}{name[1:]}, 20 tokens, exact int8 products (as ondevice runs it) against "
-                       f"onnxruntime's default session, alternating 50-call windows ({ab['calls']} calls each): p50 "
-                       f"{ab['exact_p50_ms']:.3f} against {ab['default_p50_ms']:.3f} ms ({ab['ratio']:.2f}x); the "
-                       f"default's vectors against the exact ones: mean cosine {ab['default_vs_exact_cosine']:.5f}, "
-                       f"bit agreement {ab['default_vs_exact_bits']:.4f}.")]
+    if "int8_products" in r:
+        lines += ["", int8_products_table(r)]
     return "\n".join(lines)
 
 

@@ -254,18 +254,23 @@ def bundle_by_length(path: str) -> str:
 def bundle_int8_products(path: str) -> str:
     """Exact int8 products (every ondevice session) against onnxruntime's default session, from benchmarks/bundle.py."""
     blob = _load(path)
-    m, ab = blob["meta"], blob["results"]["int8_products"]
-    vnni = m.get("cpu", {}).get("vnni")
+    m, cpu = blob["meta"], blob["meta"].get("cpu", {})
+    vnni = {True: "with VNNI", False: "without VNNI"}.get(cpu.get("vnni"), "VNNI not recorded")
+    return int8_products_table(blob["results"]) + "\n\n" + (
+        f"`{Path(path).name}` ({m['date'][:10]}, commit {m['commit'][:7]}, {m['cpu_model']} family "
+        f"{cpu.get('cpu_family', '?')} model {cpu.get('model', '?')}, {vnni}; thread CPU time).")
+
+
+def int8_products_table(r: dict) -> str:
+    """The exact-vs-default int8 rows of a bundle benchmark's results (also printed by it)."""
+    ab = r["int8_products"]
     lines = [("| int8 bundle (1 thread, 20 tokens) | p50, exact products | p50, onnxruntime default | exact / default | "
               "default vs exact: mean cosine | default vs exact: code bits |"), "|---|---:|---:|---:|---:|---:|"]
     for name, x in ab.items():
         lines.append(f"| {name} | {x['exact_p50_ms']:.3f} ms | {x['default_p50_ms']:.3f} ms | {x['ratio']:.2f}x | "
                      f"{x['default_vs_exact_cosine']:.5f} | {x['default_vs_exact_bits']:.4f} |")
-    cpu = m.get("cpu", {})
-    lines += ["", (f"`{Path(path).name}` ({m['date'][:10]}, commit {m['commit'][:7]}, {m['cpu_model']} family "
-                   f"{cpu.get('cpu_family', '?')} model {cpu.get('model', '?')}, "
-                   f"{'with' if vnni else 'without' if vnni is False else 'VNNI not recorded:'} VNNI; thread CPU time, "
-                   f"the two sessions timed in alternating 50-call windows, {next(iter(ab.values()))['calls']} calls each).")]
+    calls = next(iter(ab.values()))["calls"]
+    lines += ["", f"The two sessions timed in alternating 50-call windows, {calls} calls each."]
     return "\n".join(lines)
 
 

@@ -15,15 +15,17 @@ from ondevice._deps import require
 EXACT_INT8 = ("session.x64quantprecision", "1")
 
 
-def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False) -> Any:
-    """onnxruntime SessionOptions with `threads` intra-op threads (0: onnxruntime's default) and exact int8 products."""
+def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False, exact_int8: bool = True) -> Any:
+    """onnxruntime SessionOptions with `threads` intra-op threads (0: onnxruntime's default) and exact int8 products
+    (exact_int8=False: onnxruntime's default kernels, for benchmarks/bundle.py's comparison only)."""
     ort = require("onnxruntime", "base")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = inter_op
     if quiet:
         options.log_severity_level = 3  # errors only: warnings would be noise in an app's log
-    options.add_session_config_entry(*EXACT_INT8)
+    if exact_int8:
+        options.add_session_config_entry(*EXACT_INT8)
     return options
 
 
