@@ -271,6 +271,11 @@ def int8_products_table(r: dict) -> str:
                      f"{x['default_vs_exact_cosine']:.5f} | {x['default_vs_exact_bits']:.4f} |")
     calls = next(iter(ab.values()))["calls"]
     lines += ["", f"The two sessions timed in alternating 50-call windows, {calls} calls each."]
+    if "int8_quality_8bit_weights" in r:
+        q7, q8 = r["int8_quality"], r["int8_quality_8bit_weights"]
+        lines[-1] += (f" This run's int8 bundle against its fp32 bundle, exact products: 7-bit weights mean cosine "
+                      f"{q7['mean_cosine']:.5f}, code bits {q7['bit_agreement']:.4f}; 8-bit weights "
+                      f"{q8['mean_cosine']:.5f}, {q8['bit_agreement']:.4f}.")
     return "\n".join(lines)
 
 

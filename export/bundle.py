@@ -20,7 +20,7 @@ import numpy as np
 from ondevice.export import golden as golden_mod
 from ondevice.export.modelcard import model_card
 from ondevice.export.onnx_graph import IR_VERSION, OPSET, build_graph
-from ondevice.export.quantize import QUANTIZED_OPS, build_int8_graph
+from ondevice.export.quantize import QUANTIZED_OPS, WEIGHT_BITS, build_int8_graph
 from ondevice.export.torchscript import quantize_encoder, save_torchscript, scriptable_encoder
 
 from ondevice import __version__, layouts
@@ -61,11 +61,15 @@ class ExportConfig:
     # how the binarizer projection is stored (in encoder.onnx and binarizer.safetensors alike): "auto" is float16
     # for int8 bundles (half the bytes; every runtime then uses the same rounded weights) and float32 for fp32 ones
     projection: str = "auto"
+    # int8 LSTM weights: 7 bits (exact and fast on x86 without VNNI too, see export/quantize.py) or the full 8
+    int8_weight_bits: int = 7
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
         if self.precision not in CHOICES:
             raise OndeviceError(f"--precision must be one of {', '.join(CHOICES)}, got {self.precision!r}")
+        if self.int8_weight_bits not in WEIGHT_BITS:
+            raise OndeviceError(f"--int8-weight-bits must be 7 or 8, got {self.int8_weight_bits!r}")
         if self.projection not in PROJECTIONS:
             raise OndeviceError(f"--projection must be one of {', '.join(PROJECTIONS)}, got {self.projection!r}")
 
@@ -190,7 +194,7 @@ def _reference_runner(model: bytes):
 
 
 def _manifest(student: Student, binarizer_cfg: dict, precision: str, dtype: str, training: dict,
-              evaluation: dict | None, checks: dict, golden: dict | None) -> dict[str, Any]:
+              evaluation: dict | None, checks: dict, golden: dict | None, weight_bits: int = 7) -> dict[str, Any]:
     cfg = student.config
     manifest: dict[str, Any] = {
         "format": layouts.BUNDLE_FORMAT, "format_version": FORMAT_VERSION, "files": {},
@@ -207,6 +211,7 @@ def _manifest(student: Student, binarizer_cfg: dict, precision: str, dtype: str,
         "checks": checks, "versions": _versions(), "projection_dtype": dtype,
     }
     if precision == "int8":
+        manifest["onnx"]["int8_weight_bits"] = weight_bits
         # the graph's range anchors make each row's result independent of the other rows of a call (older int8
         # bundles said "int8_rows_per_run": 1 instead: their LSTM quantized activations over the whole call)
         manifest["int8_rows_independent"] = True
@@ -233,7 +238,8 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     A, c = binarizer.affine()
     A = stored_projection(A, dtype).astype(np.float32)  # every runtime (ONNX, TorchScript, Java) uses these weights
     reference = build_graph(student.config, state, A, c, projection_dtype=dtype).SerializeToString()
-    graph = (build_int8_graph(student.config, state, A, c, projection_dtype=dtype).SerializeToString()
+    graph = (build_int8_graph(student.config, state, A, c, projection_dtype=dtype,
+                              weight_bits=config.int8_weight_bits).SerializeToString()
              if precision == "int8" else reference)
     if external_tensors(graph):  # Bundle.load refuses these; fail here with the cause rather than there
         raise OndeviceError("the exported graph refers to external data files; please report this with the student config")
@@ -254,7 +260,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
             canonical_safetensors(tmp)
 
     # a provisional manifest lets the runtime load the graph for the checks and the golden files
-    provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None)
+    provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None, config.int8_weight_bits)
     provisional["files"] = _file_table(directory)
     write_json(directory / layouts.MANIFEST, provisional)
     bundle = Bundle.load(directory, threads=1)
@@ -269,7 +275,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
         run_ids = bundle.run_ids if precision == "fp32" else _reference_runner(reference)
         golden = golden_mod.write_golden(directory, texts, student.tokenizer, run_ids, seed=config.seed)
 
-    manifest = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, checks, golden)
+    manifest = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, checks, golden, config.int8_weight_bits)
     if config.with_weights:
         manifest["weights"] = ("student.safetensors: fp32 student weights for runtimes with their own forward pass"
                                if weights_here else "not in this folder: the fp32 weights are in ../fp32/student.safetensors")

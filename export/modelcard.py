@@ -56,12 +56,21 @@ def model_card(manifest: dict) -> str:
                  "LSTM hidden (per direction)": s["hidden_size"], "pooling": s["pooling"],
                  "output dim": s["output_dim"], "max tokens": s["max_tokens"], "precision": manifest["precision"],
                  "binarizer": f"{b.get('method')} ({b.get('bits')} bits from {b.get('dim')}-d)",
-                 "ONNX opset": manifest.get("onnx", {}).get("opset")}),
+                 "ONNX opset": manifest.get("onnx", {}).get("opset"),
+                 **({"int8 LSTM weights": f"{manifest['onnx']['int8_weight_bits']}-bit"}
+                    if manifest.get("onnx", {}).get("int8_weight_bits") else {})}),
         "", "## Teacher", "", *_table(manifest["teacher"]),
         "", "## Training", "", *_table(manifest["training"]),
     ]
     if manifest.get("eval"):
         lines += ["", "## Evaluation", "", *_table(manifest["eval"])]
+    if manifest.get("requantized"):
+        lines += ["", "## Requantized", "", ("`ondevice requantize` re-rounded this bundle's int8 LSTM weights to 7 bits "
+                                             "(below: from which encoder, and its export checks)."), "",
+                  *_table(manifest["requantized"])]
+    if manifest.get("eval_before_requantization"):
+        lines += ["", "## Evaluation of the encoder before requantization", "",
+                  *_table(manifest["eval_before_requantization"])]
     if manifest.get("checks"):
         lines += ["", "## Export checks", "", *_table(manifest["checks"])]
     lines += ["", "## Library versions", "", *_table(manifest["versions"]),

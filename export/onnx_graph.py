@@ -188,12 +188,15 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
     (logit,) = node("MatMul", ["embedding", A_f32], BINARIZER_NODE)
     (shifted,) = node("Add", [logit, const("binarizer_offset", c)], "binarizer_add")
     (bit,) = node("Greater", [shifted, const("zero_f32", np.array(0.0, np.float32))], "bits")
-    # packing as one small MatMul: bits (B, bytes, 8) times [1, 2, ..., 128] (bit order "little"), exact in float
+    # packing as one small MatMul: bits (B * bytes, 8) times [1, 2, ..., 128] (bit order "little"), exact in float.
+    # One (B * bytes, 8) x (8, 1) product: a (B, bytes, 8) x (8,) MatMul ran as `bytes` separate products in
+    # onnxruntime (73 vs 22 us for 256 bytes on the Zen 3 EPYC, 2026-11-28)
     (bitf,) = node("Cast", [bit], "bits_float", to=TP.FLOAT)
-    (grouped,) = node("Reshape", [bitf, const("shape_bytes", np.array([0, nbytes, 8], np.int64))], "bits_by_byte")
-    weights = (1 << np.arange(8)).astype(np.float32)
+    (grouped,) = node("Reshape", [bitf, const("shape_bits_by_byte", np.array([-1, 8], np.int64))], "bits_by_byte")
+    weights = (1 << np.arange(8)).astype(np.float32)[:, None]
     (packed,) = node("MatMul", [grouped, const("bit_values", weights)], "pack")
-    nodes.append(helper.make_node("Cast", [packed], ["code"], name="code_uint8", to=TP.UINT8))
+    (rows,) = node("Reshape", [packed, const("shape_bytes", np.array([-1, nbytes], np.int64))], "pack_rows")
+    nodes.append(helper.make_node("Cast", [rows], ["code"], name="code_uint8", to=TP.UINT8))
 
     graph = helper.make_graph(
         nodes, "ondevice_encoder",
@@ -207,3 +210,30 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
                               ir_version=IR_VERSION)
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def single_product_packing(model) -> bool:
+    """Rewrite, in place, the bit packing of a graph exported before it was one product ((B, bytes, 8) x (8,) MatMul)
+    into the form `build_graph` writes now; the codes are the same (sums of distinct powers of two are exact).
+    Returns False when the graph packs that way already."""
+    onnx = require("onnx", "export")
+    nodes = {n.name: n for n in model.graph.node}
+    inits = {t.name: t for t in model.graph.initializer}
+    grouped, pack, cast = nodes.get("bits_by_byte"), nodes.get("pack"), nodes.get("code_uint8")
+    if grouped is None or pack is None or cast is None or "bit_values" not in inits or "shape_bytes" not in inits:
+        raise OndeviceError("the graph has no bit packing nodes of an ondevice export")
+    if tuple(inits["bit_values"].dims) == (8, 1):
+        return False
+    nbytes = int(onnx.numpy_helper.to_array(inits["shape_bytes"])[1])
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([-1, 8], np.int64), "shape_bits_by_byte"))
+    grouped.input[1] = "shape_bits_by_byte"
+    weights = (1 << np.arange(8)).astype(np.float32)[:, None]
+    inits["bit_values"].CopyFrom(onnx.numpy_helper.from_array(weights, "bit_values"))
+    inits["shape_bytes"].CopyFrom(onnx.numpy_helper.from_array(np.array([-1, nbytes], np.int64), "shape_bytes"))
+    at = list(model.graph.node).index(pack) + 1
+    model.graph.node.insert(at, onnx.helper.make_node("Reshape", ["pack", "shape_bytes"], ["pack_rows"], name="pack_rows"))
+    cast.input[0] = "pack_rows"
+    stale = [v for v in model.graph.value_info if v.name in ("bits_by_byte", "pack")]  # shapes inferred for the old form
+    for v in stale:
+        model.graph.value_info.remove(v)
+    return True

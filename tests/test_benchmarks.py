@@ -97,15 +97,20 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         assert set(encoders) == {"teacher", "student"}
         assert encoders["student"]["student"] == "bundle pretrained" and encoders["student"]["bundle_manifest_sha256"]
         assert {(row["method"], row["bits"]) for row in encoders["student"]["rows"]} == {("random", 64), ("ae", 64)}
-    if name == "bundle":  # both int8 bundles timed with exact products and with onnxruntime's default session
+    if name == "bundle":  # the int8 bundles timed with exact products and with onnxruntime's default session
         import json
 
         (found,) = (bench / "results").glob("bundle_*.json")
-        products = json.loads(found.read_text())["results"]["int8_products"]
-        assert set(products) == {"this run's int8 bundle", "the shipped bundle"}
-        for ab in products.values():
+        results = json.loads(found.read_text())["results"]
+        products = results["int8_products"]
+        assert set(products) == {"this run's int8 bundle (7-bit weights)", "the same student, 8-bit weights",
+                                 "the shipped bundle (7-bit weights)"}
+        for name, ab in products.items():
             assert ab["calls"] >= 50 and ab["exact_p50_ms"] > 0 and ab["ratio"] > 0
             assert 0.9 < ab["default_vs_exact_cosine"] <= 1.0 + 1e-6 and 0.5 < ab["default_vs_exact_bits"] <= 1.0
+            if "7-bit" in name:  # u8 x s8 pair sums cannot saturate: both sessions compute the same on any CPU
+                assert ab["default_vs_exact_bits"] == 1.0 and ab["default_vs_exact_cosine"] == pytest.approx(1.0, abs=1e-6)
+        assert 0.9 < results["int8_quality_8bit_weights"]["mean_cosine"] <= 1.0 + 1e-6
     if name == "binarize_starts":  # every projection kind scored on both splits for each seed, and summarized
         import json
 

@@ -125,6 +125,36 @@ def test_int8_quality_against_fp32(tmp_path):
     assert float(torch.nn.functional.cosine_similarity(emb, torch.from_numpy(ref)).mean()) >= 0.99
 
 
+@pytest.mark.parametrize("bits", [7, 8])
+def test_int8_weight_bits(bits, tmp_path):
+    """int8 LSTM weights are 7-bit by default (|q| <= 64: u8 x s8 pair sums cannot saturate int16, so onnxruntime's
+    default and exact sessions agree bit for bit on any CPU); --int8-weight-bits 8 uses the full range."""
+    import onnx
+    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.export.quantize import int8_weight_peak
+
+    from ondevice.ort_session import session_options
+
+    student = _student("max", embedding_dim=32, hidden=48, output=64, seed=4)
+    out = export(student, _binarizer(student, bits=64), tmp_path / "b", ExportConfig(precision="int8", int8_weight_bits=bits))[0]
+    graph = (out / "encoder.onnx").read_bytes()
+    peak = int8_weight_peak(onnx.load_model_from_string(graph))
+    assert (peak <= 64) if bits == 7 else (peak == 127)
+    assert Bundle.load(out).manifest["onnx"]["int8_weight_bits"] == bits
+    if bits == 7:
+        ids, lengths = student.tokenizer.batch(make_sentences(200, seed=9))
+        exact, default = (cpu_session(graph, session_options(threads=1, exact_int8=e)) for e in (True, False))
+        for name in ("embedding", "code"):
+            assert np.array_equal(*(s.run([name], {"ids": ids, "lengths": lengths})[0] for s in (exact, default)))
+
+
+def test_int8_weight_bits_flag_is_checked():
+    from ondevice.export.bundle import ExportConfig
+
+    with pytest.raises(OndeviceError, match="--int8-weight-bits must be 7 or 8"):
+        ExportConfig(precision="int8", int8_weight_bits=6).validate()
+
+
 @pytest.fixture(scope="module")
 def golden_bundle(tmp_path_factory):
     from ondevice.export.bundle import ExportConfig, export

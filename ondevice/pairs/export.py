@@ -201,11 +201,11 @@ def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str
         **{k: v for k, v in info.items() if k != "method"},
     }
     manifest["pairs"] = block
-    seal_bundle(path, manifest, card=lambda m: model_card(m) + _card_section(block))
+    seal_bundle(path, manifest, card=lambda m: model_card(m) + card_section(block))
     return block
 
 
-def _card_section(block: dict) -> str:
+def card_section(block: dict) -> str:
     lines = ["", "## Pair head", "",
              f"`{block['file']}` scores a pair of this bundle's embeddings for **{block['task']}** ({block['task_type']}):",
              (f"`{block['head']['formula']}`; output transform `{json.dumps(block['output_transform'])}`, "
@@ -286,7 +286,7 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     if key == "pairs":
         from ondevice.export.modelcard import model_card
 
-        card = lambda m: model_card(m) + _card_section(m["pairs"])
+        card = lambda m: model_card(m) + card_section(m["pairs"])
     seal_bundle(path, manifest, card=card)
     return manifest[key]["blend"]
 

@@ -1,0 +1,131 @@
+"""An int8 bundle with 8-bit LSTM weights -> the same bundle with 7-bit ones (`ondevice requantize`).
+
+Bundles exported before the int8 LSTM weights were 7-bit (export/quantize.py says why: exact and ~1.5x faster on
+x86 CPUs without VNNI) can be converted without their student folder, pair head included: `encoder.onnx` gets its
+LSTM weights re-rounded (`quantize.requantize_7bit`) and, where the graph predates it, the bit packing of the current
+export (`onnx_graph.single_product_packing`: the same codes, less time); every other file is copied byte for byte (each checked
+against the source manifest's sha256), and the manifest says what changed. What depended on the old encoder is
+measured again or dropped, never carried over: the export checks are recomputed against the bundle's golden fp32
+vectors (the source's kept beside them), a pair head's blend with the cosine is refitted on its dev pairs (needs the
+data folder), the index identity the source inherited is dropped (codes changed), and `eval` (measured on the old
+encoder) is replaced by `evaluation` when given, kept under `eval_before_requantization` otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ondevice.export.bundle import publish, stage
+from ondevice.export.modelcard import model_card
+from ondevice.export.onnx_graph import single_product_packing
+from ondevice.export.quantize import SATURATION_FREE_PEAK, int8_weight_peak, requantize_7bit
+
+from ondevice import __version__, layouts
+from ondevice._deps import require
+from ondevice.errors import OndeviceError
+from ondevice.io import sha256_file
+
+
+def golden_checks(bundle, golden: Path) -> dict[str, Any] | None:
+    """How close a bundle's graph comes to its golden fp32 vectors and codes (None without golden files)."""
+    from ondevice.bits import unpack
+
+    files = [golden / "sentences.jsonl", golden / "embeddings.npy", golden / "codes.npy"]
+    if not all(f.is_file() for f in files):
+        return None
+    texts = [json.loads(line) for line in files[0].read_text(encoding="utf-8").splitlines() if line.strip()]
+    want, want_codes = np.load(files[1], allow_pickle=False), np.load(files[2], allow_pickle=False)
+    emb, codes = bundle.embed(texts)
+    cos = (emb * want).sum(1) / np.maximum(np.linalg.norm(emb, axis=1) * np.linalg.norm(want, axis=1), 1e-12)
+    bits = (unpack(codes, bundle.bits) == unpack(want_codes, bundle.bits)).mean()
+    return {"sentences": len(texts), "reference": "golden/embeddings.npy, golden/codes.npy (the fp32 graph)",
+            "mean_cosine_vs_golden_fp32": round(float(cos.mean()), 6), "min_cosine_vs_golden_fp32": round(float(cos.min()), 6),
+            "bit_agreement_vs_golden_fp32": round(float(bits), 6)}
+
+
+def _card(manifest: dict) -> str:
+    from ondevice.pairs.export import card_section
+
+    return model_card(manifest) + (card_section(manifest["pairs"]) if "pairs" in manifest else "")
+
+
+def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None = None,
+                      data: str | Path | None = None) -> dict[str, Any]:
+    """Write `src` (an int8 bundle, or 'pretrained') to `out` with 7-bit LSTM weights; returns the manifest's record."""
+    onnx = require("onnx", "export")
+    from ondevice.pairs.export import add_blend, blend_dev_pairs, seal_bundle
+    from ondevice.runtime import Bundle, resolve_bundle, verify_files
+
+    path = resolve_bundle(src)
+    source = Bundle.load(path, threads=1)
+    if source.precision != "int8":
+        raise OndeviceError(f"{path} is a {source.precision} bundle; only int8 bundles have int8 weights to requantize")
+    manifest = copy.deepcopy(source.manifest)
+    encoder = verify_files(path, manifest, keep=(layouts.ENCODER_ONNX,))[layouts.ENCODER_ONNX]
+    model = onnx.load_model_from_string(encoder)
+    peak = int8_weight_peak(model)
+    if peak <= SATURATION_FREE_PEAK:
+        raise OndeviceError(f"{path}: its int8 LSTM weights are within +-{SATURATION_FREE_PEAK} already (7-bit); "
+                            "nothing to requantize")
+    channels = requantize_7bit(model)
+    repacked = single_product_packing(model)  # same codes, ~0.08 ms less per sentence (export/onnx_graph.py)
+    head = "dipair" if "dipair" in manifest else "pairs" if "pairs" in manifest else None
+    dev = None
+    if head and manifest[head].get("blend"):  # before anything is written: a missing data folder stops it here
+        fitted = manifest[head]["blend"]["fitted_on"]
+        dev = blend_dev_pairs(fitted["task"], data if data is not None else _default_data())
+    out = Path(out)
+    staging = stage(out)
+    try:
+        for name, entry in manifest["files"].items():
+            if name in (layouts.ENCODER_ONNX, layouts.MODEL_CARD):
+                continue
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path / name, target)
+            if sha256_file(target) != entry["sha256"]:
+                raise OndeviceError(f"{path / name} changed while it was copied; run again on an unchanging bundle")
+        (staging / layouts.ENCODER_ONNX).write_bytes(model.SerializeToString())
+        record = {"from_manifest_sha256": hashlib.sha256((path / layouts.MANIFEST).read_bytes()).hexdigest(),
+                  "from_encoder_sha256": hashlib.sha256(encoder).hexdigest(), "weight_bits": 7,
+                  "channels_rerounded": channels, "largest_weight_before": peak, "ondevice": __version__,
+                  "bit_packing": ("rewritten as one (B x bytes, 8) x (8, 1) product, as export writes it now (the "
+                                  "same codes)" if repacked else "unchanged"),
+                  "how": "int8 LSTM weights re-rounded per output channel: q' = round(q * 64 / max|q|), "
+                         "scale' = scale * max|q| / 64 (the float weights were not in the bundle)",
+                  "source_checks": manifest.get("checks")}
+        manifest.pop("encoder_identity", None)  # inherited from the source encoder: the codes are not its codes now
+        manifest["onnx"] = {**manifest.get("onnx", {}), "int8_weight_bits": 7}
+        manifest["requantized"] = record
+        if "eval" in manifest and evaluation is None:
+            manifest["eval_before_requantization"] = manifest.pop("eval")
+        if evaluation is not None:
+            manifest.pop("eval", None)
+            manifest["eval"] = evaluation
+        seal_bundle(staging, manifest)  # provisional: the checks below run through the new graph
+        golden = staging / layouts.GOLDEN
+        checks = golden_checks(Bundle.load(staging, threads=1), golden)
+        if checks is not None:
+            record["source_checks_vs_golden_fp32"] = golden_checks(source, path / layouts.GOLDEN)
+            manifest["checks"] = checks
+        seal_bundle(staging, manifest, card=_card)
+        if dev is not None:
+            add_blend(staging, dev)  # refit on the new encoder; rewrites the golden blend keys and reseals
+            seal_bundle(staging, json.loads((staging / layouts.MANIFEST).read_text(encoding="utf-8")), card=_card)
+        publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return json.loads((out / layouts.MANIFEST).read_text(encoding="utf-8"))["requantized"]
+
+
+def _default_data() -> Path:
+    from ondevice.corpus import default_data_dir
+
+    return default_data_dir()

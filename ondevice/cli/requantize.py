@@ -1,0 +1,37 @@
+"""ondevice requantize: an int8 bundle with 8-bit LSTM weights -> the same bundle with 7-bit ones (exact and faster
+on x86 CPUs without VNNI), pair head included."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ondevice.cli import add_seed
+
+HELP = ("rewrite an int8 bundle exported with 8-bit LSTM weights (before ondevice 2026-11-28) with 7-bit ones: the "
+        "same results on every CPU, ~1.5x faster on x86 without VNNI")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bundle", required=True, help="int8 bundle folder, or 'pretrained' / 'pretrained:NAME'")
+    p.add_argument("--out", required=True, help="bundle folder to write (replaces an earlier bundle there)")
+    p.add_argument("--data", default=None,
+                   help="data folder with the pair task's dev split, to refit a pair head's blend (default: ../shared/data "
+                        "or $ONDEVICE_DATA)")
+    p.add_argument("--eval", default=None, help="JSON file with an evaluation of the new bundle to put in the manifest "
+                                               "(without it the source's is kept as eval_before_requantization)")
+    add_seed(p)
+
+
+def run(a: argparse.Namespace) -> int:
+    from ondevice.errors import OndeviceError
+    from ondevice.export.requantize import requantize_bundle
+    from ondevice.io import read_json
+
+    evaluation = read_json(a.eval, "--eval summary") if a.eval else None
+    if evaluation is not None and not isinstance(evaluation, dict):
+        raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
+    record = requantize_bundle(a.bundle, a.out, evaluation=evaluation, data=a.data)
+    print(json.dumps({k: v for k, v in record.items() if not k.startswith("source_")}, indent=2))
+    print(f"bundle written to {a.out}")
+    return 0
