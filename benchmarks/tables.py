@@ -766,14 +766,18 @@ def bundle_quality(*paths: str) -> str:
     return "\n".join(lines + [""] + notes)
 
 
-def pair_head_on_bundle(path: str) -> str:
+def pair_head_on_bundle(path: str, teacher_from: str | None = None) -> str:
     """A head trained on a bundle's frozen encoder (benchmarks/pairs.py bundle-quality on that bundle): the
     cross-encoder, the bundle's cosine alone, the head, the head + cosine blend; the head's bytes and the bundle's.
-    With several bundles (seeds), the first one's rows, then the mean ± std over all of them."""
+    With several bundles (seeds), the first one's rows, then the mean ± std over all of them. A run without the
+    cross-encoder takes its row from `teacher_from` (another bundle-quality run of the same task and test split)."""
     b = _load(path)
-    key = "spearman" if "spearman" in b["cross_encoder"] else "accuracy"
+    ce_source = b if "cross_encoder" in b else _load(teacher_from)
+    if ce_source.get("task") != b["task"]:
+        raise ValueError(f"{teacher_from} scores {ce_source.get('task')}, not {b['task']}")
+    ce = ce_source["cross_encoder"]
+    key = "spearman" if "spearman" in ce else "accuracy"
     extra = "f1" if key == "accuracy" else "pearson"
-    ce = b["cross_encoder"]
     first, n = b["bundles"][0], len(b["bundles"])
     size = first["bytes"]
     lines = [f"| {b['task']} test | {key} x100 | {extra} x100 | x cross-encoder | bytes on device |",
@@ -791,10 +795,17 @@ def pair_head_on_bundle(path: str) -> str:
         for part, what in (("head", "pair head alone"), ("blend", "head + cosine blend")):
             lines.append(f"| {what}, {n} seeds: mean ± std | {_mean_std(summary[part])} | | "
                          f"{summary[part]['ratio_of_mean']:.3f} | |")
-    checks = ", ".join(f"{r['encoder']['check']['mean_cosine']:.5f}" for r in b["bundles"])
+    def check(encoder: dict) -> str:
+        c, before = encoder["check"], encoder.get("check_before_requantization")
+        if before is None:
+            return f"{c['mean_cosine']:.5f}"
+        return f"{c['mean_cosine']:.5f} to the encoder it was requantized from, which had {before['mean_cosine']:.5f}"
+
+    checks = ", ".join(check(r["encoder"]) for r in b["bundles"])
     lines += ["", (f"`{Path(path).name}` ({first['precision']} bundle{'s' if n > 1 else ''}, {b['date'][:10]}, commit "
                    f"{b['commit'][:7]}, {b['cpu_model']}); encoder check at export: mean cosine {checks} to the "
-                   "training encoder.")]
+                   "training encoder." + ("" if ce_source is b else
+                                          f" Cross-encoder row from `{Path(teacher_from).name}` (same test split)."))]
     return "\n".join(lines)
 
 

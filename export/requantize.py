@@ -49,6 +49,19 @@ def golden_checks(bundle, golden: Path) -> dict[str, Any] | None:
             "bit_agreement_vs_golden_fp32": round(float(bits), 6)}
 
 
+def _encoder_check(block: dict, new, source, dev) -> dict:
+    """A pair head's `encoder` block with its check measured again: the new encoder against the source's (which the
+    head was checked against at export; that check is kept as `check_before_requantization`)."""
+    from ondevice.pairs.metrics import cosines
+
+    texts = list(dict.fromkeys([*dev.a, *dev.b]))[: block["check"].get("sentences", 256)]
+    cos = cosines(new.encode(texts), source.encode(texts))
+    return {**block, "check": {"sentences": len(texts), "mean_cosine": round(float(cos.mean()), 6),
+                               "min_cosine": round(float(cos.min()), 6),
+                               "against": "the encoder this one was requantized from (see check_before_requantization)"},
+            "check_before_requantization": block["check"]}
+
+
 def _card(manifest: dict) -> str:
     from ondevice.pairs.export import card_section
 
@@ -59,7 +72,7 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
                       data: str | Path | None = None) -> dict[str, Any]:
     """Write `src` (an int8 bundle, or 'pretrained') to `out` with 7-bit LSTM weights; returns the manifest's record."""
     onnx = require("onnx", "export")
-    from ondevice.pairs.export import add_blend, blend_dev_pairs, seal_bundle
+    from ondevice.pairs.export import add_blend, seal_bundle
     from ondevice.runtime import Bundle, resolve_bundle, verify_files
 
     path = resolve_bundle(src)
@@ -76,10 +89,14 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
     channels = requantize_7bit(model)
     repacked = single_product_packing(model)  # same codes, ~0.08 ms less per sentence (export/onnx_graph.py)
     head = "dipair" if "dipair" in manifest else "pairs" if "pairs" in manifest else None
-    dev = None
-    if head and manifest[head].get("blend"):  # before anything is written: a missing data folder stops it here
-        fitted = manifest[head]["blend"]["fitted_on"]
-        dev = blend_dev_pairs(fitted["task"], data if data is not None else _default_data())
+    dev = head_dev = None
+    data = data if data is not None else _default_data()
+    # before anything is written: a missing data folder stops it here
+    split_seed = int(((manifest[head].get("run") or {}).get("config") or {}).get("split_seed", 0)) if head else 0
+    if head and manifest[head].get("blend"):
+        dev = _dev_pairs(manifest[head]["blend"]["fitted_on"]["task"], data, split_seed, "blend is refitted")
+    if head and manifest[head].get("encoder", {}).get("check"):
+        head_dev = _dev_pairs(manifest[head]["task"], data, split_seed, "encoder check runs")
     out = Path(out)
     staging = stage(out)
     try:
@@ -114,6 +131,9 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
         if checks is not None:
             record["source_checks_vs_golden_fp32"] = golden_checks(source, path / layouts.GOLDEN)
             manifest["checks"] = checks
+        if head_dev is not None:
+            manifest[head]["encoder"] = _encoder_check(manifest[head]["encoder"], Bundle.load(staging, threads=1), source,
+                                                       head_dev)
         seal_bundle(staging, manifest, card=_card)
         if dev is not None:
             add_blend(staging, dev)  # refit on the new encoder; rewrites the golden blend keys and reseals
@@ -123,6 +143,16 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return json.loads((out / layouts.MANIFEST).read_text(encoding="utf-8"))["requantized"]
+
+
+def _dev_pairs(task: str, data: str | Path, split_seed: int, what: str):
+    """The dev pairs of `task` (as the head's run split them); missing data is a one-line error naming --data."""
+    from ondevice.pairs.data import load_pairs
+
+    try:
+        return load_pairs(task, "dev", data, split_seed)
+    except OndeviceError as exc:
+        raise OndeviceError(f"the pair head's {what} on {task} dev pairs: {exc} (pass --data DIR)") from None
 
 
 def _default_data() -> Path:

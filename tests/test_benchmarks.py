@@ -105,10 +105,10 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         products = results["int8_products"]
         assert set(products) == {"this run's int8 bundle (7-bit weights)", "the same student, 8-bit weights",
                                  "the shipped bundle (7-bit weights)"}
-        for name, ab in products.items():
+        for label, ab in products.items():
             assert ab["calls"] >= 50 and ab["exact_p50_ms"] > 0 and ab["ratio"] > 0
             assert 0.9 < ab["default_vs_exact_cosine"] <= 1.0 + 1e-6 and 0.5 < ab["default_vs_exact_bits"] <= 1.0
-            if "7-bit" in name:  # u8 x s8 pair sums cannot saturate: both sessions compute the same on any CPU
+            if "7-bit" in label:  # u8 x s8 pair sums cannot saturate: both sessions compute the same on any CPU
                 assert ab["default_vs_exact_bits"] == 1.0 and ab["default_vs_exact_cosine"] == pytest.approx(1.0, abs=1e-6)
         assert 0.9 < results["int8_quality_8bit_weights"]["mean_cosine"] <= 1.0 + 1e-6
     if name == "binarize_starts":  # every projection kind scored on both splits for each seed, and summarized

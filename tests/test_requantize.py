@@ -164,6 +164,11 @@ def test_requantize_refits_a_pair_heads_blend(pair_env, tmp_path):
     np.testing.assert_allclose(np.load(g / "pair_blend_keys.npy"), blend.keys(logits[:, 0], cosines(rows[ia], rows[ib])),
                                rtol=1e-6, atol=1e-6)
     assert "## Pair head" in (tmp_path / "new" / "README.md").read_text()
+    encoder = new["pairs"]["encoder"]  # measured again, against the encoder the head's own check was made on
+    assert encoder["check_before_requantization"] == old["pairs"]["encoder"]["check"]
+    assert encoder["check"]["mean_cosine"] > 0.99 and encoder["check"]["against"].startswith("the encoder this one")
+    with pytest.raises(OndeviceError, match=r"stsb dev pairs: .*\(pass --data DIR"):
+        requantize_bundle(headed, tmp_path / "nodata", data=tmp_path / "nowhere")
 
 
 def _old_packing(model) -> None:

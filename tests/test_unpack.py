@@ -59,9 +59,9 @@ def test_int8_bundle_unpacks_to_its_dequantized_weights(tmp_path, pooling):
     q, scale = rowwise_int8(original["embedding.weight"])  # the table is exactly its row-wise int8 values
     np.testing.assert_allclose(back["embedding.weight"], q * scale, rtol=0, atol=1e-7)
     np.testing.assert_array_equal(back["proj.weight"], original["proj.weight"])  # the projection stays float
-    for name in ("lstm.weight_ih_l0", "lstm.weight_hh_l0_reverse"):  # per gate row: within half an int8 step
+    for name in ("lstm.weight_ih_l0", "lstm.weight_hh_l0_reverse"):  # per gate row: within half a 7-bit step
         peak = np.abs(original[name]).max(axis=1, keepdims=True)
-        assert (np.abs(back[name] - original[name]) <= peak / 127 * 0.5 + 1e-6).all(), name
+        assert (np.abs(back[name] - original[name]) <= peak / 64 * 0.5 + 1e-6).all(), name
     for name in ("lstm.bias_ih_l0", "lstm.bias_hh_l0_reverse"):
         np.testing.assert_array_equal(back[name], original[name])
     assert record["weights_from"] == "encoder.onnx (int8, weights dequantized)"
@@ -84,7 +84,7 @@ def test_the_pretrained_model_unpacks_close_to_its_fp32_golden_vectors(tmp_path,
     assert main(["unpack", "--bundle", "pretrained", "--out", str(tmp_path / "s")]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["precision"] == "int8" and record["golden"]["sentences"] == 64
-    assert record["golden"]["min_cosine"] > 0.999
+    assert record["golden"]["min_cosine"] > 0.998  # 7-bit LSTM weights since 2026-11-28 (0.9998 with 8-bit)
     assert json.loads((tmp_path / "s" / "unpacked.json").read_text()) == record
 
 
