@@ -1,7 +1,8 @@
 """An int8 bundle with 8-bit LSTM weights -> the same bundle with 7-bit ones (`ondevice requantize`).
 
 Bundles exported before the int8 LSTM weights were 7-bit (export/quantize.py says why: exact and ~1.5x faster on
-x86 CPUs without VNNI) can be converted without their student folder, pair head included: `encoder.onnx` gets its
+x86 CPUs without VNNI) can be converted without their student folder, a DSE pair head included (a DiPair bundle is
+exported again instead): `encoder.onnx` gets its
 LSTM weights re-rounded (`quantize.requantize_7bit`) and, where the graph predates it, the bit packing of the current
 export (`onnx_graph.single_product_packing`: the same codes, less time); every other file is copied byte for byte (each checked
 against the source manifest's sha256), and the manifest says what changed. What depended on the old encoder is
@@ -79,6 +80,9 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
     source = Bundle.load(path, threads=1)
     if source.precision != "int8":
         raise OndeviceError(f"{path} is a {source.precision} bundle; only int8 bundles have int8 weights to requantize")
+    if "dipair" in source.manifest:  # its token-state checks were measured through the int8 encoder: export it again
+        raise OndeviceError(f"{path} carries a DiPair head, whose int8 token-state checks depend on the encoder; export "
+                            "it again with `ondevice pairs dipair-export` (new exports have 7-bit weights)")
     manifest = copy.deepcopy(source.manifest)
     encoder = verify_files(path, manifest, keep=(layouts.ENCODER_ONNX,))[layouts.ENCODER_ONNX]
     model = onnx.load_model_from_string(encoder)
@@ -88,7 +92,7 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
                             "nothing to requantize")
     channels = requantize_7bit(model)
     repacked = single_product_packing(model)  # same codes, ~0.08 ms less per sentence (export/onnx_graph.py)
-    head = "dipair" if "dipair" in manifest else "pairs" if "pairs" in manifest else None
+    head = "pairs" if "pairs" in manifest else None
     dev = head_dev = None
     data = data if data is not None else _default_data()
     # before anything is written: a missing data folder stops it here

@@ -123,6 +123,15 @@ def test_requantize_refuses_fp32_and_7bit_bundles(bundle8, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "is a fp32 bundle; only int8 bundles have int8 weights to requantize" in err and len(err.splitlines()) == 1
     assert manifest == json.loads((bundle8 / "manifest.json").read_text())  # the source is never touched
+    import shutil
+
+    from ondevice.pairs.export import seal_bundle
+
+    dipair = tmp_path / "dipair"
+    shutil.copytree(bundle8, dipair)
+    seal_bundle(dipair, {**manifest, "dipair": {"task": "stsb"}})
+    with pytest.raises(OndeviceError, match="carries a DiPair head.*dipair-export"):
+        requantize_bundle(dipair, tmp_path / "d7")
 
 
 def test_cli_requantize(bundle8, tmp_path, capsys):
