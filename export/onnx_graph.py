@@ -191,11 +191,11 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
     # packing as one small MatMul: bits (B * bytes, 8) times [1, 2, ..., 128] (bit order "little"), exact in float.
     # One (B * bytes, 8) x (8, 1) product: a (B, bytes, 8) x (8,) MatMul ran as `bytes` separate products in
     # onnxruntime (73 vs 22 us for 256 bytes on the Zen 3 EPYC, 2026-11-28)
+    packing = _packing_constants(nbytes)
     (bitf,) = node("Cast", [bit], "bits_float", to=TP.FLOAT)
-    (grouped,) = node("Reshape", [bitf, const("shape_bits_by_byte", np.array([-1, 8], np.int64))], "bits_by_byte")
-    weights = (1 << np.arange(8)).astype(np.float32)[:, None]
-    (packed,) = node("MatMul", [grouped, const("bit_values", weights)], "pack")
-    (rows,) = node("Reshape", [packed, const("shape_bytes", np.array([-1, nbytes], np.int64))], "pack_rows")
+    (grouped,) = node("Reshape", [bitf, const("shape_bits_by_byte", packing["shape_bits_by_byte"])], "bits_by_byte")
+    (packed,) = node("MatMul", [grouped, const("bit_values", packing["bit_values"])], "pack")
+    (rows,) = node("Reshape", [packed, const("shape_bytes", packing["shape_bytes"])], "pack_rows")
     nodes.append(helper.make_node("Cast", [rows], ["code"], name="code_uint8", to=TP.UINT8))
 
     graph = helper.make_graph(
@@ -212,6 +212,13 @@ def build_graph(cfg: StudentConfig, state: Mapping[str, np.ndarray], projection:
     return model
 
 
+def _packing_constants(nbytes: int) -> dict[str, np.ndarray]:
+    """The bit packing's initializers: (B x bytes, 8) bits times the powers of two (8, 1), back to (B, bytes)."""
+    return {"shape_bits_by_byte": np.array([-1, 8], np.int64),
+            "bit_values": (1 << np.arange(8)).astype(np.float32)[:, None],
+            "shape_bytes": np.array([-1, nbytes], np.int64)}
+
+
 def single_product_packing(model) -> bool:
     """Rewrite, in place, the bit packing of a graph exported before it was one product ((B, bytes, 8) x (8,) MatMul)
     into the form `build_graph` writes now; the codes are the same (sums of distinct powers of two are exact).
@@ -224,12 +231,11 @@ def single_product_packing(model) -> bool:
         raise OndeviceError("the graph has no bit packing nodes of an ondevice export")
     if tuple(inits["bit_values"].dims) == (8, 1):
         return False
-    nbytes = int(onnx.numpy_helper.to_array(inits["shape_bytes"])[1])
-    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([-1, 8], np.int64), "shape_bits_by_byte"))
+    packing = _packing_constants(int(onnx.numpy_helper.to_array(inits["shape_bytes"])[1]))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(packing["shape_bits_by_byte"], "shape_bits_by_byte"))
     grouped.input[1] = "shape_bits_by_byte"
-    weights = (1 << np.arange(8)).astype(np.float32)[:, None]
-    inits["bit_values"].CopyFrom(onnx.numpy_helper.from_array(weights, "bit_values"))
-    inits["shape_bytes"].CopyFrom(onnx.numpy_helper.from_array(np.array([-1, nbytes], np.int64), "shape_bytes"))
+    for name in ("bit_values", "shape_bytes"):
+        inits[name].CopyFrom(onnx.numpy_helper.from_array(packing[name], name))
     at = list(model.graph.node).index(pack) + 1
     model.graph.node.insert(at, onnx.helper.make_node("Reshape", ["pack", "shape_bytes"], ["pack_rows"], name="pack_rows"))
     cast.input[0] = "pack_rows"

@@ -130,14 +130,13 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
             manifest.pop("eval", None)
             manifest["eval"] = evaluation
         seal_bundle(staging, manifest)  # provisional: the checks below run through the new graph
-        golden = staging / layouts.GOLDEN
-        checks = golden_checks(Bundle.load(staging, threads=1), golden)
+        new = Bundle.load(staging, threads=1)
+        checks = golden_checks(new, staging / layouts.GOLDEN)
         if checks is not None:
             record["source_checks_vs_golden_fp32"] = golden_checks(source, path / layouts.GOLDEN)
             manifest["checks"] = checks
         if head_dev is not None:
-            manifest[head]["encoder"] = _encoder_check(manifest[head]["encoder"], Bundle.load(staging, threads=1), source,
-                                                       head_dev)
+            manifest[head]["encoder"] = _encoder_check(manifest[head]["encoder"], new, source, head_dev)
         seal_bundle(staging, manifest, card=_card)
         if dev is not None:
             add_blend(staging, dev)  # refit on the new encoder; rewrites the golden blend keys and reseals
