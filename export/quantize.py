@@ -28,6 +28,7 @@ import numpy as np
 from ondevice.export.onnx_graph import BINARIZER_NODE, build_graph
 
 from ondevice._deps import require
+from ondevice.errors import OndeviceError
 from ondevice.student import StudentConfig
 
 QUANTIZED_OPS = ("LSTM",)
@@ -97,7 +98,8 @@ def requantize_7bit(model) -> int:
     for w, s, z in _lstm_weights(model):
         q = onnx.numpy_helper.to_array(inits[w]).astype(np.int64)  # (dirs, in, 4H): one channel per (dir, gate row)
         if onnx.numpy_helper.to_array(inits[z]).any():
-            raise ValueError(f"{w}: asymmetric int8 weights (nonzero zero points) are not what export writes")
+            raise OndeviceError(f"{w} has nonzero int8 zero points (asymmetric weights), which ondevice export never "
+                                "writes; export the bundle again from its student")
         peak = np.abs(q).max(axis=1)  # (dirs, 4H)
         factor = np.where(peak > SATURATION_FREE_PEAK, SATURATION_FREE_PEAK / np.maximum(peak, 1), 1.0)
         if (factor == 1.0).all():

@@ -132,6 +132,17 @@ def test_requantize_refuses_fp32_and_7bit_bundles(bundle8, tmp_path, capsys):
     seal_bundle(dipair, {**manifest, "dipair": {"task": "stsb"}})
     with pytest.raises(OndeviceError, match="carries a DiPair head.*dipair-export"):
         requantize_bundle(dipair, tmp_path / "d7")
+    # a graph with asymmetric int8 weights (not what export writes): one line on the command line, nothing written
+    model = onnx.load_model_from_string((bundle8 / "encoder.onnx").read_bytes())
+    zero = next(t for t in model.graph.initializer if t.name == "lstm_R_zero_point")
+    zero.CopyFrom(onnx.numpy_helper.from_array(np.ones(onnx.numpy_helper.to_array(zero).shape, np.int8), zero.name))
+    crafted = tmp_path / "asym"
+    shutil.copytree(bundle8, crafted)
+    (crafted / "encoder.onnx").write_bytes(model.SerializeToString())
+    seal_bundle(crafted, json.loads((bundle8 / "manifest.json").read_text()))
+    assert main(["requantize", "--bundle", str(crafted), "--out", str(tmp_path / "a7")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nonzero int8 zero points" in err and not (tmp_path / "a7").exists()
 
 
 def test_cli_requantize(bundle8, tmp_path, capsys):
