@@ -100,8 +100,8 @@ def bundle_vectors(spec: str, train: list[str], sts: list[str]) -> tuple[np.ndar
 
 
 def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndarray, n_pairs: int,
-                args: argparse.Namespace, hyper: dict) -> dict:
-    """All methods x bit counts for one encoder's vectors."""
+                args: argparse.Namespace, hyper: dict, judge=None) -> dict:
+    """All methods x bit counts for one encoder's vectors (`judge`: the autoencoders' JudgePairs for select pairs)."""
     a, b = sts_x[:n_pairs], sts_x[n_pairs:]
     dim = train_x.shape[1]
     res = {"encoder": name, "dim": dim, "continuous_cosine": cosine_score(a, b, gold), "train_rows": len(train_x),
@@ -113,6 +113,8 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
             if method not in methods_for(bits, dim):
                 continue
             kw = dict(hyper) if method in ("ae", "ae-sp") else {}
+            if method in ("ae", "ae-sp") and judge is not None:
+                kw["judge_pairs"] = judge
             t0 = time.time()
             binarizer = Binarizer.fit(train_x, method, bits, seed=args.seed, progress=not args.quiet, **kw)
             fit_s = time.time() - t0
@@ -123,6 +125,8 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
                 m = binarizer.config.metrics
                 row["final_rec_loss"] = round(m["final_rec_loss"], 4)
                 row.update({key: m[key] for key in ("init_chosen", "selected_epoch") if key in m})
+                if "selected_pairs_spearman" in m:
+                    row["judge_spearman"] = round(100 * m["selected_pairs_spearman"], 2)
             res["rows"].append(row)
             # rows so far, so a long run that is stopped still leaves its finished measurements
             write_json(args.out_dir / f"partial_{name}_{args.split}{'_' + args.tag if args.tag else ''}.json", res)
@@ -206,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bits", nargs="+", type=int, default=list(BITS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hyper", default="{}", help='autoencoder hyper-parameters as JSON, e.g. \'{"epochs": 4}\'')
+    p.add_argument("--judge-task", choices=["stsb", "sick-r", "mrpc", "qqp"], default=None,
+                   help='with --hyper \'{"select": "pairs"}\': the autoencoders pick their epoch on this task\'s train '
+                        "pairs (never the dev/test split that is reported)")
     p.add_argument("--out-dir", type=Path, default=cache_dir() / "bench" / "binarize_quality")
     p.add_argument("--tag", default="", help="suffix for the output file names")
     p.add_argument("--results-dir", type=Path, default=None, help="results JSON folder (default: benchmarks/results)")
@@ -217,21 +224,29 @@ def main(argv: list[str] | None = None) -> int:
     hyper = json.loads(args.hyper)
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
+    if (hyper.get("select") == "pairs") != bool(args.judge_task):
+        p.error('--hyper \'{"select": "pairs"}\' and --judge-task go together')
     run_meta = start_run(threads=None, split=args.split, seed=args.seed, hyper=hyper,
-                         fit_train_splits=args.fit_train_splits)
+                         fit_train_splits=args.fit_train_splits, judge_task=args.judge_task)
     data = default_data_dir()
     pairs = read_stsb(data, args.split)
     s1, gold = pairs.a, pairs.gold
     sts = pairs.a + pairs.b
+    judge_texts: list[str] = []
+    if args.judge_task:  # encoded with the STS-B sentences, split off below
+        from ondevice.pairs.data import load_pairs
+
+        judge_data = load_pairs(args.judge_task, "train", data)
+        judge_texts = judge_data.a + judge_data.b
     train = fit_corpus(data, args.train_sentences, args.fit_train_splits)
     results = []
     encoders = ([] if args.skip_teacher else ["teacher"]) + (["student"] if args.student or args.bundle else [])
     for name in encoders:
         if name == "teacher":
-            train_x, sts_x, info = teacher_vectors(train, sts)
+            train_x, sts_x, info = teacher_vectors(train, sts + judge_texts)
         elif args.bundle:
             try:
-                train_x, sts_x, info = bundle_vectors(args.bundle, train, sts)
+                train_x, sts_x, info = bundle_vectors(args.bundle, train, sts + judge_texts)
             except OndeviceError as exc:
                 print(f"binarize_quality: error: {exc}", file=sys.stderr)
                 return 2
@@ -239,16 +254,24 @@ def main(argv: list[str] | None = None) -> int:
             if not (args.student / "config.json").is_file():
                 print(f"student dir {args.student} not found; skipping the student half", flush=True)
                 continue
-            train_x, sts_x, info = student_vectors(args.student, train, sts)
+            train_x, sts_x, info = student_vectors(args.student, train, sts + judge_texts)
         fit_x = np.asarray(train_x[: args.fit_rows] if args.fit_rows else train_x, dtype=np.float32)
-        res = run_encoder(name, fit_x, np.asarray(sts_x, dtype=np.float32), gold, len(s1), args, hyper)
+        sts_x = np.asarray(sts_x, dtype=np.float32)
+        judge = None
+        if judge_texts:
+            from ondevice.binarize_ae import JudgePairs
+
+            jx, sts_x = sts_x[len(sts):], sts_x[: len(sts)]
+            half = len(judge_texts) // 2
+            judge = JudgePairs(jx[:half], jx[half:], judge_data.gold, name=f"{args.judge_task} train")
+        res = run_encoder(name, fit_x, sts_x, gold, len(s1), args, hyper, judge)
         res.update(info)
         results.append(res)
     if not results:
         return 1
     stem = f"binarize_quality_{args.split}{'_' + args.tag if args.tag else ''}"
     meta = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "split": args.split, "seed": args.seed,
-            "hyper": hyper, "pairs": len(gold), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "hyper": hyper, "judge_task": args.judge_task, "pairs": len(gold), "date": time.strftime("%Y-%m-%d %H:%M")}
     write_json(args.out_dir / f"{stem}.json", {"meta": meta, "results": results})
     saved = write_result(f"binarize_quality_{args.split}", results, run_meta, root=args.results_dir)
     md = "".join(table(r, args.bits) + "\n" for r in results)

@@ -229,6 +229,7 @@ class Binarizer:
 
             checkpoint_dir = hyper.pop("checkpoint_dir", None)
             resume = bool(hyper.pop("resume", False))
+            judge_pairs = hyper.pop("judge_pairs", None)  # a binarize_ae.JudgePairs for select "pairs"
             unknown = sorted(set(hyper) - {f for f in AEConfig.__dataclass_fields__})
             if unknown:
                 raise OndeviceError(f"unknown hyper-parameters for {method}: {unknown}; see AEConfig in ondevice.binarize_ae")
@@ -236,7 +237,8 @@ class Binarizer:
             if method == "ae":
                 ae_cfg.sp_lambda = 0.0
             result = train_autoencoder(x, bits, seed, ae_cfg, sp=(method == "ae-sp"), checkpoint_dir=checkpoint_dir,
-                                       resume=resume, progress=progress, train_sha256=config.train_sha256)
+                                       resume=resume, progress=progress, train_sha256=config.train_sha256,
+                                       judge_pairs=judge_pairs)
             config.hyper = asdict(ae_cfg)
             config.metrics = result.metrics
             A, c, extras = result.projection, result.offset, result.extras

@@ -21,6 +21,11 @@ triplets dominated and made ae-sp worse than ae. lambda 2, "gap" and the "expect
 STS-B dev with 100k training vectors and 8 epochs (README "Autoencoder choices, measured"); the pair-scoring setting
 (input "whiten", select "holdout", lr 3e-4) later, on the shipped student, first with init "auto", then (session 52)
 "orthogonal", whose start leads the random one on STS-B dev at every width over 15 seeds (README "Orthogonal rows").
+
+Which epoch is exported (`AEConfig.select`): the last; the one whose codes keep the held-out vectors' similarity order
+best ("holdout": no labels, but at 64-128 bits that order keeps rising while STS-B scores fall); or the one whose codes
+rank a task's labelled *train* pairs best ("pairs", `JudgePairs`: the pair-scoring setting). Both judges see the
+start as epoch 0, so training that only hurts leaves the start.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
 SAMPLINGS = ("uniform", "gap", "neighbor")
 INITS = ("random", "orthogonal", "pca", "xavier", "auto")
-SELECTS = ("last", "holdout")
+SELECTS = ("last", "holdout", "pairs")
 INPUTS = ("standardize", "whiten")
 
 
@@ -61,7 +66,8 @@ class AEConfig:
     # past dim), "xavier" = torch default, "auto" = random or pca, whichever keeps the held-out similarity order
     # better (see holdout_order)
     select: str = "last"  # "last" = the weights after the last epoch; "holdout" = those of the epoch (0 = the start)
-    # whose codes keep the held-out similarity order best
+    # whose codes keep the held-out similarity order best; "pairs" = those whose codes rank labelled pairs (a task's
+    # train split, `JudgePairs`) best by their gold scores
     holdout: float = 0.05  # fraction of the vectors held out of training for init "auto" / select "holdout"
     # (at most HOLDOUT_MAX vectors)
     input: str = "standardize"  # what the encoder sees: "standardize" = (h - mean) / one global scale (the paper's
@@ -92,6 +98,56 @@ class AEConfig:
                                      ("input", self.input, INPUTS)):
             if value not in allowed:
                 raise OndeviceError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass
+class JudgePairs:
+    """Labelled pairs that select "pairs" judges the epochs by: raw vectors of both sides (n, dim) and gold scores.
+
+    Spearman of -Hamming against gold, like the STS benchmarks score codes; give a task's *train* split (never the
+    dev or test pairs that will report the codes' score). `name` says where the pairs came from (saved in the config).
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    gold: np.ndarray
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.a = np.asarray(self.a, dtype=np.float32)
+        self.b = np.asarray(self.b, dtype=np.float32)
+        self.gold = np.asarray(self.gold, dtype=np.float64).reshape(-1)
+        n = len(self.gold)
+        if self.a.ndim != 2 or self.a.shape != self.b.shape or self.a.shape[0] != n:
+            raise OndeviceError(f"judge pairs need two (n, dim) matrices and n gold scores, got {self.a.shape}, "
+                                f"{self.b.shape} and {n}")
+        if n < 3 or not (np.isfinite(self.a).all() and np.isfinite(self.b).all() and np.isfinite(self.gold).all()):
+            raise OndeviceError("judge pairs need at least 3 pairs with finite vectors and gold scores")
+        if np.ptp(self.gold) == 0:
+            raise OndeviceError("judge pairs' gold scores are all equal: they cannot rank codes; give a labelled split")
+
+    @property
+    def sha256(self) -> str:
+        """Fingerprint of the vectors and gold (a resumed run must be judged by the same pairs)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for arr in (self.a, self.b, self.gold):
+            h.update(str(arr.shape).encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()
+
+    def describe(self) -> dict:
+        """What the config records about the judge."""
+        return {"name": self.name, "pairs": len(self.gold), "sha256": self.sha256}
+
+
+def pairs_spearman(codes_a: np.ndarray, codes_b: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman of -Hamming between (n, bits) 0/1 code rows a[i], b[i] and the gold scores (-1 when undefined)."""
+    from ondevice.eval.metrics import spearman
+
+    score = spearman(-(codes_a != codes_b).sum(axis=1).astype(np.float64), gold)
+    return float(score) if np.isfinite(score) else -1.0
 
 
 @dataclass
@@ -211,8 +267,10 @@ def _decoder_in(b, mode: str):
 
 def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bool,
                       checkpoint_dir: str | Path | None = None, resume: bool = False, progress: bool = True,
-                      train_sha256: str = "") -> AEResult:
-    """Train the (SP-regularized) binary autoencoder on float32 `x` (n, dim); checkpoint each epoch if asked."""
+                      train_sha256: str = "", judge_pairs: JudgePairs | None = None) -> AEResult:
+    """Train the (SP-regularized) binary autoencoder on float32 `x` (n, dim); checkpoint each epoch if asked.
+
+    `judge_pairs` (labelled train pairs) is what select "pairs" judges the start and the epochs by."""
     torch = require("torch", "train")
     from tqdm.auto import tqdm
 
@@ -220,6 +278,12 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     cfg.validate()
     if x.shape[0] < 2:
         raise OndeviceError("the autoencoder needs at least 2 training vectors")
+    if (cfg.select == "pairs") != (judge_pairs is not None):
+        raise OndeviceError("select 'pairs' needs labelled judge pairs (e.g. `ondevice binarize --judge-task stsb`), "
+                            "and judge pairs need select 'pairs'")
+    if judge_pairs is not None and judge_pairs.a.shape[1] != x.shape[1]:
+        raise OndeviceError(f"judge pairs are {judge_pairs.a.shape[1]}-d but the training vectors are {x.shape[1]}-d: "
+                            "encode them with the same model")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     held = cfg.select == "holdout" or cfg.init == "auto"
@@ -258,6 +322,12 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     def order_of(w: np.ndarray, k: np.ndarray) -> float:  # held-out order kept by encoder weights (bits, dim), bias
         return holdout_order(xval @ w.T + k > 0, pairs)
 
+    if judge_pairs is not None:
+        judge_a, judge_b = to_input(judge_pairs.a), to_input(judge_pairs.b)
+
+    def judge_of(w: np.ndarray, k: np.ndarray) -> float:  # the labelled pairs' Spearman of -Hamming vs gold
+        return pairs_spearman(judge_a @ w.T + k > 0, judge_b @ w.T + k > 0, judge_pairs.gold)
+
     torch.manual_seed(seed)
     model = _build(in_dim, bits)
     starts: dict[str, float] = {}
@@ -286,14 +356,18 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     def encoder_now() -> tuple[np.ndarray, np.ndarray]:
         return model.encoder.weight.detach().numpy().copy(), model.encoder.bias.detach().numpy().copy()
 
+    judge = {"holdout": order_of, "pairs": judge_of}.get(cfg.select)
+    judged_key = "pairs_spearman" if cfg.select == "pairs" else "holdout_order"
     best: dict[str, Any] = {}
-    if cfg.select == "holdout":
+    if judge is not None:
         w0, k0 = encoder_now()
-        best = {"epoch": 0, "order": order_of(w0, k0), "weight": w0, "bias": k0}
+        best = {"epoch": 0, "order": judge(w0, k0), "weight": w0, "bias": k0}
 
     # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
     identity = {"bits": bits, "dim": dim, "in_dim": in_dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
                 "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads")}}
+    if judge_pairs is not None:
+        identity["judge_pairs_sha256"] = judge_pairs.sha256
     ckpt = Path(checkpoint_dir) / layouts.AE_CHECKPOINT if checkpoint_dir else None
     start_epoch, log = 0, []
     if ckpt is not None and ckpt.exists():
@@ -340,11 +414,11 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             raise OndeviceError(f"autoencoder diverged in epoch {epoch + 1} (NaN weights); lower --lr")
         log.append({"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
                     "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)})
-        if cfg.select == "holdout":
+        if judge is not None:
             w_e, k_e = encoder_now()
-            log[-1]["holdout_order"] = order_of(w_e, k_e)
-            if log[-1]["holdout_order"] > best["order"]:
-                best = {"epoch": epoch + 1, "order": log[-1]["holdout_order"], "weight": w_e, "bias": k_e}
+            log[-1][judged_key] = judge(w_e, k_e)
+            if log[-1][judged_key] > best["order"]:
+                best = {"epoch": epoch + 1, "order": log[-1][judged_key], "weight": w_e, "bias": k_e}
         if ckpt is not None:
             _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log, best)
     if best:  # the held-out judge's pick replaces the last epoch's encoder (the decoder stays the last one)
@@ -371,7 +445,9 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         metrics["init_chosen"] = "pca" if starts["pca"] > starts["random"] else "random"
     if best:
         metrics["selected_epoch"] = best["epoch"]
-        metrics["selected_holdout_order"] = best["order"]
+        metrics[f"selected_{judged_key}"] = best["order"]
+    if judge_pairs is not None:
+        metrics["judge_pairs"] = judge_pairs.describe()
     return AEResult(A.astype(np.float32), c.astype(np.float32), extras, metrics)
 
 

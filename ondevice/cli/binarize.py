@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+JUDGE_TASKS = ("stsb", "sick-r", "mrpc", "qqp")  # pair tasks with a train split and a score or a yes/no label
+
 HELP = "fit a binarizer (threshold, random, orthogonal, pca, itq, ae, ae-sp) that turns embeddings into packed binary codes"
 
 
@@ -41,7 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ae.add_argument("--init", choices=INITS, default=d.init,
                     help="encoder start; auto = random or pca, whichever keeps held-out vectors' similarity order better")
     ae.add_argument("--select", choices=SELECTS, default=d.select,
-                    help="export the last epoch, or the epoch (0 = the start) that keeps the held-out order best")
+                    help="export the last epoch, or the epoch (0 = the start) that keeps the held-out order best "
+                         "(holdout) or ranks --judge-task's labelled train pairs best (pairs)")
+    ae.add_argument("--judge-task", choices=JUDGE_TASKS, default=None,
+                    help="--select pairs: judge the epochs by this task's train split (Spearman of -Hamming against "
+                         "its gold; never its dev or test pairs), encoded by the same --student/--teacher")
+    ae.add_argument("--data", default=None, help="shared data folder for --judge-task ($ONDEVICE_DATA or ../shared/data)")
     ae.add_argument("--holdout", type=finite_float, default=d.holdout,
                     help="fraction of the vectors held out for --init auto / --select holdout")
     ae.add_argument("--input", choices=INPUTS, default=d.input,
@@ -60,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_input(a: argparse.Namespace):
-    """The float matrix that the flags name."""
+    """The float matrix that the flags name, and a function that encodes more texts the same way (None for
+    --embeddings)."""
     import numpy as np
 
     from ondevice.errors import OndeviceError
@@ -78,7 +86,7 @@ def load_input(a: argparse.Namespace):
             x = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise OndeviceError(f"cannot read {path} as a .npy float matrix ({exc})") from None
-        return x[: a.max_sentences] if a.max_sentences else x
+        return (x[: a.max_sentences] if a.max_sentences else x), None
     if not a.corpus:
         raise OndeviceError(f"--{given[0]} needs --corpus FILE (one sentence per line)")
     from ondevice.corpus import read_corpus
@@ -89,19 +97,40 @@ def load_input(a: argparse.Namespace):
         from ondevice.student import Student
 
         _stage(a, f"encoding {len(sentences):,} sentences with the student {a.student} ...")
-        x = Student.load(a.student).encode(sentences)
+        encode = Student.load(a.student).encode
+        x = encode(sentences)
     else:
         from ondevice.teacher import Teacher, cached_vectors
 
         _stage(a, f"encoding {len(sentences):,} sentences with the teacher {a.teacher} (cached on disk) ...")
+        teacher = Teacher(a.teacher)
+
+        def encode(texts: list[str]):
+            return cached_vectors(teacher, texts, progress=False)
+
         if a.backend == "ray":
             from ondevice.scale.ray_label import ray_cached_vectors
 
-            x = ray_cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet, address=a.ray_address or None)
+            x = ray_cached_vectors(teacher, sentences, progress=not a.quiet, address=a.ray_address or None)
         else:
-            x = cached_vectors(Teacher(a.teacher), sentences, progress=not a.quiet)
+            x = cached_vectors(teacher, sentences, progress=not a.quiet)
     _stage(a, f"encoded {len(sentences):,} sentences in {time.perf_counter() - started:.1f} s")
-    return x
+    return x, encode
+
+
+def judge_pairs(a: argparse.Namespace, encode):
+    """The labelled train pairs of --judge-task, encoded like the training vectors (select "pairs")."""
+    from ondevice.binarize_ae import JudgePairs
+    from ondevice.corpus import default_data_dir
+    from ondevice.errors import OndeviceError
+    from ondevice.pairs.data import load_pairs
+
+    if encode is None:
+        raise OndeviceError("--select pairs encodes --judge-task's pairs with the model that made the vectors: give "
+                            "--student DIR or --teacher with --corpus instead of --embeddings")
+    pairs = load_pairs(a.judge_task, "train", a.data or default_data_dir())
+    _stage(a, f"encoding {len(pairs):,} {a.judge_task} train pairs for --select pairs ...")
+    return JudgePairs(encode(pairs.a), encode(pairs.b), pairs.gold, name=f"{a.judge_task} train")
 
 
 def _stage(a: argparse.Namespace, line: str) -> None:
@@ -114,6 +143,7 @@ def run(a: argparse.Namespace) -> int:
     import numpy as np
 
     from ondevice.binarize import Binarizer, as_embeddings, check_bits
+    from ondevice.errors import OndeviceError
     from ondevice.io import atomic_path, check_out_dir, check_out_file
 
     check_out_dir(a.out)  # fail before any encoding or training work
@@ -126,7 +156,11 @@ def run(a: argparse.Namespace) -> int:
 
         ae_hyper = {name: getattr(a, name) for name in AEConfig.__dataclass_fields__}  # one flag per field
         AEConfig(**ae_hyper).validate()
-    x = load_input(a)
+        if (a.select == "pairs") != bool(a.judge_task):
+            raise OndeviceError("--select pairs and --judge-task go together: e.g. --select pairs --judge-task stsb")
+    elif a.judge_task:
+        raise OndeviceError(f"--judge-task is for the autoencoders (--method ae / ae-sp), not {a.method}")
+    x, encode = load_input(a)
     if np.ndim(x) == 2:
         check_bits(a.method, a.bits, x.shape[1])  # fail before any training
     hyper: dict = {"progress": not a.quiet}
@@ -134,6 +168,8 @@ def run(a: argparse.Namespace) -> int:
         hyper["threshold"] = a.threshold
     if a.method in ("ae", "ae-sp"):
         hyper.update(ae_hyper, checkpoint_dir=a.out, resume=a.resume)
+        if a.judge_task:
+            hyper["judge_pairs"] = judge_pairs(a, encode)
     started = time.perf_counter()
     _stage(a, f"fitting a {a.bits}-bit {a.method} binarizer on {len(x):,} vectors ...")
     binarizer = Binarizer.fit(x, a.method, a.bits, seed=a.seed, **hyper)
