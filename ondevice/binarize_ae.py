@@ -359,9 +359,11 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     judge = {"holdout": order_of, "pairs": judge_of}.get(cfg.select)
     judged_key = "pairs_spearman" if cfg.select == "pairs" else "holdout_order"
     best: dict[str, Any] = {}
+    start_judged = None
     if judge is not None:
         w0, k0 = encoder_now()
-        best = {"epoch": 0, "order": judge(w0, k0), "weight": w0, "bias": k0}
+        start_judged = judge(w0, k0)
+        best = {"epoch": 0, "order": start_judged, "weight": w0, "bias": k0}
 
     # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
     identity = {"bits": bits, "dim": dim, "in_dim": in_dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
@@ -443,6 +445,8 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     if starts:
         metrics["init_holdout_order"] = starts
         metrics["init_chosen"] = "pca" if starts["pca"] > starts["random"] else "random"
+    if start_judged is not None:  # the start's score is epoch 0 of the judge's choice
+        metrics[f"start_{judged_key}"] = start_judged
     if best:
         metrics["selected_epoch"] = best["epoch"]
         metrics[f"selected_{judged_key}"] = best["order"]

@@ -335,6 +335,93 @@ def test_ae_holdout_init_and_epoch_selection(x, tmp_path, geometry):
         _fit(x, "ae", 8, select="holdout", holdout=0.9)
 
 
+def _judge(x, seed=0, n=80):
+    """Labelled pairs the codes can rank: row i of x against itself plus noise of scale s_i, gold = -s_i."""
+    from ondevice.binarize_ae import JudgePairs
+
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, len(x), n)
+    scale = rng.uniform(0.0, 2.0, n).astype(np.float32)
+    b = x[rows] + scale[:, None] * rng.normal(size=(n, x.shape[1])).astype(np.float32)
+    return JudgePairs(x[rows], b, -scale, name="synthetic")
+
+
+@pytest.mark.parametrize("geometry", ["standardize", "whiten"])
+def test_ae_select_pairs(x, tmp_path, geometry):
+    """select "pairs" exports the epoch (0 = the start) whose codes rank the labelled judge pairs best; the
+    recorded score is the exported codes' own; training that cannot move (lr ~ 0) keeps the start; a resumed
+    run must be judged by the same pairs."""
+    from ondevice.binarize_ae import pairs_spearman
+
+    judge = _judge(x)
+    hyper = {"select": "pairs", "epochs": 3, "lr": 0.05, "input": geometry, "init": "orthogonal"}
+    ae = _fit(x, "ae-sp", 8, seed=2, judge_pairs=judge, **hyper)
+    m = ae.config.metrics
+    scores = [m["start_pairs_spearman"]] + [e["pairs_spearman"] for e in m["log"]]
+    assert m["selected_epoch"] == int(np.argmax(scores)) and m["selected_pairs_spearman"] == max(scores)
+    assert m["judge_pairs"] == {"name": "synthetic", "pairs": 80, "sha256": judge.sha256}
+    own = pairs_spearman(unpack(ae.transform(judge.a), 8), unpack(ae.transform(judge.b), 8), judge.gold)
+    assert own == pytest.approx(max(scores))
+    assert max(scores) > 0.3  # the synthetic task is rankable: the judge sees signal, not ties
+    still = _fit(x, "ae", 8, seed=2, judge_pairs=judge, **{**hyper, "lr": 1e-12})
+    start = _fit(x, "ae", 8, seed=2, **{**hyper, "select": "last", "epochs": 1, "lr": 1e-12})
+    assert still.config.metrics["selected_epoch"] == 0  # no epoch beats the start strictly
+    np.testing.assert_array_equal(still.transform(x), start.transform(x))
+    _fit(x, "ae", 8, seed=2, judge_pairs=judge, checkpoint_dir=tmp_path, **{**hyper, "epochs": 1})
+    with pytest.raises(OndeviceError, match="judge_pairs_sha256"):
+        _fit(x, "ae", 8, seed=2, judge_pairs=_judge(x, seed=1), checkpoint_dir=tmp_path, resume=True, **hyper)
+
+
+def test_judge_pairs_errors(x):
+    from ondevice.binarize_ae import JudgePairs
+
+    judge = _judge(x)
+    with pytest.raises(OndeviceError, match="needs labelled judge pairs"):
+        _fit(x, "ae", 8, select="pairs")
+    with pytest.raises(OndeviceError, match="judge pairs need select"):
+        _fit(x, "ae", 8, select="holdout", judge_pairs=judge)
+    with pytest.raises(OndeviceError, match="same model"):
+        _fit(x, "ae", 8, select="pairs", judge_pairs=JudgePairs(judge.a[:, :8], judge.b[:, :8], judge.gold))
+    with pytest.raises(OndeviceError, match="two"):
+        JudgePairs(judge.a, judge.b[:-1], judge.gold)
+    with pytest.raises(OndeviceError, match="finite"):
+        JudgePairs(judge.a, judge.b, np.where(np.arange(len(judge.gold)) == 3, np.nan, judge.gold))
+    with pytest.raises(OndeviceError, match="all equal"):
+        JudgePairs(judge.a, judge.b, np.ones(len(judge.gold)))
+
+
+def test_cli_select_pairs(pair_env, tmp_path, capsys):
+    """`ondevice binarize --select pairs --judge-task stsb` encodes the task's train pairs with the same student and
+    records the judge; the flags that cannot work end in one line, exit 2."""
+    pytest.importorskip("torch")
+    from ondevice.pairs.data import load_pairs
+
+    train = load_pairs("stsb", "train", pair_env.data)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(train.a + train.b) + "\n")
+    base = ["binarize", "--student", str(pair_env.student), "--corpus", str(corpus), "--method", "ae", "--bits", "8",
+            "--epochs", "2", "--quiet"]
+    rc = main([*base, "--select", "pairs", "--judge-task", "stsb", "--data", str(pair_env.data),
+               "--out", str(tmp_path / "b")])
+    metrics = json.loads((tmp_path / "b" / "binarizer.json").read_text())["metrics"]
+    assert rc == 0 and metrics["judge_pairs"]["name"] == "stsb train" and metrics["judge_pairs"]["pairs"] == len(train)
+    assert 0 <= metrics["selected_epoch"] <= 2
+    capsys.readouterr()
+    for extra, words in ((["--select", "pairs"], "go together"), (["--judge-task", "stsb"], "go together")):
+        rc = main([*base, *extra, "--out", str(tmp_path / "c")])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and words in err
+    np.save(tmp_path / "x.npy", np.zeros((10, 16), np.float32))
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8", "--select", "pairs",
+               "--judge-task", "stsb", "--data", str(pair_env.data), "--out", str(tmp_path / "d"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--student" in err
+    rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "random", "--bits", "8",
+               "--judge-task", "stsb", "--out", str(tmp_path / "e")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "autoencoders" in err
+
+
 def test_methods_for():
     assert methods_for(384, 384) == list(METHODS)
     assert methods_for(2048, 384) == ["random", "orthogonal", "ae", "ae-sp"]
