@@ -37,10 +37,10 @@ demo: $(STAMP)
 # on the 2-core Zen 3 EPYC the suite took 27 min instead of 37.5 (2026-11-28). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 
-# Everything, slow tests included, with coverage. ONDEVICE_STRICT=1: a missing JDK, torch or other test
+# Everything, slow tests included, with coverage; the 30 slowest tests are listed at the end (CI time budget). ONDEVICE_STRICT=1: a missing JDK, torch or other test
 # dependency fails the run instead of skipping tests (a machine that runs `make test` must have them all).
 test: $(STAMP) $(WEB_STAMP)
-	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30 --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 # The quick subset (no slow tests); skips allowed.
 test-fast: $(STAMP)
