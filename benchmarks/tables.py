@@ -111,6 +111,31 @@ def binarize_median(*paths: str) -> str:
     return "\n".join(lines)
 
 
+def binarize_judged(*paths: str) -> str:
+    """Seeds of autoencoders that pick their epoch with a judge: medians (min-max), the paired-by-seed differences
+    the ordering compares, and how often each autoencoder kept its start (epoch 0)."""
+    rows = [{(r["method"], r["bits"]): r for r in _encoder(_load(p), "student")["rows"]} for p in paths]
+    bits = sorted({k[1] for r in rows for k in r if k[0] == "ae"})
+    lines = [("| bits | random | ae | ae-sp | ae - random, by seed: median (ahead) | ae-sp - ae, by seed: median "
+              "(ahead / level) | start kept: ae / ae-sp | ae-sp >= ae >= random (medians) |"),
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for b in bits:
+        runs = [r for r in rows if all((m, b) in r for m in ("random", "ae", "ae-sp"))]
+        val = {m: [r[m, b]["spearman"] for r in runs] for m in ("random", "ae", "ae-sp")}
+        med = {m: statistics.median(v) for m, v in val.items()}
+        cells = [f"{med[m]:.2f} ({min(v):.2f}-{max(v):.2f})" for m, v in val.items()]
+        d1 = [x - y for x, y in zip(val["ae"], val["random"])]
+        d2 = [x - y for x, y in zip(val["ae-sp"], val["ae"])]
+        cells.append(f"{statistics.median(d1):+.2f} ({sum(d > 0 for d in d1)} of {len(d1)})")
+        cells.append(f"{statistics.median(d2):+.2f} ({sum(d > 0 for d in d2)} / {sum(d == 0 for d in d2)} of {len(d2)})")
+        kept = [sum(r[m, b].get("selected_epoch") == 0 for r in runs) for m in ("ae", "ae-sp")]
+        cells.append(f"{kept[0]} / {kept[1]} of {len(runs)}")
+        ok = med["ae-sp"] >= med["ae"] >= med["random"]
+        lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
+    lines.append(f"\n{len(paths)} seed{'s' if len(paths) > 1 else ''}: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
+    return "\n".join(lines)
+
+
 def binarize_seeds(path0: str, path1: str) -> str:
     """The same cells with two seeds."""
     a, b = _load(path0), _load(path1)
@@ -811,7 +836,7 @@ def pair_head_on_bundle(path: str, teacher_from: str | None = None) -> str:
 
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
-    binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
+    binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
     hamming_grid, devices)}
 

@@ -357,6 +357,42 @@ def test_eval_median_renders_medians_and_ranges_over_runs(tmp_path):
     assert "Median over 3 runs" in text and "seed 2, commit aaaaaaaaaaaa" in text
 
 
+def test_binarize_judged_renders_paired_differences_and_kept_starts(tmp_path):
+    tables = _script("tables")
+    paths = []
+    # (random, ae, ae-sp, ae's epoch, ae-sp's epoch) at 64 bits, per seed
+    for seed, (rnd, ae, sp, ep_ae, ep_sp) in enumerate([(69.0, 70.0, 70.0, 0, 0), (70.0, 69.5, 70.5, 3, 2),
+                                                        (68.0, 69.0, 69.5, 0, 4)]):
+        rows = [{"method": "random", "bits": 64, "spearman": rnd},
+                {"method": "ae", "bits": 64, "spearman": ae, "selected_epoch": ep_ae},
+                {"method": "ae-sp", "bits": 64, "spearman": sp, "selected_epoch": ep_sp}]
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps({"meta": {}, "results": [{"encoder": "student", "rows": rows}]}))
+        paths.append(str(path))
+    text = tables.binarize_judged(*paths)
+    # medians 69.0 / 69.5 / 70.0; ae - random by seed +1, -0.5, +1; ae-sp - ae 0, +1, +0.5; starts kept 2 / 1
+    assert ("| 64 | 69.00 (68.00-70.00) | 69.50 (69.00-70.00) | 70.00 (69.50-70.50) | +1.00 (2 of 3) | "
+            "+0.50 (2 / 1 of 3) | 2 / 1 of 3 | holds |") in text
+    assert "3 seeds: `s0.json`, `s1.json`, `s2.json`." in text
+
+
+@pytest.mark.slow
+def test_binarize_quality_judges_the_autoencoder_on_train_pairs(shared_data, slow_cache, tmp_path):
+    """--judge-task stsb with select "pairs": the autoencoder rows carry the judge's score of their pick."""
+    bench, env = _bench_copy(tmp_path, ONDEVICE_CACHE=str(slow_cache), ONDEVICE_DATA=str(shared_data))
+    args = ["--train-sentences", "300", "--methods", "ae", "--bits", "64", "--skip-teacher", "--bundle", "pretrained",
+            "--hyper", '{"epochs": 2, "select": "pairs"}', "--judge-task", "stsb", "--quiet", "--out-dir", str(tmp_path / "out")]
+    res = _bench_run(bench, env, "binarize_quality", args)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (found,) = (bench / "results").glob("binarize_quality*.json")
+    blob = json.loads(found.read_text())
+    (row,) = blob["results"][0]["rows"]
+    assert blob["meta"]["settings"]["judge_task"] == "stsb" and 0 <= row["selected_epoch"] <= 2
+    assert 0 < row["judge_spearman"] <= 100
+    res = _bench_run(bench, env, "binarize_quality", [a for a in args if a not in ("--judge-task", "stsb")])
+    assert res.returncode == 2 and "go together" in res.stderr
+
+
 def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env, tiny_teacher, tmp_path):
     """`benchmarks/pairs.py dipair-quality` end to end on tiny runs, with a mean of two views as --teacher: the ratio is
     to that mean, and the cross-encoder the runs learnt from is reported on its own."""
