@@ -87,6 +87,11 @@ def binarize_summary(path: str) -> str:
     return "\n".join(lines)
 
 
+def _seed_files(paths: tuple[str, ...]) -> str:
+    """The footer of a table over seeds: how many, and their results files."""
+    return f"\n{len(paths)} seed{'s' if len(paths) > 1 else ''}: " + ", ".join(f"`{Path(p).name}`" for p in paths) + "."
+
+
 def binarize_median(*paths: str) -> str:
     """The student's cells over several seeds: median (min-max) per method and bit count, and the ordering target."""
     runs = [_cells(_encoder(_load(p), "student")) for p in paths]
@@ -107,7 +112,7 @@ def binarize_median(*paths: str) -> str:
             cells.append(f"{statistics.median(v):.2f}" if v else "–")
         ok = med["ae-sp"] >= med["ae"] >= med["random"]
         lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
-    lines.append(f"\n{len(paths)} seed{'s' if len(paths) > 1 else ''}: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
+    lines.append(_seed_files(paths))
     return "\n".join(lines)
 
 
@@ -132,7 +137,7 @@ def binarize_judged(*paths: str) -> str:
         cells.append(f"{kept[0]} / {kept[1]} of {len(runs)}")
         ok = med["ae-sp"] >= med["ae"] >= med["random"]
         lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
-    lines.append(f"\n{len(paths)} seed{'s' if len(paths) > 1 else ''}: " + ", ".join(f"`{Path(p).name}`" for p in paths) + ".")
+    lines.append(_seed_files(paths))
     return "\n".join(lines)
 
 
