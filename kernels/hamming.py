@@ -279,21 +279,17 @@ def _prepare(codes, queries, ids, threads):
     return codes, queries, ids, threads
 
 
+# Writable, like the arrays callers pass: Numba types a read-only array apart from a writable one, so a read-only
+# sentinel made every kernel compile twice (once for searches without ids, once with); an empty array holds nothing
+# to overwrite. Bounds are made per call for the same reason (a cached array would have to be read-only).
 _NO_IDS = np.empty(0, np.int64)
-_NO_IDS.flags.writeable = False
-
-
-@functools.lru_cache(maxsize=64)
-def _one_chunk(n: int) -> np.ndarray:
-    bounds = np.array((0, n), np.int64)
-    bounds.flags.writeable = False
-    return bounds
 
 
 def _bounds(n: int, nchunks: int) -> np.ndarray:
-    if nchunks == 1:
-        return _one_chunk(n)
     bounds = np.empty(nchunks + 1, np.int64)
+    if nchunks == 1:
+        bounds[0], bounds[1] = 0, n
+        return bounds
     _scan().chunk_bounds(bounds, n)
     return bounds
 

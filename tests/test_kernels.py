@@ -144,6 +144,30 @@ def test_tiles_blocks_and_chunks_with_many_ties():
             np.testing.assert_array_equal(i, ri)
 
 
+def test_searches_with_and_without_ids_share_compiled_kernels():
+    """Numba types a read-only array apart from a writable one: a read-only sentinel for "no ids" (or cached read-only
+    bounds) made every kernel compile twice, once per kind of search. Each kernel has one signature for all of them
+    (the literal-typed ones come from calls inside other kernels, typed where they are compiled)."""
+    rng = np.random.default_rng(8)
+    nb = 9  # compiled for test_knn_matches_brute_force already, in the same worker or from the disk cache
+    codes = rng.integers(0, 256, (700, nb), dtype=np.uint8)
+    ids = rng.permutation(700).astype(np.int64)
+    for nq in (1, 3, H.BLOCKS_MIN_QUERIES + 1):
+        q = rng.integers(0, 256, (nq, nb), dtype=np.uint8)
+        for threads in (1, 2):
+            for with_ids in (None, ids):
+                d, i = H.knn(codes, q, 5, ids=with_ids, threads=threads)
+                rd, ri = reference_knn(codes, q, 5, with_ids)
+                np.testing.assert_array_equal(d, rd)
+                np.testing.assert_array_equal(i, ri)
+            H.range_search(codes, q, 30, threads=threads)
+            H.range_search(codes, q, 30, ids=ids, threads=threads)
+    kern = H._kernels(nb, H.resolve_path())
+    for name in ("rows", "blocks", "range_rows", "rows_serial", "blocks_serial", "range_rows_serial", "few_par"):
+        sigs = [s for s in getattr(kern, name).signatures if not any(isinstance(t, numba.types.Literal) for t in s)]
+        assert len(sigs) == 1, (name, sigs)
+
+
 @pytest.mark.parametrize("nb", [8, 32])
 def test_rows8_passes_after_the_first(nb):
     """Narrow codes past the counting select's size: a short first pass, then whole-tile passes, and a ragged end;
