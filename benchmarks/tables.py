@@ -861,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-coverage", type=Path, metavar="DATA_FILE",
                    help="write a coverage results file from this .coverage file (of a full `make test`) and stop")
     p.add_argument("--tests", default="", help="with --record-coverage: what ran, e.g. '612 passed'")
-    p.add_argument("--test-command", default="make test", help="with --record-coverage: the command that ran")
+    p.add_argument("--test-command", default="make coverage", help="with --record-coverage: the command that ran")
     a = p.parse_args(argv)
     if a.record_coverage:
         print(record_coverage(a.record_coverage, a.test_command, a.tests))
