@@ -41,12 +41,13 @@ TEST_WORKERS ?= 2
 # missing JDK, torch or other test dependency fails the run instead of skipping tests (a machine that runs `make test`
 # must have them all). No coverage here: its tracer slows Numba's compiler, most of tests/test_kernels.py (the
 # slowest file: 5.5 min on two workers without coverage, 8.8 with, 2026-11-28); `make coverage` measures it.
+SUITE := ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30
 test: $(STAMP) $(WEB_STAMP)
-	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30 $(PYTEST_ARGS)
+	$(SUITE) $(PYTEST_ARGS)
 
 # The same run with line coverage of the ondevice package (report at the end, data in .coverage).
 coverage: $(STAMP) $(WEB_STAMP)
-	ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30 --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	$(SUITE) --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 # The quick subset (no slow tests); skips allowed.
 test-fast: $(STAMP)
