@@ -124,7 +124,7 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
             if method in ("ae", "ae-sp"):
                 m = binarizer.config.metrics
                 row["final_rec_loss"] = round(m["final_rec_loss"], 4)
-                row.update({key: m[key] for key in ("init_chosen", "selected_epoch") if key in m})
+                row.update({key: m[key] for key in ("init_chosen", "selected_epoch", "ae_selected_epoch", "sp_from_epoch") if key in m})
                 if "selected_pairs_spearman" in m:
                     row["judge_spearman"] = round(100 * m["selected_pairs_spearman"], 2)
             res["rows"].append(row)

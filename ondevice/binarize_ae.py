@@ -26,6 +26,13 @@ Which epoch is exported (`AEConfig.select`): the last; the one whose codes keep 
 best ("holdout": no labels, but at 64-128 bits that order keeps rising while STS-B scores fall); or the one whose codes
 rank a task's labelled *train* pairs best ("pairs", `JudgePairs`: the pair-scoring setting). Both judges see the
 start as epoch 0, so training that only hurts leaves the start.
+
+When the SP term starts (`AEConfig.sp_start`): "start" trains MSE + SP jointly from the first step, as the paper does;
+"ae" first trains exactly as `ae` does (same start, batches and judge, so the same pick), then fine-tunes that pick
+with the SP term for `sp_epochs` epochs, the judge choosing among ae's pick and the fine-tune's epochs. With a judge,
+ae-sp then never scores below ae on the judge's own pairs; whether the fine-tune's epochs also rank unseen pairs
+better is what the benchmark measures. The fine-tune replays the first epochs' batch streams, so a fine-tune of the
+start is the joint training of as many epochs.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ SAMPLINGS = ("uniform", "gap", "neighbor")
 INITS = ("random", "orthogonal", "pca", "xavier", "auto")
 SELECTS = ("last", "holdout", "pairs")
 INPUTS = ("standardize", "whiten")
+SP_STARTS = ("start", "ae")
 
 
 @dataclass
@@ -78,6 +86,10 @@ class AEConfig:
     sp_relax: str = "expected"  # relaxed Hamming: "expected" (sigmoid probabilities) or "st" (hard bits, ST gradient)
     sp_triplets: int = 1024  # triplets sampled per batch (ae-sp only)
     sp_sampling: str = "gap"  # triplets: "uniform", "gap" (weighted by the cosine gap), "neighbor" (a = b's nearest)
+    sp_start: str = "start"  # ae-sp only: "start" = the SP term from the first step (the paper's joint training);
+    # "ae" = train exactly as ae first (epochs, judge), then fine-tune ae's pick (encoder and decoder) with the SP
+    # term for sp_epochs more epochs, judged against that pick, so ae's codes stay a candidate
+    sp_epochs: int = 0  # sp_start "ae": epochs of the SP fine-tune (0 = epochs)
     threads: int = 0  # torch threads; 0 = torch default
 
     def validate(self) -> None:
@@ -88,6 +100,7 @@ class AEConfig:
         check_int(self.batch_size, "batch_size", 2, 1 << 20)
         check_int(self.sp_triplets, "sp_triplets", 1, 1 << 24)
         check_int(self.threads, "threads", 0, 4096)
+        check_int(self.sp_epochs, "sp_epochs", 0, 100_000)
         check_float(self.lr, "lr", 0.0, 100.0, lo_open=True)
         check_float(self.sp_lambda, "sp_lambda", 0.0, 1e6)  # NaN would silently switch the SP loss off
         check_float(self.holdout, "holdout", 0.0, 0.5, lo_open=True)
@@ -95,7 +108,7 @@ class AEConfig:
         for name, value, allowed in (("decoder_input", self.decoder_input, DECODER_INPUTS),
                                      ("sp_relax", self.sp_relax, RELAXATIONS), ("init", self.init, INITS),
                                      ("sp_sampling", self.sp_sampling, SAMPLINGS), ("select", self.select, SELECTS),
-                                     ("input", self.input, INPUTS)):
+                                     ("input", self.input, INPUTS), ("sp_start", self.sp_start, SP_STARTS)):
             if value not in allowed:
                 raise OndeviceError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
@@ -352,6 +365,12 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     def encoder_now() -> tuple[np.ndarray, np.ndarray]:
         return model.encoder.weight.detach().numpy().copy(), model.encoder.bias.detach().numpy().copy()
 
+    def snapshot(epoch: int, score: float, w: np.ndarray, k: np.ndarray) -> dict[str, Any]:
+        # the decoder too: an SP fine-tune (sp_start "ae") continues from the whole picked autoencoder
+        return {"epoch": epoch, "order": score, "weight": w, "bias": k,
+                "dec_weight": model.decoder.weight.detach().numpy().copy(),
+                "dec_bias": model.decoder.bias.detach().numpy().copy()}
+
     judge = {"holdout": order_of, "pairs": judge_of}.get(cfg.select)
     judged_key = "pairs_spearman" if cfg.select == "pairs" else "holdout_order"
     best: dict[str, Any] = {}
@@ -359,11 +378,18 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     if judge is not None:
         w0, k0 = encoder_now()
         start_judged = judge(w0, k0)
-        best = {"epoch": 0, "order": start_judged, "weight": w0, "bias": k0}
+        best = snapshot(0, start_judged, w0, k0)
 
-    # everything that shapes the trajectory except the epoch count, so a finished run can be extended with --resume
+    # sp_start "ae": epochs [0, epochs) train ae, then [epochs, total) fine-tune its pick with the SP term
+    phased = sp and cfg.sp_start == "ae"
+    sp_from = cfg.epochs if phased else 0
+    total = cfg.epochs + ((cfg.sp_epochs or cfg.epochs) if phased else 0)
+    # everything that shapes the trajectory except the (last phase's) epoch count, so a finished run can be extended
+    # with --resume; a phased run's ae epochs fix where the fine-tune starts
     identity = {"bits": bits, "dim": dim, "in_dim": in_dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
-                "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads")}}
+                "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads", "sp_start", "sp_epochs")}}
+    if phased:
+        identity["sp_start"] = {"start": "ae", "ae_epochs": cfg.epochs}
     if judge_pairs is not None:
         identity["judge_pairs_sha256"] = judge_pairs.sha256
     ckpt = Path(checkpoint_dir) / layouts.AE_CHECKPOINT if checkpoint_dir else None
@@ -377,8 +403,19 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {layouts.AE_CHECKPOINT}); run without --resume")
 
     began = time.monotonic()
-    for epoch in range(start_epoch, cfg.epochs):
-        rng = np.random.default_rng([seed, epoch])  # per-epoch streams: a resumed run replays the same batches
+    for epoch in range(start_epoch, total):
+        use_sp = sp and epoch >= sp_from
+        if phased and epoch == sp_from:  # the fine-tune starts from ae's pick with fresh Adam moments
+            if best:
+                with torch.no_grad():
+                    for param, key in ((model.encoder.weight, "weight"), (model.encoder.bias, "bias"),
+                                       (model.decoder.weight, "dec_weight"), (model.decoder.bias, "dec_bias")):
+                        if key in best:
+                            param.copy_(torch.from_numpy(best[key]))
+            opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        # per-epoch streams: a resumed run replays the same batches; the fine-tune replays the first epochs' streams,
+        # so a fine-tune of the start is the joint training (sp_start "start") of as many epochs
+        rng = np.random.default_rng([seed, epoch - sp_from if use_sp else epoch])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         perm = torch.from_numpy(rng.permutation(n))
         batches = [perm[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
@@ -386,14 +423,14 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             batches.pop()  # a 1-row batch has no triplets and adds only noise
         sums = {"rec": 0.0, "sp": 0.0, "ones": 0.0}
         model.train()
-        bar = tqdm(batches, desc=f"{'ae-sp' if sp else 'ae'} {bits} bits, epoch {epoch + 1}/{cfg.epochs}",
+        bar = tqdm(batches, desc=f"{'ae-sp' if use_sp else 'ae'} {bits} bits, epoch {epoch + 1}/{total}",
                    unit="batch", disable=not progress, leave=False)
         for i, idx in enumerate(bar):
             xb = xs[idx]
             p, b = straight_through(model.encoder(xb))
             rec = torch.nn.functional.mse_loss(model.decoder(_decoder_in(b, cfg.decoder_input)), xb)
             loss = rec
-            if sp and cfg.sp_lambda > 0:
+            if use_sp and cfg.sp_lambda > 0:
                 hb = h_sim[idx]
                 trip = sample_triplets(hb, cfg.sp_triplets, cfg.sp_sampling, gen)
                 spl = sp_loss(hb, p if cfg.sp_relax == "expected" else b, trip, cfg.sp_relax,
@@ -412,11 +449,13 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             raise OndeviceError(f"autoencoder diverged in epoch {epoch + 1} (NaN weights); lower --lr")
         log.append({"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
                     "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)})
+        if phased:
+            log[-1]["phase"] = "sp" if use_sp else "ae"
         if judge is not None:
             w_e, k_e = encoder_now()
             log[-1][judged_key] = judge(w_e, k_e)
             if log[-1][judged_key] > best["order"]:
-                best = {"epoch": epoch + 1, "order": log[-1][judged_key], "weight": w_e, "bias": k_e}
+                best = snapshot(epoch + 1, log[-1][judged_key], w_e, k_e)
         if ckpt is not None:
             _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log, best)
     if best:  # the held-out judge's pick replaces the last epoch's encoder (the decoder stays the last one)
@@ -446,6 +485,13 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
     if best:
         metrics["selected_epoch"] = best["epoch"]
         metrics[f"selected_{judged_key}"] = best["order"]
+    if phased:
+        metrics["sp_start"] = "ae"
+        metrics["sp_from_epoch"] = sp_from + 1  # the first fine-tune epoch; a pick at or before sp_from is ae's codes
+        if judge is not None and len(log) >= sp_from:  # ae's own pick: the best of the start and the ae epochs
+            ae_scores = [start_judged] + [e[judged_key] for e in log[:sp_from]]
+            metrics["ae_selected_epoch"] = int(np.argmax(ae_scores))  # first maximum, as the strict > above
+            metrics[f"ae_selected_{judged_key}"] = max(ae_scores)
     if judge_pairs is not None:
         metrics["judge_pairs"] = judge_pairs.describe()
     return AEResult(A.astype(np.float32), c.astype(np.float32), extras, metrics)
@@ -457,8 +503,8 @@ def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: li
     st = require("safetensors.torch", "train")
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     if best:
-        tensors["best.weight"] = torch.from_numpy(best["weight"])
-        tensors["best.bias"] = torch.from_numpy(best["bias"])
+        for key in ("weight", "bias", "dec_weight", "dec_bias"):
+            tensors[f"best.{key}"] = torch.from_numpy(best[key])
     osd = opt.state_dict()
     for i, s in osd["state"].items():
         for k, v in s.items():
@@ -491,6 +537,7 @@ def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list,
     opt.load_state_dict({"state": opt_state, "param_groups": json.loads(meta["param_groups"])})
     best = json.loads(meta.get("best", "{}"))
     if best:
-        best["weight"] = tensors["best.weight"].numpy()
-        best["bias"] = tensors["best.bias"].numpy()
+        for key in ("weight", "bias", "dec_weight", "dec_bias"):
+            if f"best.{key}" in tensors:  # checkpoints from before the decoder was kept have only the encoder
+                best[key] = tensors[f"best.{key}"].numpy()
     return int(meta["epoch"]), json.loads(meta["log"]), best

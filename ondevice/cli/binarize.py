@@ -14,7 +14,16 @@ HELP = "fit a binarizer (threshold, random, orthogonal, pca, itq, ae, ae-sp) tha
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ondevice.binarize import METHODS
-    from ondevice.binarize_ae import DECODER_INPUTS, INITS, INPUTS, RELAXATIONS, SAMPLINGS, SELECTS, AEConfig
+    from ondevice.binarize_ae import (
+        DECODER_INPUTS,
+        INITS,
+        INPUTS,
+        RELAXATIONS,
+        SAMPLINGS,
+        SELECTS,
+        SP_STARTS,
+        AEConfig,
+    )
     from ondevice.checks import finite_float
 
     d = AEConfig()
@@ -61,6 +70,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ae.add_argument("--sp-triplets", type=int, default=d.sp_triplets, help="triplets sampled per batch")
     ae.add_argument("--sp-sampling", choices=SAMPLINGS, default=d.sp_sampling,
                     help="triplets: uniform, gap (weighted by the cosine gap), neighbor (a = the pivot's nearest)")
+    ae.add_argument("--sp-start", choices=SP_STARTS, default=d.sp_start,
+                    help="ae-sp: the SP term from the first step (start, the paper's joint training), or as a "
+                         "fine-tune of what ae would export (ae: ae's epochs first, then --sp-epochs with the SP term)")
+    ae.add_argument("--sp-epochs", type=int, default=d.sp_epochs, help="--sp-start ae: fine-tune epochs (0 = --epochs)")
     ae.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
     ae.add_argument("--resume", action="store_true", help="continue the autoencoder checkpoint in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
