@@ -118,12 +118,15 @@ def binarize_median(*paths: str) -> str:
 
 def binarize_judged(*paths: str) -> str:
     """Seeds of autoencoders that pick their epoch with a judge: medians (min-max), the paired-by-seed differences
-    the ordering compares, and how often each autoencoder kept its start (epoch 0)."""
+    the ordering compares, and how often each autoencoder kept its start (epoch 0); for ae-sp fine-tuned from ae
+    (sp_start "ae"), also how often the judge kept a fine-tune epoch over ae's pick."""
     rows = [{(r["method"], r["bits"]): r for r in _encoder(_load(p), "student")["rows"]} for p in paths]
     bits = sorted({k[1] for r in rows for k in r if k[0] == "ae"})
+    tuned = any("sp_from_epoch" in r[k] for r in rows for k in r if k[0] == "ae-sp")
     lines = [("| bits | random | ae | ae-sp | ae - random, by seed: median (ahead) | ae-sp - ae, by seed: median "
-              "(ahead / level) | start kept: ae / ae-sp | ae-sp >= ae >= random (medians) |"),
-             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "(ahead / level) | start kept: ae / ae-sp |" + (" fine-tune kept |" if tuned else "")
+              + " ae-sp >= ae >= random (medians) |"),
+             "|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if tuned else "") + "---|"]
     for b in bits:
         runs = [r for r in rows if all((m, b) in r for m in ("random", "ae", "ae-sp"))]
         val = {m: [r[m, b]["spearman"] for r in runs] for m in ("random", "ae", "ae-sp")}
@@ -135,6 +138,9 @@ def binarize_judged(*paths: str) -> str:
         cells.append(f"{statistics.median(d2):+.2f} ({sum(d > 0 for d in d2)} / {sum(d == 0 for d in d2)} of {len(d2)})")
         kept = [sum(r[m, b].get("selected_epoch") == 0 for r in runs) for m in ("ae", "ae-sp")]
         cells.append(f"{kept[0]} / {kept[1]} of {len(runs)}")
+        if tuned:
+            ft = sum(r["ae-sp", b].get("selected_epoch", 0) >= r["ae-sp", b].get("sp_from_epoch", 1 << 30) for r in runs)
+            cells.append(f"{ft} of {len(runs)}")
         ok = med["ae-sp"] >= med["ae"] >= med["random"]
         lines.append(f"| {b} | " + " | ".join(cells) + f" | {'holds' if ok else '**fails**'} |")
     lines.append(_seed_files(paths))

@@ -372,6 +372,66 @@ def test_ae_select_pairs(x, tmp_path, geometry):
         _fit(x, "ae", 8, seed=2, judge_pairs=_judge(x, seed=1), checkpoint_dir=tmp_path, resume=True, **hyper)
 
 
+def test_ae_sp_fine_tune_of_ae_keeps_ae_as_a_candidate(x):
+    """sp_start "ae": the first epochs are ae's own (same losses, judge scores and pick); the fine-tune continues
+    from that pick, so ae-sp's judged score is never below ae's, and where the judge keeps ae's pick the codes are
+    ae's. Over six seeds both outcomes occur (the fine-tune kept in some, ae's pick in others)."""
+    judge = _judge(x)
+    hyper = {"select": "pairs", "lr": 0.05, "input": "whiten", "init": "orthogonal", "epochs": 2}
+    outcomes = set()
+    for seed in range(6):
+        ae = _fit(x, "ae", 8, seed=seed, judge_pairs=judge, **hyper)
+        sp = _fit(x, "ae-sp", 8, seed=seed, judge_pairs=judge, sp_start="ae", sp_epochs=2, **hyper)
+        m, ms = ae.config.metrics, sp.config.metrics
+        assert [e["phase"] for e in ms["log"]] == ["ae", "ae", "sp", "sp"] and ms["sp_from_epoch"] == 3
+        assert [e["sp_loss"] for e in ms["log"][:2]] == [0.0, 0.0] and min(e["sp_loss"] for e in ms["log"][2:]) > 0
+        for mine, theirs in zip(ms["log"][:2], m["log"], strict=True):
+            assert (mine["rec_loss"], mine["pairs_spearman"]) == (theirs["rec_loss"], theirs["pairs_spearman"])
+        assert ms["ae_selected_epoch"] == m["selected_epoch"]
+        assert ms["ae_selected_pairs_spearman"] == m["selected_pairs_spearman"]
+        assert ms["selected_pairs_spearman"] >= m["selected_pairs_spearman"]
+        if ms["selected_epoch"] < ms["sp_from_epoch"]:
+            assert ms["selected_epoch"] == m["selected_epoch"]
+            np.testing.assert_array_equal(sp.transform(x), ae.transform(x))
+            outcomes.add("ae kept")
+        else:
+            assert ms["selected_pairs_spearman"] > m["selected_pairs_spearman"]
+            outcomes.add("fine-tune kept")
+    assert outcomes == {"ae kept", "fine-tune kept"}
+
+
+def test_ae_sp_fine_tune_of_the_start_is_the_joint_training(x):
+    """When ae's judge keeps the start, the fine-tune starts from the start (encoder and decoder, fresh Adam) and
+    replays the first epochs' batches: the same run as joint training (sp_start "start") of sp_epochs epochs."""
+    judge = _judge(x)
+    hyper = {"select": "pairs", "lr": 0.05, "input": "whiten", "init": "orthogonal", "epochs": 2}
+    ae = _fit(x, "ae", 8, seed=3, judge_pairs=judge, **hyper)
+    assert ae.config.metrics["selected_epoch"] == 0  # the precondition this seed was chosen for
+    phased = _fit(x, "ae-sp", 8, seed=3, judge_pairs=judge, sp_start="ae", sp_epochs=2, **hyper)
+    joint = _fit(x, "ae-sp", 8, seed=3, judge_pairs=judge, **hyper)
+    keys = ("rec_loss", "sp_loss", "pairs_spearman", "ones_fraction")
+    assert [[e[k] for k in keys] for e in phased.config.metrics["log"][2:]] == \
+        [[e[k] for k in keys] for e in joint.config.metrics["log"]]
+    np.testing.assert_array_equal(phased.affine()[0], joint.affine()[0])
+
+
+def test_ae_sp_fine_tune_resume_and_extend(x, tmp_path):
+    """A finished fine-tune extends with more --sp-epochs on --resume (the same result as running them at once);
+    changing the ae epochs, where the fine-tune starts, is refused."""
+    judge = _judge(x)
+    hyper = {"select": "pairs", "lr": 0.05, "input": "whiten", "init": "orthogonal", "epochs": 2, "sp_start": "ae"}
+    direct = _fit(x, "ae-sp", 8, seed=4, judge_pairs=judge, sp_epochs=2, **hyper)
+    _fit(x, "ae-sp", 8, seed=4, judge_pairs=judge, sp_epochs=1, checkpoint_dir=tmp_path, **hyper)
+    resumed = _fit(x, "ae-sp", 8, seed=4, judge_pairs=judge, sp_epochs=2, checkpoint_dir=tmp_path, resume=True, **hyper)
+    np.testing.assert_array_equal(resumed.affine()[0], direct.affine()[0])
+    assert resumed.config.metrics["selected_epoch"] == direct.config.metrics["selected_epoch"]
+    with pytest.raises(OndeviceError, match="sp_start"):
+        _fit(x, "ae-sp", 8, seed=4, judge_pairs=judge, checkpoint_dir=tmp_path, resume=True,
+             **{**hyper, "epochs": 3, "sp_epochs": 2})
+    with pytest.raises(OndeviceError, match="sp_start must be one of"):
+        _fit(x, "ae-sp", 8, sp_start="later")
+
+
 def test_judge_pairs_errors(x):
     from ondevice.binarize_ae import JudgePairs
 
@@ -512,6 +572,11 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
                    "--input", "whiten", "--whiten-variance", "0.9", "--out", str(tmp_path / "b7"), "--quiet"])
         hyper = json.loads((tmp_path / "b7" / "binarizer.json").read_text())["hyper"]
         assert rc == 0 and hyper["input"] == "whiten" and hyper["whiten_variance"] == 0.9
+        rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae-sp", "--bits", "8", "--epochs",
+                   "1", "--sp-start", "ae", "--sp-epochs", "1", "--out", str(tmp_path / "b9"), "--quiet"])
+        saved = json.loads((tmp_path / "b9" / "binarizer.json").read_text())
+        assert rc == 0 and (saved["hyper"]["sp_start"], saved["hyper"]["sp_epochs"]) == ("ae", 1)
+        assert [e["phase"] for e in saved["metrics"]["log"]] == ["ae", "sp"]
     capsys.readouterr()
     rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8",
                "--whiten-variance", "0", "--out", str(tmp_path / "b8"), "--quiet"])

@@ -319,7 +319,7 @@ def test_distill_rejects_impossible_flags(flags, tmp_path, tiny_corpus, tiny_tea
 
 @pytest.mark.parametrize("flags", [["--sp-lambda", "nan"], ["--lr", "inf"], ["--bits", "100000000"],
                                    ["--bits", "0"], ["--epochs", "0"], ["--batch-size", "1"], ["--max-sentences", "-5"],
-                                   ["--threshold", "nan"]])
+                                   ["--threshold", "nan"], ["--sp-epochs", "-1"], ["--sp-start", "never"]])
 def test_binarize_rejects_impossible_flags(flags, tmp_path, capsys):
     x = tmp_path / "x.npy"
     np.save(x, np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32))
@@ -350,7 +350,8 @@ def test_distill_config_validate_accepts_only_sane_values(field, value):
 
 
 @FAST
-@given(field=st.sampled_from(["epochs", "batch_size", "lr", "sp_lambda", "sp_triplets", "threads"]), value=NUMBERS)
+@given(field=st.sampled_from(["epochs", "batch_size", "lr", "sp_lambda", "sp_triplets", "sp_epochs", "threads"]),
+       value=NUMBERS)
 def test_ae_config_validate_accepts_only_sane_values(field, value):
     from ondevice.binarize_ae import AEConfig
 
