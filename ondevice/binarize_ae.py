@@ -410,8 +410,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
                 with torch.no_grad():
                     for param, key in ((model.encoder.weight, "weight"), (model.encoder.bias, "bias"),
                                        (model.decoder.weight, "dec_weight"), (model.decoder.bias, "dec_bias")):
-                        if key in best:
-                            param.copy_(torch.from_numpy(best[key]))
+                        param.copy_(torch.from_numpy(best[key]))
             opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
         # per-epoch streams: a resumed run replays the same batches; the fine-tune replays the first epochs' streams,
         # so a fine-tune of the start is the joint training (sp_start "start") of as many epochs
@@ -504,7 +503,8 @@ def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: li
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     if best:
         for key in ("weight", "bias", "dec_weight", "dec_bias"):
-            tensors[f"best.{key}"] = torch.from_numpy(best[key])
+            if key in best:  # a resumed checkpoint from before the decoder was kept has only the encoder
+                tensors[f"best.{key}"] = torch.from_numpy(best[key])
     osd = opt.state_dict()
     for i, s in osd["state"].items():
         for k, v in s.items():
