@@ -1,13 +1,17 @@
-"""Prefetch distances of the parallel single-query scan, A/B in one process: builds take turns call by call.
+"""Builds of the single-query scan (prefetch distance, rows per test), A/B in one process: builds take turns call by call.
 
     .venv/bin/python benchmarks/hamming_prefetch_ab.py --distances 0 8192 --sizes 1000000 10000000 --bits 64 1024
+    .venv/bin/python benchmarks/hamming_prefetch_ab.py --distances -1 --set COUNT_FIRST_MAX_WORDS=0,1 --threads 1
 
 Whole grids run one after the other swing with the VM's memory bandwidth (on the family-26 EPYC the two-thread read
 probe gave 33-81 GB/s across one hour), so a distance is judged here against the others within the same rounds:
 every build of kernels/_scan.py's parallel kernels (one per distance, at any code width) and a plain parallel
 sum of the same bytes (the read bound) take turns, each round a new query, the same queries for every build, and
 all builds must return the same top k. A cell is the median over rounds of each build's median call (wall time).
-Issue 14: which distance, for which catalogs, at two threads.
+Issue 14: which distance, for which catalogs, at two threads. `--set NAME=V1,V2` builds the kernels once per
+value of a kernels/_scan.py setting read at build time (several --set: every combination), e.g.
+COUNT_FIRST_MAX_WORDS; `--distances -1` keeps the CPU's default distance; `--threads 1` times the serial kernels
+(the one-thread search) instead of the parallel ones.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from ondevice.results import start_run, write_result
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--distances", type=int, nargs="+", default=[0, 8192], help="prefetch distances in bytes (0 = off)")
+    p.add_argument("--distances", type=int, nargs="+", default=[0, 8192],
+                   help="prefetch distances in bytes (0 = off, -1 = this CPU's default)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2",
+                   help="a kernels/_scan.py setting and the whole-number values to build it with")
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--bits", type=int, nargs="+", default=[64, 256, 1024, 2048])
     p.add_argument("--threads", type=int, default=2)
@@ -43,9 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     import numba
     from ondevice.kernels import _scan
 
+    settings = {}
+    for item in a.set:
+        name, _, values = item.partition("=")
+        if not hasattr(_scan, name) or not name.isupper():
+            p.error(f"--set {item}: kernels/_scan.py has no setting {name!r}")
+        try:
+            settings[name] = [int(v) for v in values.split(",")]
+        except ValueError:
+            p.error(f"--set {item}: values must be whole numbers separated by commas")
+
     numba.set_num_threads(a.threads)
-    meta = start_run(threads=a.threads, argv=argv, distances=a.distances, sizes=a.sizes, bits=a.bits, k=a.k,
-                     rounds=a.rounds, seed=a.seed)
+    meta = start_run(threads=a.threads, argv=argv, distances=a.distances, settings=settings,
+                     sizes=a.sizes, bits=a.bits, k=a.k, rounds=a.rounds, seed=a.seed)
     read_sum = _read_sum()
     rng = np.random.default_rng(a.seed)
     rows = []
@@ -55,21 +72,34 @@ def main(argv: list[str] | None = None) -> int:
         codes_all = codes_all[: max(a.sizes) * nb].reshape(max(a.sizes), nb)
         queries = [rng.integers(0, 256, (1, nb), dtype=np.uint8) for _ in range(64)]
         builds = {}
-        saved = (_scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS)
-        for dist in a.distances:  # read when the kernels are built; each build has its own machine code
-            _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS = dist, _scan.NO_LIMIT
+        names = ("PREFETCH_BYTES", "PREFETCH_PARALLEL_BYTES", "PREFETCH_PARALLEL_MAX_WORDS", *settings)
+        saved = {name: getattr(_scan, name) for name in names}
+        for dist, *values in itertools.product(a.distances, *settings.values()):  # read when the kernels are built
+            if dist >= 0:
+                _scan.PREFETCH_BYTES = _scan.PREFETCH_PARALLEL_BYTES = dist
+                _scan.PREFETCH_PARALLEL_MAX_WORDS = _scan.NO_LIMIT
+            for name, value in zip(settings, values):
+                setattr(_scan, name, value)
+            name = ", ".join(["default" if dist < 0 else f"{dist} B"] + [f"{n}={v}" for n, v in zip(settings, values)])
             try:
-                builds[f"{dist} B"] = _scan.Kernels(nb, 0)
+                builds[name] = _scan.Kernels(nb, 0)  # each build has its own machine code (and kernel names)
             finally:
-                _scan.PREFETCH_PARALLEL_BYTES, _scan.PREFETCH_PARALLEL_MAX_WORDS = saved
+                for key, value in saved.items():
+                    setattr(_scan, key, value)
+        tile = next(iter(builds.values())).tile_rows
         for n in sorted(a.sizes):
             codes = codes_all[:n]
-            scratch = np.empty(a.threads + 1 + _scan.scratch_words(nb, builds[f"{a.distances[0]} B"].tile_rows,
-                                                                    a.threads, 1, a.k), np.int64)
             ids = np.empty(0, np.int64)
+            if a.threads == 1:  # the serial build, as a one-thread search calls it
+                scratch = np.empty(2 + _scan.scratch_words(nb, tile, 1, 1, a.k), np.int64)
 
-            def search(kern, q, out, codes=codes, ids=ids, scratch=scratch):
-                kern.few_par(codes, q, a.k, ids, 1, a.threads, scratch, *out)
+                def search(kern, q, out, codes=codes, scratch=scratch):
+                    kern.one(codes, q, a.k, scratch, *out)
+            else:
+                scratch = np.empty(a.threads + 1 + _scan.scratch_words(nb, tile, a.threads, 1, a.k), np.int64)
+
+                def search(kern, q, out, codes=codes, ids=ids, scratch=scratch):
+                    kern.few_par(codes, q, a.k, ids, 1, a.threads, scratch, *out)
 
             outs = {name: (np.empty((1, a.k), np.int32), np.empty((1, a.k), np.int64)) for name in builds}
             for q in queries[:4]:  # compile or load, warm up, and all builds agree

@@ -127,6 +127,11 @@ BRANCH_MIN_BYTES = 128
 # Codes up to this many 64-bit words first test 32 rows at once for any row within the threshold (rows8x4_mask, no
 # stores) and compute distances only under a set mask: narrow codes are bound by the work per row, not by memory.
 ROWS8X4_MAX_WORDS = 4
+# Heap scans of codes up to this many 64-bit words start with a tile whose k-th distance is counted (a histogram of
+# all its distances) before any row is offered, so only rows within that bound enter the heap, and later tiles start
+# from the tile's exact k-th distance. Without it the first 256 rows all entered the heap and the second tile was
+# tested against the k-th distance of 256 rows; every row that enters costs a few unpredictable branches.
+COUNT_FIRST_MAX_WORDS = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
 # k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
@@ -344,6 +349,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     G = GROUP
     BRANCHY = NB >= BRANCH_MIN_BYTES
     X4 = FULL <= ROWS8X4_MAX_WORDS
+    COUNT1 = X4 and FULL <= COUNT_FIRST_MAX_WORDS  # the first tile selected by counting (see above)
     # Rows in the first pass of the 8-row scan (see its candidate loop); later passes take a whole tile. A narrow
     # code's first pass is short so that the threshold ("infinite" until k rows are in) tightens early; after it
     # the pass size only adds per-pass work: on the AMD EPYC VM (2026-11-26; L3-resident 1M x 64-bit catalog, one
@@ -353,7 +359,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # a closure cell: Numba's disk cache keys the build by it
     PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
-    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}"
+    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}" + ("_count1" if COUNT1 else "")
 
     def compiled(fn, **options):
         # Each build's kernels get their own names. Numba names a function's machine code by its qualified name and a
@@ -543,6 +549,32 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
             cand_m = tmp[MO : MO + TILE // LANES]
             start = bounds[c]
             step = T8
+            # (chunks of a few tiles skip it: a 2-thread search of 10k x 64-bit codes ran 15% slower with it)
+            first_rows = TILE if COUNT1 and bounds[c + 1] - start >= 4 * TILE else 0
+            if first_rows > 0:  # the first tile: its k-th distance by counting, then only rows within it enter
+                hist = tmp[HO : HO + 4 * HB]
+                for q in range(nq):
+                    slot = c * sq + q
+                    for j in range(4 * HB):
+                        hist[j] = 0
+                    for b in range(first_rows // LANES):
+                        rows8_distances(codes, (start + b * LANES) * NB, qpattern, q * QW, FULL, POP, 0, cand_d,
+                                        b * LANES)
+                    for r in range(first_rows):
+                        hist[(r & 3) * HB + cand_d[r]] += 1  # 4 histograms: no store-to-load chain
+                    bound = HB - 1
+                    total = 0
+                    for d in range(HB):
+                        total += hist[d] + hist[HB + d] + hist[2 * HB + d] + hist[3 * HB + d]
+                        if total >= k:
+                            bound = d
+                            break
+                    for r in range(first_rows):
+                        d = cand_d[r]
+                        if d <= bound:
+                            _offer(hd, hi, hn, slot, k, d, ids[start + r] if has_ids else start + r)
+                start += first_rows
+                step = TILE
             while start < bounds[c + 1]:
                 nrows = min(step, bounds[c + 1] - start)
                 step = TILE

@@ -192,6 +192,48 @@ def test_rows8_passes_after_the_first(nb):
                     np.testing.assert_array_equal(i, ri, err_msg=f"k={k}")
 
 
+@pytest.mark.parametrize("count_words", [0, 4])
+def test_rows8_counted_first_tile(monkeypatch, count_words):
+    """A chunk of at least four tiles starts by counting its first tile's k-th distance (COUNT_FIRST_MAX_WORDS);
+    built with it for 64- and 256-bit codes and without it, serial and parallel, exact against brute force: dense
+    and tied codes, ids out of order, k of 1, 10 and more than a tile's rows, nearest rows inside the first tile."""
+    from ondevice.kernels import _scan
+
+    monkeypatch.setattr(_scan, "COUNT_FIRST_MAX_WORDS", count_words)
+    rng = np.random.default_rng(17 + count_words)
+    for nb in (8, 32):
+        kern = _scan.Kernels(nb, 0)  # a fresh build with the patched setting (its own kernel names)
+        assert ("_count1" in kern.few_par.py_func.__name__) is (nb // 8 <= count_words)
+        tile = kern.tile_rows
+        n = max(_scan.SELECT_MAX_BYTES // nb, 8 * tile) + 2 * tile + 13  # past the counting select; 2 chunks of 4+ tiles
+        dense = rng.integers(0, 256, (n, nb), dtype=np.uint8)
+        tied = np.packbits(rng.random((n, nb * 8)) < 0.03, axis=1, bitorder="little")
+        for codes in (dense, tied):
+            # query 0 is the last row; query 1's 60 nearest rows sit in the first tile, 1 to 12 bits off (a first
+            # tile's k-th distance counted too low would drop some of them)
+            q = np.concatenate([codes[[n - 1]], rng.integers(0, 256, (1, nb), dtype=np.uint8)])
+            bits = np.unpackbits(q[1])
+            for j, row in enumerate(rng.choice(tile, 60, replace=False)):
+                off = bits.copy()
+                off[rng.choice(nb * 8, 1 + j % 12, replace=False)] ^= 1
+                codes[row] = np.packbits(off)
+            ids = rng.permutation(n).astype(np.int64)
+            for k in (1, 10, tile + 5):
+                d, i = np.empty((2, k), np.int32), np.empty((2, k), np.int64)
+                for chunks in (1, 2):
+                    if chunks == 1:
+                        scratch = np.empty(2 + _scan.scratch_words(nb, tile, 1, 1, k), np.int64)
+                        for j in range(2):
+                            kern.one(codes, q[j : j + 1], k, scratch, d[j : j + 1], i[j : j + 1])
+                        rd, ri = reference_knn(codes, q, k)
+                    else:
+                        scratch = np.empty(3 + _scan.scratch_words(nb, tile, 2, 2, k), np.int64)
+                        kern.few_par(codes, q, k, ids, 0, 2, scratch, d, i)
+                        rd, ri = reference_knn(codes, q, k, ids)
+                    np.testing.assert_array_equal(d, rd, err_msg=f"nb={nb} k={k} chunks={chunks}")
+                    np.testing.assert_array_equal(i, ri, err_msg=f"nb={nb} k={k} chunks={chunks}")
+
+
 @pytest.mark.parametrize("nb", [8, 16, 32, 128, 256])
 def test_rows8_single_query(nb):
     """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row; up to 256 bits
