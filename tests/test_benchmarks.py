@@ -51,8 +51,10 @@ TINY = {
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
-    "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--rounds", "1", "--budget",
-                            "0.01", "--results-dir", "{tmp}/out"],
+    "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--set", "COUNT_FIRST_MAX_WORDS=0,1",
+                            "--rounds", "1", "--budget", "0.01", "--results-dir", "{tmp}/out"],
+    "hamming_stream_bound": ["--sizes", "4000", "--bits", "64", "256", "--threads", "1", "2", "--rounds", "2", "--budget",
+                             "0.01", "--results-dir", "{tmp}/out"],
     "hamming_group_ab": ["--n", "2000", "--bits", "256", "--queries", "9", "--repeats", "1", "--results-dir", "{tmp}/out"],
     "hamming_knn": ["--sizes", "1000", "20000", "--bits", "256", "--threads", "1", "2", "--batch", "4",
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
@@ -137,6 +139,27 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         spec.loader.exec_module(tables)
         text = tables.walkthrough(str(found))
         assert "Bundle('.../ondevice/pretrained/default'" in text and str(ROOT) not in text
+    if name == "hamming_prefetch_ab":  # every combination of distance and setting is a build; one thread: serial ones
+        import json
+
+        (found,) = (tmp_path / "out").glob("hamming_prefetch_ab_*.json")
+        (row,) = json.loads(found.read_text())["results"]["rows"]
+        assert set(row["ms"]) == {"0 B, COUNT_FIRST_MAX_WORDS=0", "0 B, COUNT_FIRST_MAX_WORDS=1",
+                                  "512 B, COUNT_FIRST_MAX_WORDS=0", "512 B, COUNT_FIRST_MAX_WORDS=1", "read"}
+        one = _bench_run(bench, env, name, ["--sizes", "20000", "--bits", "64", "--distances", "-1", "--threads", "1",
+                                            "--rounds", "1", "--budget", "0.01", "--results-dir", str(tmp_path / "one")])
+        assert one.returncode == 0 and "1 threads: default" in one.stdout, one.stdout[-2000:] + one.stderr[-2000:]
+        bad = _bench_run(bench, env, name, ["--set", "NO_SUCH=1"])
+        assert bad.returncode == 2 and "has no setting 'NO_SUCH'" in bad.stderr
+    if name == "hamming_stream_bound":  # each width, size and thread count: the read sum, both bare loops, the search
+        import json
+
+        (found,) = (tmp_path / "out").glob("hamming_stream_bound_*.json")
+        rows = json.loads(found.read_text())["results"]["rows"]
+        assert {(r["bits"], r["threads"]) for r in rows} == {(64, 1), (64, 2), (256, 1), (256, 2)}
+        for r in rows:
+            assert set(r["ms"]) == {"read", "test", "test+branch", "ondevice"} and all(v > 0 for v in r["ms"].values())
+            assert all(len(v) == 2 for v in r["round_ms"].values())
     if name == "cli_search":  # warm runs load every kernel from Numba's disk cache: none compiles again
         import json
 

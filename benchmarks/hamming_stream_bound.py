@@ -1,0 +1,131 @@
+"""How fast can any exact scan go here? Bare XOR/popcount test loops against the read sum and the search, in turns.
+
+    .venv/bin/python benchmarks/hamming_stream_bound.py                     # 1M x 64 and 256 bits, 1 and 2 threads
+    .venv/bin/python benchmarks/hamming_stream_bound.py --sizes 100000 1000000 10000000 --bits 64
+
+Issue 14 asks a one-query scan from 1M codes for >= 90% of the read bound (a plain parallel sum of the same bytes).
+Where the catalog sits in L3 the sum reads faster than a core can XOR, popcount and compare, so this benchmark
+times, over the same codes and with the same thread count, loops that do only the work every exact scan must do,
+built from the search's own intrinsics (kernels/intrinsics.py):
+
+- `read`: the read bound of benchmarks/hamming_knn.py (a Numba parallel sum of the words);
+- `test`: each 32 rows XORed with the query, popcounted and compared with a threshold (rows8x4_mask), the four
+  blocks' masks ORed together and kept, no branch: the least work that still decides every row;
+- `test+branch`: the same with a branch on each 32 rows' mask, as the search's scan loop has (never taken here:
+  the threshold is -1);
+- `ondevice`: hamming.knn(codes, query, 10, threads=...), a different query each call.
+
+Each round times every loop in turn (a burst of --budget seconds, median call); a cell is the median over rounds.
+The results JSON keeps every round. Codes of at most 4 words (64, 128, 256 bits: the widths rows8x4_mask takes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hamming_knn import _read_sum
+
+from ondevice.results import start_run, write_result
+
+
+def _loops(nwords: int, parallel: bool):
+    """The bare loops for codes of `nwords` words, one chunk per thread (`nch` chunks of whole 32-row groups)."""
+    from numba import njit, prange
+    from ondevice.kernels.intrinsics import rows8x4_mask
+
+    @njit(parallel=parallel, cache=False)
+    def test(codes, qp, thr, nch):
+        n = codes.shape[0]
+        s = 0
+        for c in prange(nch):
+            lo = n * c // nch // 32 * 32
+            hi = n * (c + 1) // nch // 32 * 32
+            m = 0
+            for r in range(lo, hi, 32):
+                m |= rows8x4_mask(codes, r * nwords * 8, qp, 0, nwords, 0, thr)
+            s += m
+        return s
+
+    @njit(parallel=parallel, cache=False)
+    def test_branch(codes, qp, thr, nch):
+        n = codes.shape[0]
+        s = 0
+        for c in prange(nch):
+            lo = n * c // nch // 32 * 32
+            hi = n * (c + 1) // nch // 32 * 32
+            hits = 0
+            for r in range(lo, hi, 32):
+                if rows8x4_mask(codes, r * nwords * 8, qp, 0, nwords, 0, thr) != 0:
+                    hits += 1
+            s += hits
+        return s
+
+    return test, test_branch
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--bits", type=int, nargs="+", default=[64, 256], choices=[64, 128, 256])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--budget", type=float, default=0.1, help="seconds of calls per loop and round")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results-dir", default=None)
+    a = p.parse_args(argv)
+    import numba
+    from ondevice.kernels import hamming
+    from ondevice.kernels.intrinsics import rows8_query_words
+
+    meta = start_run(threads=max(a.threads), argv=argv, sizes=a.sizes, bits=a.bits, thread_counts=a.threads,
+                     rounds=a.rounds, budget=a.budget, seed=a.seed)
+    read_sum = _read_sum()
+    rng = np.random.default_rng(a.seed)
+    rows = []
+    for bits, n, threads in itertools.product(a.bits, sorted(a.sizes), a.threads):
+        nwords = bits // 64
+        codes = rng.integers(0, 2**63, n * nwords, dtype=np.int64).view(np.uint8).reshape(n, nwords * 8)
+        words = codes.reshape(-1).view(np.uint64)
+        queries = [rng.integers(0, 256, (1, nwords * 8), dtype=np.uint8) for _ in range(100)]
+        qwords = queries[0].view(np.uint64).reshape(-1)
+        qp = np.tile(qwords, rows8_query_words(nwords) // nwords)  # the query's words repeated over 8 lanes
+        test, test_branch = _loops(nwords, threads > 1)
+        numba.set_num_threads(threads)
+        turn = itertools.cycle(queries)
+        calls = {"read": lambda w=words: read_sum(w),
+                 "test": lambda c=codes, t=threads: test(c, qp, -1, t),
+                 "test+branch": lambda c=codes, t=threads: test_branch(c, qp, -1, t),
+                 "ondevice": lambda c=codes, t=threads: hamming.knn(c, next(turn), 10, threads=t)}
+        for call in calls.values():  # compile and warm up
+            call()
+        samples = {name: [] for name in calls}
+        for _ in range(a.rounds):
+            for name, call in calls.items():
+                times, until = [], time.perf_counter() + a.budget
+                while time.perf_counter() < until or len(times) < 3:
+                    t0 = time.perf_counter()
+                    call()
+                    times.append(time.perf_counter() - t0)
+                samples[name].append(statistics.median(times) * 1e3)
+        ms = {name: statistics.median(v) for name, v in samples.items()}
+        row = {"n": n, "bits": bits, "threads": threads, "ms": ms, "round_ms": samples,
+               "read_share": {name: ms["read"] / v for name, v in ms.items() if name != "read"}}
+        rows.append(row)
+        print(f"{n:>10,} x {bits:>3} bits, {threads} thread(s): read {ms['read']:.4f} ms; "
+              + ", ".join(f"{name} {ms[name]:.4f} ms ({row['read_share'][name]:.0%})" for name in calls if name != "read"),
+              flush=True)
+    print(f"wrote {write_result('hamming_stream_bound', {'rows': rows}, meta, root=a.results_dir)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
