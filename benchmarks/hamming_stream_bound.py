@@ -101,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         test, test_branch = _loops(nwords, threads > 1)
         numba.set_num_threads(threads)
         turn = itertools.cycle(queries)
-        calls = {"read": lambda w=words: read_sum(w),
-                 "test": lambda c=codes, t=threads: test(c, qp, -1, t),
-                 "test+branch": lambda c=codes, t=threads: test_branch(c, qp, -1, t),
-                 "ondevice": lambda c=codes, t=threads: hamming.knn(c, next(turn), 10, threads=t)}
+        calls = {"read": lambda w=words: read_sum(w),  # every name bound now: the calls run in this iteration only
+                 "test": lambda c=codes, t=threads, f=test, q=qp: f(c, q, -1, t),
+                 "test+branch": lambda c=codes, t=threads, f=test_branch, q=qp: f(c, q, -1, t),
+                 "ondevice": lambda c=codes, t=threads, nxt=turn.__next__: hamming.knn(c, nxt(), 10, threads=t)}
         for call in calls.values():  # compile and warm up
             call()
         samples = {name: [] for name in calls}
