@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 for key, value in saved.items():
                     setattr(_scan, key, value)
-        tile = next(iter(builds.values())).tile_rows
+        tile = max(b.tile_rows for b in builds.values())  # scratch for the largest layout fits every build
         for n in sorted(a.sizes):
             codes = codes_all[:n]
             ids = np.empty(0, np.int64)

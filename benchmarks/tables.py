@@ -447,6 +447,35 @@ def hamming_grid(*paths: str) -> str:
     return "Runs: " + "; ".join(runs) + ".\n\n" + module.report(results)
 
 
+def hamming_ab(*paths: str) -> str:
+    """In-process A/Bs of scan builds (benchmarks/hamming_prefetch_ab.py): each build's ms and share of the read bound."""
+    lines = []
+    for path in paths:
+        blob = _load(path)
+        rows = blob["results"]["rows"]
+        builds = [name for name in rows[0]["ms"] if name != "read"]
+        lines += [_run_line(path), "", "| codes | bits | threads | " + " | ".join(builds) + " | read bound |",
+                  "|---:|---:|---:|" + "---:|" * (len(builds) + 1)]
+        for r in rows:
+            lines.append(f"| {r['n']:,} | {r['bits']} | {r['threads']} | "
+                         + " | ".join(f"{r['ms'][b]:.4f} ms ({r['read_share'][b]:.0%})" for b in builds)
+                         + f" | {r['ms']['read']:.4f} ms |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def hamming_stream_bound(path: str) -> str:
+    """Bare test loops vs the read sum vs the search (benchmarks/hamming_stream_bound.py), shares of the read bound."""
+    rows = _load(path)["results"]["rows"]
+    lines = [_run_line(path), "", "| codes | bits | threads | read sum | test (no branch) | test + branch | ondevice knn |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ms, share = r["ms"], r["read_share"]
+        lines.append(f"| {r['n']:,} | {r['bits']} | {r['threads']} | {ms['read']:.4f} ms | "
+                     + " | ".join(f"{ms[k]:.4f} ms ({share[k]:.0%})" for k in ("test", "test+branch", "ondevice")) + " |")
+    return "\n".join(lines)
+
+
 def coverage(path: str) -> str:
     blob = _load(path)
     m, r = blob["meta"], blob["results"]
@@ -849,7 +878,7 @@ RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid, devices)}
+    hamming_grid, devices, hamming_ab, hamming_stream_bound)}
 
 
 def render(text: str) -> str:
