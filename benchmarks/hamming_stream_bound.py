@@ -37,39 +37,31 @@ from hamming_knn import _read_sum
 from ondevice.results import start_run, write_result
 
 
-def _loops(nwords: int, parallel: bool):
-    """The bare loops for codes of `nwords` words, one chunk per thread (`nch` chunks of whole 32-row groups)."""
+def _loop(nwords: int, parallel: bool, branch: bool):
+    """A bare loop for codes of `nwords` words, one chunk per thread (`nch` chunks of whole 32-row groups): each 32
+    rows' mask ORed into an accumulator, or (`branch`) a branch on it as the search's scan loop has."""
     from numba import njit, prange
     from ondevice.kernels.intrinsics import rows8x4_mask
 
     @njit(parallel=parallel, cache=False)
-    def test(codes, qp, thr, nch):
+    def loop(codes, qp, thr, nch):
         n = codes.shape[0]
         s = 0
         for c in prange(nch):
             lo = n * c // nch // 32 * 32
             hi = n * (c + 1) // nch // 32 * 32
-            m = 0
+            acc = 0
             for r in range(lo, hi, 32):
-                m |= rows8x4_mask(codes, r * nwords * 8, qp, 0, nwords, 0, thr)
-            s += m
+                m = rows8x4_mask(codes, r * nwords * 8, qp, 0, nwords, 0, thr)
+                if branch:  # a compile-time constant: one of the two bodies is compiled
+                    if m != 0:
+                        acc += 1
+                else:
+                    acc |= m
+            s += acc
         return s
 
-    @njit(parallel=parallel, cache=False)
-    def test_branch(codes, qp, thr, nch):
-        n = codes.shape[0]
-        s = 0
-        for c in prange(nch):
-            lo = n * c // nch // 32 * 32
-            hi = n * (c + 1) // nch // 32 * 32
-            hits = 0
-            for r in range(lo, hi, 32):
-                if rows8x4_mask(codes, r * nwords * 8, qp, 0, nwords, 0, thr) != 0:
-                    hits += 1
-            s += hits
-        return s
-
-    return test, test_branch
+    return loop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = [rng.integers(0, 256, (1, nwords * 8), dtype=np.uint8) for _ in range(100)]
         qwords = queries[0].view(np.uint64).reshape(-1)
         qp = np.tile(qwords, rows8_query_words(nwords) // nwords)  # the query's words repeated over 8 lanes
-        test, test_branch = _loops(nwords, threads > 1)
+        test, test_branch = _loop(nwords, threads > 1, False), _loop(nwords, threads > 1, True)
         numba.set_num_threads(threads)
         turn = itertools.cycle(queries)
         calls = {"read": lambda w=words: read_sum(w),  # every name bound now: the calls run in this iteration only

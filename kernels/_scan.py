@@ -204,6 +204,17 @@ def _offer(hd, hi, hn, slot, k, d, i):
 
 
 @njit(cache=True, inline="always")
+def _hist_kth(hist, hb, k):
+    """The k-th smallest distance counted in 4 interleaved histograms of hb bins each (hb - 1 if fewer than k)."""
+    total = 0
+    for d in range(hb):
+        total += hist[d] + hist[hb + d] + hist[2 * hb + d] + hist[3 * hb + d]
+        if total >= k:
+            return d
+    return hb - 1
+
+
+@njit(cache=True, inline="always")
 def _threshold(hd, hn, slot, k, strict):
     """Largest distance that can still enter the slot's heap; `strict` when later rows have larger ids."""
     if hn[slot] < k:
@@ -565,13 +576,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         b * LANES)
                     for r in range(first_rows):
                         hist[(r & 3) * HB + cand_d[r]] += 1  # 4 histograms: no store-to-load chain
-                    bound = HB - 1
-                    total = 0
-                    for d in range(HB):
-                        total += hist[d] + hist[HB + d] + hist[2 * HB + d] + hist[3 * HB + d]
-                        if total >= k:
-                            bound = d
-                            break
+                    bound = _hist_kth(hist, HB, k)
                     for r in range(first_rows):
                         d = cand_d[r]
                         if d <= bound:
@@ -659,13 +664,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 rows8_distances(codes, (lo + i * step * LANES) * NB, qpattern, 0, FULL, POP, 0, d8, 0)
                 for lane in range(LANES):
                     hist[(lane & 3) * HB + d8[lane]] += 1
-            bound = HB - 1
-            total = 0
-            for d in range(HB):
-                total += hist[d] + hist[HB + d] + hist[2 * HB + d] + hist[3 * HB + d]
-                if total >= k:
-                    bound = d
-                    break
+            bound = _hist_kth(hist, HB, k)
             # 2. Every row within the bound is a candidate, in row order (32 rows per test).
             nc = 0
             for b4 in range(0, first, 4):
