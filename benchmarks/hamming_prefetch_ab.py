@@ -1,11 +1,11 @@
-"""Builds of the single-query scan (prefetch distance, rows per test), A/B in one process: builds take turns call by call.
+"""Builds of the single-query scan (prefetch distance, other build settings), A/B in one process, call by call.
 
     .venv/bin/python benchmarks/hamming_prefetch_ab.py --distances 0 8192 --sizes 1000000 10000000 --bits 64 1024
     .venv/bin/python benchmarks/hamming_prefetch_ab.py --distances -1 --set COUNT_FIRST_MAX_WORDS=0,1 --threads 1
 
 Whole grids run one after the other swing with the VM's memory bandwidth (on the family-26 EPYC the two-thread read
 probe gave 33-81 GB/s across one hour), so a distance is judged here against the others within the same rounds:
-every build of kernels/_scan.py's parallel kernels (one per distance, at any code width) and a plain parallel
+every build of kernels/_scan.py's kernels (one per distance and setting, at any code width) and a plain parallel
 sum of the same bytes (the read bound) take turns, each round a new query, the same queries for every build, and
 all builds must return the same top k. A cell is the median over rounds of each build's median call (wall time).
 Issue 14: which distance, for which catalogs, at two threads. `--set NAME=V1,V2` builds the kernels once per

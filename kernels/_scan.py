@@ -132,8 +132,9 @@ ROWS8X4_MAX_WORDS = 4
 # from the tile's exact k-th distance. Without it the first 256 rows all entered the heap and the second tile was
 # tested against the k-th distance of 256 rows; every row that enters costs a few unpredictable branches. On the AMD
 # EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/B, benchmarks/results/hamming_prefetch_ab_20261129-
-# 035713Z.json and -035749Z.json): 64-bit codes at one thread 12% faster at 100k codes and 2% at 1M, at two threads
-# 5% at 1M, level elsewhere; 256-bit codes level or slower (-033802Z), so 64-bit codes only.
+# 035713Z.json and -035749Z.json): 64-bit codes at one thread 7% / 12% / 2% faster at 30k / 100k / 1M codes, at two
+# threads 10% / 5% at 30k / 1M and 1-3% slower (noise level) at 100k and 10M; 256-bit codes level or slower
+# (-033802Z), so 64-bit codes only.
 COUNT_FIRST_MAX_WORDS = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
