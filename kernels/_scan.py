@@ -136,6 +136,10 @@ ROWS8X4_MAX_WORDS = 4
 # threads 10% / 5% at 30k / 1M and 1-3% slower (noise level) at 100k and 10M; 256-bit codes level or slower
 # (-033802Z), so 64-bit codes only.
 COUNT_FIRST_MAX_WORDS = 1
+# Tiles per candidate pass of the 32-rows-at-once scan (codes up to ROWS8X4_MAX_WORDS words) after its first pass.
+# Candidates are offered after each pass; a pass that fills the candidate buffer (a tile's blocks) offers them early,
+# so a pass of several tiles needs no larger buffer. See the A/B note in docs/search-speed.md.
+X4_PASS_TILES = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
 # k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
@@ -221,6 +225,21 @@ def _threshold(hd, hn, slot, k, strict):
     if hn[slot] < k:
         return _FAR
     return hd[slot * k] - strict
+
+
+@njit(cache=True, inline="always")
+def _offer_blocks(hd, hi, hn, slot, k, strict, cand_d, cand_b, cand_m, nc, start, ids, has_ids, thr):
+    """Offer the rows of nc candidate blocks (block numbers from start, lane masks, 8 distances each) to slot's
+    heap; returns the threshold after them."""
+    for j in range(nc):
+        m = cand_m[j]
+        for lane in range(LANES):
+            d = cand_d[j * LANES + lane]
+            if (m >> lane) & 1 and d <= thr:  # thr drops as the heap fills
+                r = start + cand_b[j] * LANES + lane
+                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
+                thr = _threshold(hd, hn, slot, k, strict)
+    return thr
 
 
 @njit(cache=True)
@@ -371,10 +390,13 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # query, A/B in alternating processes) 2,048-row passes after the first took one thread from 72-74% of the read
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
+    PASS = TILE * X4_PASS_TILES if X4 else TILE  # rows per later pass (the candidate buffer holds a tile's blocks)
+    CAPB = TILE // LANES  # candidate blocks the buffer holds
     # a closure cell: Numba's disk cache keys the build by it
     PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
-    variant = f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}" + ("_count1" if COUNT1 else "")
+    variant = (f"nb{NB}_pop{POP}_tile{TILE}_par{PAR}_pf{PF}" + ("_count1" if COUNT1 else "")
+               + (f"_pass{PASS // TILE}" if PASS != TILE else ""))
 
     def compiled(fn, **options):
         # Each build's kernels get their own names. Numba names a function's machine code by its qualified name and a
@@ -583,10 +605,10 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                         if d <= bound:
                             _offer(hd, hi, hn, slot, k, d, ids[start + r] if has_ids else start + r)
                 start += first_rows
-                step = TILE
+                step = PASS
             while start < bounds[c + 1]:
                 nrows = min(step, bounds[c + 1] - start)
-                step = TILE
+                step = PASS
                 nblk = nrows // LANES
                 for q in range(nq):
                     slot = c * sq + q
@@ -613,6 +635,10 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         cand_b[nc] = b4 + j
                                         cand_m[nc] = m
                                         nc += 1
+                                if PASS > TILE and nc > CAPB - 4:  # full: offer them now (the next group adds <= 4)
+                                    thr = _offer_blocks(hd, hi, hn, slot, k, strict, cand_d, cand_b, cand_m, nc,
+                                                        start, ids, has_ids, thr)
+                                    nc = 0
                     for b in range(first, nblk):
                         if PF:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
@@ -623,14 +649,8 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                             cand_b[nc] = b
                             cand_m[nc] = m
                             nc += 1
-                    for j in range(nc):
-                        m = cand_m[j]
-                        for lane in range(LANES):
-                            d = cand_d[j * LANES + lane]
-                            if (m >> lane) & 1 and d <= thr:
-                                r = start + cand_b[j] * LANES + lane
-                                _offer(hd, hi, hn, slot, k, d, ids[r] if has_ids else r)
-                                thr = _threshold(hd, hn, slot, k, strict)
+                    thr = _offer_blocks(hd, hi, hn, slot, k, strict, cand_d, cand_b, cand_m, nc, start, ids, has_ids,
+                                        thr)
                     for r in range(start + nblk * LANES, start + nrows):  # the ragged end of the last chunk
                         d = row_distance(codes, r * NB, queries, q * NB, NB, POP)
                         if d <= thr:

@@ -234,6 +234,42 @@ def test_rows8_counted_first_tile(monkeypatch, count_words):
                     np.testing.assert_array_equal(i, ri, err_msg=f"nb={nb} k={k} chunks={chunks}")
 
 
+@pytest.mark.parametrize("pass_tiles", [1, 4])
+def test_rows8_long_passes(monkeypatch, pass_tiles):
+    """Passes of several tiles (X4_PASS_TILES) offer their candidates early when the buffer (a tile's blocks) fills:
+    exact against brute force, serial and parallel, where every row is a candidate (all codes equal, or each row
+    closer than the last, ids out of order so ties stay in) and on dense codes; 64- and 256-bit codes."""
+    from ondevice.kernels import _scan
+
+    monkeypatch.setattr(_scan, "X4_PASS_TILES", pass_tiles)
+    rng = np.random.default_rng(23 + pass_tiles)
+    for nb in (8, 32):
+        kern = _scan.Kernels(nb, 0)  # a fresh build with the patched setting (its own kernel names)
+        assert ("_pass" in kern.few_par.py_func.__name__) is (pass_tiles > 1)
+        tile = kern.tile_rows
+        n = max(_scan.SELECT_MAX_BYTES // nb, 8 * tile) + 3 * tile + 13
+        query = rng.integers(0, 256, (1, nb), dtype=np.uint8)
+        equal = np.repeat(query, n, axis=0)
+        closer = np.repeat(np.unpackbits(query, axis=1), n, axis=0)  # row r: the query with its first f(r) bits flipped
+        flips = (nb * 8 * (n - 1 - np.arange(n))) // n
+        closer[np.arange(nb * 8)[None, :] < flips[:, None]] ^= 1
+        closer = np.packbits(closer, axis=1)
+        dense = rng.integers(0, 256, (n, nb), dtype=np.uint8)
+        ids = rng.permutation(n).astype(np.int64)
+        for name, codes in (("equal", equal), ("closer", closer), ("dense", dense)):
+            for k in (1, 10, tile + 5):
+                rd, ri = reference_knn(codes, query, k, ids)
+                d, i = np.empty((1, k), np.int32), np.empty((1, k), np.int64)
+                scratch = np.empty(2 + _scan.scratch_words(nb, tile, 1, 1, k), np.int64)
+                kern.one_ids(codes, query, k, ids, 0, scratch, d, i)
+                np.testing.assert_array_equal(d, rd, err_msg=f"{name} nb={nb} k={k} serial")
+                np.testing.assert_array_equal(i, ri, err_msg=f"{name} nb={nb} k={k} serial")
+                scratch = np.empty(3 + _scan.scratch_words(nb, tile, 2, 1, k), np.int64)
+                kern.few_par(codes, query, k, ids, 0, 2, scratch, d, i)
+                np.testing.assert_array_equal(d, rd, err_msg=f"{name} nb={nb} k={k} 2 chunks")
+                np.testing.assert_array_equal(i, ri, err_msg=f"{name} nb={nb} k={k} 2 chunks")
+
+
 @pytest.mark.parametrize("nb", [8, 16, 32, 128, 256])
 def test_rows8_single_query(nb):
     """64/128/256/512/1024-bit single queries use the 8-rows-at-once kernel (wider ones go row by row; up to 256 bits
