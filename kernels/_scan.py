@@ -136,11 +136,17 @@ ROWS8X4_MAX_WORDS = 4
 # threads 10% / 5% at 30k / 1M and 1-3% slower (noise level) at 100k and 10M; 256-bit codes level or slower
 # (-033802Z), so 64-bit codes only.
 COUNT_FIRST_MAX_WORDS = 1
-# Tiles per candidate pass of the 32-rows-at-once scan (codes up to ROWS8X4_MAX_WORDS words) after its first pass.
-# Candidates are offered after each pass; a pass that fills the candidate buffer (a tile's blocks) offers them early,
-# so a pass of several tiles needs no larger buffer. See the A/B note in docs/search-speed.md.
-X4_PASS_TILES = 1
+# Tiles per candidate pass of the 32-rows-at-once scan (codes up to ROWS8X4_MAX_WORDS words) after its first pass,
+# in the serial (one-thread) and the parallel builds. Candidates are offered after each pass; a pass that fills the
+# candidate buffer (a tile's blocks) offers them early, so a long pass needs no larger buffer. On the AMD EPYC family
+# 25 model 17 (Zen 4, 2026-11-29; in-process A/B, benchmarks/results/hamming_prefetch_ab_20261129-072343Z.json,
+# -072529Z, -072658Z at one thread; -072418Z, -072457Z at two) 8-tile passes took one-thread 1M x 64-bit scans from
+# 72-74% of the read bound to 83-85% (1M x 256 bits 0-6% faster, 30k-100k level, 10M level) but the same passes
+# made two-thread scans slower (1M x 64 bits 79% -> 64%, 100k 5-50% slower), and 16 tiles were slower than 8 at one
+# thread too (77% at 1M x 64 bits): not understood, so 8 tiles for the serial build on that CPU family only.
+X4_PASS_TILES_PARALLEL = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
+X4_PASS_TILES = 8 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CPU[2] else 1  # Zen 4; see above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
 # k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
 # the few candidates, and their histogram gives the exact k-th distance and each distance's place in the sorted
@@ -390,7 +396,7 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # query, A/B in alternating processes) 2,048-row passes after the first took one thread from 72-74% of the read
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
-    PASS = TILE * X4_PASS_TILES if X4 else TILE  # rows per later pass (the candidate buffer holds a tile's blocks)
+    PASS = TILE * (X4_PASS_TILES_PARALLEL if PAR else X4_PASS_TILES) if X4 else TILE  # rows per later pass
     CAPB = TILE // LANES  # candidate blocks the buffer holds
     # a closure cell: Numba's disk cache keys the build by it
     PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
