@@ -143,7 +143,8 @@ COUNT_FIRST_MAX_WORDS = 1
 # -072529Z, -072658Z at one thread; -072418Z, -072457Z at two) 8-tile passes took one-thread 1M x 64-bit scans from
 # 72-74% of the read bound to 83-85% (1M x 256 bits 0-6% faster, 30k-100k level, 10M level) but the same passes
 # made two-thread scans slower (1M x 64 bits 79% -> 64%, 100k 5-50% slower), and 16 tiles were slower than 8 at one
-# thread too (77% at 1M x 64 bits): not understood, so 8 tiles for the serial build on that CPU family only.
+# thread too (77% at 1M x 64 bits), so 8 tiles for the serial build on that CPU family only. 2-tile passes were as
+# slow as 8 in the parallel build (-080153Z): its loss is the early-offer code in the 32-row loop, not the pass length.
 X4_PASS_TILES_PARALLEL = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 X4_PASS_TILES = 8 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CPU[2] else 1  # Zen 4; see above
