@@ -337,9 +337,16 @@ def _hist_bins(w: int) -> int:
     return 64 * w + 1 if w <= ROWS8X4_MAX_WORDS else 0
 
 
+def _pass_words(tile: int, w: int) -> int:
+    """int64 words of the candidate buffers of passes longer than a tile (distances, block numbers, masks); 0
+    where no build of this width has such passes."""
+    tiles = max(X4_PASS_TILES, X4_PASS_TILES_PARALLEL)
+    return tiles * tile + 2 * (tiles * tile // LANES) if w <= ROWS8X4_MAX_WORDS and tiles > 1 else 0
+
+
 def _temp_words(tile: int, w: int) -> int:
     """int64 words of a kernel's per-chunk temporaries before the query words (the layout is in _build)."""
-    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP + 5 * _hist_bins(w)
+    return tile * (w + 2) + 2 * (tile // LANES) + GROUP * tile + GROUP + 5 * _hist_bins(w) + _pass_words(tile, w)
 
 
 # ---------------------------------------------------------------------------------------------- scan kernels
@@ -385,7 +392,8 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     CAP = TILE * W // 2  # candidates select can hold
     HB = _hist_bins(W)  # every distance a code of W words can have (select runs only for X4 widths)
     HO = GT + GROUP  # 4 interleaved histograms (no store-to-load chains) and the write positions, HB words each
-    QO = HO + 5 * HB
+    XO = HO + 5 * HB  # candidate buffers of passes longer than a tile (see X4_PASS_TILES)
+    QO = XO + _pass_words(TILE, W)
     TEMP = QO
     G = GROUP
     BRANCHY = NB >= BRANCH_MIN_BYTES
@@ -398,7 +406,6 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
     PASS = TILE * (X4_PASS_TILES_PARALLEL if PAR else X4_PASS_TILES) if X4 else TILE  # rows per later pass
-    CAPB = TILE // LANES  # candidate blocks the buffer holds
     # a closure cell: Numba's disk cache keys the build by it
     PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte
@@ -588,9 +595,14 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                 hn[c * sq + q] = 0
                 for j in range(QW):
                     qpattern[q * QW + j] = load_word(queries, q * NB + 8 * (j % FULL), 8)
-            cand_d = tmp[C1 : C1 + TILE]
-            cand_b = tmp[BO : BO + TILE // LANES]
-            cand_m = tmp[MO : MO + TILE // LANES]
+            if PASS > TILE:  # buffers for a whole pass: no test for a full buffer in the scan loop
+                cand_d = tmp[XO : XO + PASS]
+                cand_b = tmp[XO + PASS : XO + PASS + PASS // LANES]
+                cand_m = tmp[XO + PASS + PASS // LANES : XO + PASS + 2 * (PASS // LANES)]
+            else:
+                cand_d = tmp[C1 : C1 + TILE]
+                cand_b = tmp[BO : BO + TILE // LANES]
+                cand_m = tmp[MO : MO + TILE // LANES]
             start = bounds[c]
             step = T8
             # (chunks of a few tiles skip it: a 2-thread search of 10k x 64-bit codes ran 15% slower with it)
@@ -642,10 +654,6 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
                                         cand_b[nc] = b4 + j
                                         cand_m[nc] = m
                                         nc += 1
-                                if PASS > TILE and nc > CAPB - 4:  # full: offer them now (the next group adds <= 4)
-                                    thr = _offer_blocks(hd, hi, hn, slot, k, strict, cand_d, cand_b, cand_m, nc,
-                                                        start, ids, has_ids, thr)
-                                    nc = 0
                     for b in range(first, nblk):
                         if PF:
                             for j in range(NB * LANES // 64):  # rows8 widths make 8 rows a whole number of lines
