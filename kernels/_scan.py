@@ -341,7 +341,8 @@ def _pass_words(tile: int, w: int) -> int:
     """int64 words of the candidate buffers of passes longer than a tile (distances, block numbers, masks); 0
     where no build of this width has such passes."""
     tiles = max(X4_PASS_TILES, X4_PASS_TILES_PARALLEL)
-    return tiles * tile + 2 * (tiles * tile // LANES) if w <= ROWS8X4_MAX_WORDS and tiles > 1 else 0
+    counted = w <= min(ROWS8X4_MAX_WORDS, COUNT_FIRST_MAX_WORDS)  # the widths with long passes (see _build)
+    return tiles * tile + 2 * (tiles * tile // LANES) if counted and tiles > 1 else 0
 
 
 def _temp_words(tile: int, w: int) -> int:
@@ -405,7 +406,8 @@ def _build(NB: int, POP: int, TILE: int, PAR: int):  # upper case: compile-time 
     # query, A/B in alternating processes) 2,048-row passes after the first took one thread from 72-74% of the read
     # bound to 82-84% (256-row passes before), two threads from 52-58% to 57-68%.
     T8 = min(TILE, 256) if X4 else TILE
-    PASS = TILE * (X4_PASS_TILES_PARALLEL if PAR else X4_PASS_TILES) if X4 else TILE  # rows per later pass
+    # rows per later pass: long ones only where the first tile's k-th distance was counted (tight from the start)
+    PASS = TILE * (X4_PASS_TILES_PARALLEL if PAR else X4_PASS_TILES) if COUNT1 else TILE
     # a closure cell: Numba's disk cache keys the build by it
     PF = (PREFETCH_PARALLEL_BYTES if W <= PREFETCH_PARALLEL_MAX_WORDS else 0) if PAR else PREFETCH_BYTES
     GLAST = sum(1 << (8 * q) for q in range(G))  # multiplier copying an 8-lane mask into each query's byte

@@ -236,9 +236,10 @@ def test_rows8_counted_first_tile(monkeypatch, count_words):
 
 @pytest.mark.parametrize("pass_tiles", [1, 4])
 def test_rows8_long_passes(monkeypatch, pass_tiles):
-    """Passes of several tiles (X4_PASS_TILES, X4_PASS_TILES_PARALLEL) offer their candidates early when the buffer (a tile's blocks) fills:
-    exact against brute force, serial and parallel, where every row is a candidate (all codes equal, or each row
-    closer than the last, ids out of order so ties stay in) and on dense codes; 64- and 256-bit codes."""
+    """Passes of several tiles (X4_PASS_TILES, X4_PASS_TILES_PARALLEL; 64-bit codes) collect a whole pass's candidates
+    in their own buffers: exact against brute force, serial and parallel, where every row is a candidate (all codes
+    equal, or each row closer than the last, ids out of order so ties stay in) and on dense codes; 256-bit codes keep
+    one-tile passes."""
     from ondevice.kernels import _scan
 
     monkeypatch.setattr(_scan, "X4_PASS_TILES", pass_tiles)
@@ -246,8 +247,9 @@ def test_rows8_long_passes(monkeypatch, pass_tiles):
     rng = np.random.default_rng(23 + pass_tiles)
     for nb in (8, 32):
         kern = _scan.Kernels(nb, 0)  # a fresh build with the patched setting (its own kernel names)
-        assert ("_pass" in kern.few_par.py_func.__name__) is (pass_tiles > 1)
-        assert ("_pass" in kern.one_ids.py_func.__name__) is (pass_tiles > 1)
+        long_passes = pass_tiles > 1 and nb == 8  # 64-bit codes only: their first tile is counted
+        assert ("_pass" in kern.few_par.py_func.__name__) is long_passes
+        assert ("_pass" in kern.one_ids.py_func.__name__) is long_passes
         tile = kern.tile_rows
         n = max(_scan.SELECT_MAX_BYTES // nb, 8 * tile) + 3 * tile + 13
         query = rng.integers(0, 256, (1, nb), dtype=np.uint8)
