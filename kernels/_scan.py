@@ -136,15 +136,16 @@ ROWS8X4_MAX_WORDS = 4
 # threads 10% / 5% at 30k / 1M and 1-3% slower (noise level) at 100k and 10M; 256-bit codes level or slower
 # (-033802Z), so 64-bit codes only.
 COUNT_FIRST_MAX_WORDS = 1
-# Tiles per candidate pass of the 32-rows-at-once scan (codes up to ROWS8X4_MAX_WORDS words) after its first pass,
-# in the serial (one-thread) and the parallel builds. Candidates are offered after each pass; a pass that fills the
-# candidate buffer (a tile's blocks) offers them early, so a long pass needs no larger buffer. On the AMD EPYC family
-# 25 model 17 (Zen 4, 2026-11-29; in-process A/B, benchmarks/results/hamming_prefetch_ab_20261129-072343Z.json,
-# -072529Z, -072658Z at one thread; -072418Z, -072457Z at two) 8-tile passes took one-thread 1M x 64-bit scans from
-# 72-74% of the read bound to 83-85% (1M x 256 bits 0-6% faster, 30k-100k level, 10M level) but the same passes
-# made two-thread scans slower (1M x 64 bits 79% -> 64%, 100k 5-50% slower), and 16 tiles were slower than 8 at one
-# thread too (77% at 1M x 64 bits), so 8 tiles for the serial build on that CPU family only. 2-tile passes were as
-# slow as 8 in the parallel build (-080153Z): its loss is the early-offer code in the 32-row loop, not the pass length.
+# Tiles per candidate pass of the 32-rows-at-once scan of 64-bit codes (those whose first tile is counted) after the
+# first tile, in the serial (one-thread) and the parallel builds; candidates are offered after each pass, from
+# buffers sized for a whole pass. On the AMD EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/Bs in
+# benchmarks/results/hamming_prefetch_ab_20261129-*.json): 8-tile passes took one-thread 1M x 64-bit scans from
+# 72-75% of the read bound to 86-87% (-080342Z, -081009Z; 10M, 100k and 30k level); at two threads level (-080449Z),
+# so the parallel build keeps 1-tile passes. A first version that offered candidates early when a one-tile buffer
+# filled gained 83-85% at one thread but made two-thread scans 20-25% slower (-072457Z, -080153Z: the test in the
+# 32-row loop, 2-tile passes as slow as 8). 256-bit codes (threshold not counted first) ran 30k-100k codes up to 40%
+# slower with long passes at two threads and 10% at one (-080342Z, -080449Z); 16 tiles were slower than 8 (-072658Z).
+# 8 tiles for the serial build on AMD family 25 with AVX-512 only, the CPU measured.
 X4_PASS_TILES_PARALLEL = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
 X4_PASS_TILES = 8 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CPU[2] else 1  # Zen 4; see above
