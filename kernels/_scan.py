@@ -140,15 +140,15 @@ COUNT_FIRST_MAX_WORDS = 1
 # first tile, in the serial (one-thread) and the parallel builds; candidates are offered after each pass, from
 # buffers sized for a whole pass. On the AMD EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/Bs in
 # benchmarks/results/hamming_prefetch_ab_20261129-*.json): 8-tile passes took one-thread 1M x 64-bit scans from
-# 72-75% of the read bound to 86-87% (-080342Z, -081009Z; 10M, 100k and 30k level); at two threads level (-080449Z),
+# 73-75% of the read bound to 86-87% (-080342Z, -081009Z; 10M, 100k and 30k level); at two threads level (-080449Z),
 # so the parallel build keeps 1-tile passes. A first version that offered candidates early when a one-tile buffer
 # filled gained 83-85% at one thread but made two-thread scans 20-25% slower (-072457Z, -080153Z: the test in the
 # 32-row loop, 2-tile passes as slow as 8). 256-bit codes (threshold not counted first) ran 30k-100k codes up to 40%
 # slower with long passes at two threads and 10% at one (-080342Z, -080449Z); 16 tiles were slower than 8 (-072658Z).
 # 8 tiles for the serial build on AMD family 25 with AVX-512 only, the CPU measured.
+X4_PASS_TILES = 8 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CPU[2] else 1  # Zen 4 only
 X4_PASS_TILES_PARALLEL = 1
 PREFETCH_PARALLEL_MAX_WORDS = _parallel_prefetch_words(_CPU)  # see the prefetch notes above
-X4_PASS_TILES = 8 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CPU[2] else 1  # Zen 4; see above
 # Serial scans of at most this many bytes of those widths select the top k by counting instead of with heaps: the
 # k-th distance of an evenly spread sample bounds the true one, a pass of 32-row tests against that bound collects
 # the few candidates, and their histogram gives the exact k-th distance and each distance's place in the sorted
