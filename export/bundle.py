@@ -72,6 +72,8 @@ class ExportConfig:
             raise OndeviceError(f"--int8-weight-bits must be 7 or 8, got {self.int8_weight_bits!r}")
         if self.projection not in PROJECTIONS:
             raise OndeviceError(f"--projection must be one of {', '.join(PROJECTIONS)}, got {self.projection!r}")
+        if self.golden_extra and not self.golden:
+            raise OndeviceError("--golden-sentences adds sentences to the golden files: add --golden, or leave it out")
 
     def projection_dtype(self, precision: str) -> str:
         """float16 / float32: the stored projection of a `precision` bundle."""

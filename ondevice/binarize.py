@@ -52,7 +52,7 @@ from ondevice.errors import OndeviceError
 from ondevice.io import (
     atomic_path,
     canonical_safetensors,
-    check_out_dir,
+    check_out_kind,
     dataclass_from_dict,
     read_json,
     write_json,
@@ -270,7 +270,7 @@ class Binarizer:
         """Write binarizer.json + binarizer.safetensors (no pickle) into `directory`."""
         from safetensors.numpy import save_file
 
-        directory = check_out_dir(directory)
+        directory = check_out_kind(directory, "binarizer")
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"projection": self._A, "offset": self._c}
         tensors.update({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in self.extras.items()})
@@ -285,7 +285,11 @@ class Binarizer:
         """Load a directory written by `save` (numpy + safetensors only)."""
         from safetensors.numpy import load_file
 
+        from ondevice.io import artifact_file
+
         directory = Path(directory)
+        for name in (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS):
+            artifact_file(directory, name, "binarizer")
         if not (directory / layouts.BINARIZER_CONFIG).is_file() or not (directory / layouts.BINARIZER_WEIGHTS).is_file():
             raise OndeviceError(f"{directory} is not a binarizer dir (needs {layouts.BINARIZER_CONFIG} and {layouts.BINARIZER_WEIGHTS}); "
                                 f"{layouts.what_it_is(directory, 'binarizer')}; run `ondevice binarize` first")

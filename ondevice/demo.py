@@ -39,6 +39,23 @@ class DemoConfig:
     # demo inside its time budget on 2 cores; the shipped student was distilled from it too.
     teacher_backend: str = "onnx-int8"
 
+    def validate(self) -> None:
+        """Reject impossible settings with a one-line error naming the flag, before any teacher or training work."""
+        from ondevice.binarize import METHODS
+        from ondevice.bits import MAX_BITS
+        from ondevice.checks import check_int
+        from ondevice.teacher import BACKENDS
+
+        check_int(self.sentences, "--sentences", 2, 100_000_000)
+        check_int(self.epochs, "--epochs", 1, 10_000)
+        check_int(self.catalog, "--catalog", 1, 100_000_000)
+        check_int(self.k, "k", 1, 10_000)
+        check_int(self.bits, "--bits", 1, MAX_BITS)  # whether the method can give that many is known once distilled
+        if self.method not in METHODS:
+            raise OndeviceError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.teacher_backend not in BACKENDS:
+            raise OndeviceError(f"--teacher-backend must be one of {', '.join(BACKENDS)}, got {self.teacher_backend!r}")
+
 
 @dataclass
 class DemoResult:
@@ -57,11 +74,12 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     from ondevice.distill import DistillConfig, distill, read_sentences
     from ondevice.eval import sts_spearman
     from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import write_json
+    from ondevice.io import check_out_dir, write_json
     from ondevice.runtime import Bundle
     from ondevice.teacher import Teacher
 
-    out, data = Path(config.out), Path(config.data)
+    config.validate()
+    out, data = check_out_dir(config.out), Path(config.data)
     if not Path(config.corpus).is_file():
         raise OndeviceError(f"demo corpus not found at {config.corpus}; pass --corpus FILE (one sentence per line) "
                             "or --data DIR holding wiki/wiki_en_sentences_1m.txt.gz")
@@ -81,9 +99,12 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
         result.cpu_seconds[name] = round(now - cpu["t"], 1)
         cpu["t"] = now
 
-    write_json(out / "demo_config.json", asdict(config))
     total, total_cpu = time.monotonic(), time.process_time()
     catalog = list(dict.fromkeys(read_corpus(config.corpus, config.sentences + config.catalog)[config.sentences:]))
+    if not catalog:
+        raise OndeviceError(f"demo corpus {config.corpus} has no sentences after the first {config.sentences:,} (the "
+                            "training ones) to index; lower --sentences or give a longer --corpus")
+    write_json(out / "demo_config.json", asdict(config))
     _pretrained_first(config, catalog, show)
     step("setup", total)
 

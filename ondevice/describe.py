@@ -21,6 +21,8 @@ def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
     `verify`, it is also loaded with every check its loader makes (checksums included)."""
     path = parse_spec(str(path)) or Path(path)
     kind = layouts.identify(path)
+    if kind is None and path.is_dir() and (path / layouts.MANIFEST).is_file():
+        _config(path / layouts.MANIFEST, "manifest")  # a corrupt manifest: name its JSON error, as the loaders do
     if kind is None:  # "it does not exist" or "it is nothing ondevice writes"
         raise OndeviceError(f"{path}: {layouts.what_it_is(path)}; give a bundle, student, binarizer, index or "
                             "pair-model run (README: Artifacts on disk lists the files each is told by)")
@@ -61,8 +63,13 @@ def _short(path: object) -> str:
     return "/".join(parts[-2:]) if len(parts) > 1 else str(path)
 
 
-def _config(file: Path, what: str) -> dict:
-    """A settings file of the artifact as a dict; one that is huge or not a JSON object is a one-line error."""
+def _config(file: Path, what: str, links_ok: bool = False) -> dict:
+    """A settings file of the artifact as a dict; one that is huge or not a JSON object is a one-line error, and so is
+    a symbolic link (unless `links_ok`: a Hugging Face model, which ondevice did not write)."""
+    from ondevice.io import artifact_file
+
+    if not links_ok:
+        artifact_file(file.parent, file.name, what)
     if file.is_file() and file.stat().st_size > layouts.MAX_SETTINGS_BYTES:
         raise OndeviceError(f"{what} {file} is {file.stat().st_size / 1e6:.0f} MB, far more than any settings file; "
                             "it is not one ondevice wrote")
@@ -74,7 +81,7 @@ def _config(file: Path, what: str) -> dict:
 
 def _json(path: Path, name: str, what: str) -> dict | None:
     """A settings file beside the artifact, or None when it is not there (older artifacts lack some)."""
-    return _config(path / name, what) if (path / name).is_file() else None
+    return _config(path / name, what) if (path / name).is_file() or (path / name).is_symlink() else None
 
 
 def _index(path: Path, verify: bool) -> dict[str, Any]:
@@ -132,7 +139,13 @@ def _bundles(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _student(path: Path, verify: bool) -> dict[str, Any]:
+    from ondevice.io import dataclass_from_dict
+    from ondevice.student import StudentConfig
+
     cfg = _config(path / layouts.STUDENT_CONFIG, "student config")
+    # the field types and ranges the loader checks, so a corrupt config is not described as a model
+    dataclass_from_dict(StudentConfig, cfg, f"student config {path / layouts.STUDENT_CONFIG}").validate(
+        f"{path / layouts.STUDENT_CONFIG}")
     if verify:
         from ondevice.student import Student
 
@@ -149,7 +162,9 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
         origin = f"unpacked from bundle {unpacked.get('bundle')}"
     else:
         origin = "not recorded"
-    log = path / layouts.TRAIN_LOG
+    from ondevice.io import artifact_file
+
+    log = artifact_file(path, layouts.TRAIN_LOG, "student")
     last = log.read_text(encoding="utf-8").strip().splitlines()[-1:] if log.is_file() else []
     return {"summary": f"BiLSTM {cfg.get('hidden_size')} hidden, {cfg.get('embedding_dim')}-d word vectors, "
                        f"{cfg.get('vocab_size'):,} words, {cfg.get('pooling')} pooling, {cfg.get('output_dim')}-d output",
@@ -158,7 +173,13 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
+    from ondevice.binarize import check_bits
+
     cfg = _config(path / layouts.BINARIZER_CONFIG, "binarizer config")
+    try:  # the method, bits and dim the loader checks, so a corrupt config is not described as a binarizer
+        check_bits(cfg.get("method"), cfg.get("bits"), cfg.get("dim"))
+    except OndeviceError as exc:
+        raise OndeviceError(f"{path / layouts.BINARIZER_CONFIG}: {exc}; the file is corrupt or from another version") from None
     if verify:
         from ondevice.binarize import Binarizer
 
@@ -201,7 +222,7 @@ def _pair_run(config_name: str, method: str):
 
 
 def _hf_model(path: Path, verify: bool) -> dict[str, Any]:
-    cfg = _config(path / layouts.STUDENT_CONFIG, "model config")
+    cfg = _config(path / layouts.STUDENT_CONFIG, "model config", links_ok=True)
     if verify:
         from ondevice.teacher import Teacher
 

@@ -18,7 +18,7 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
-from ondevice.io import check_out_dir, dataclass_from_dict, read_json, sha256_text, write_json, write_text
+from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_text, write_json, write_text
 from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss, similarity_matching_loss
 from ondevice.teacher import BACKENDS
@@ -357,9 +357,15 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
 
     config.validate()
     device = resolve_device(config.device)  # before any work: --device cuda on a machine without one is one line
-    if str(config.word_vectors) not in (DEFAULT, *SPECS) and Path(config.word_vectors).is_file():
-        refuse_pickle(Path(config.word_vectors), config.allow_pickle)  # before minutes of teacher work
-    out = check_out_dir(out_dir)
+    if str(config.word_vectors) not in (DEFAULT, *SPECS):  # a file: checked before minutes of teacher work
+        vectors = Path(config.word_vectors)
+        if vectors.is_file():
+            refuse_pickle(vectors, config.allow_pickle)
+        elif not (resume or config.init_from):  # read by this run (a resumed or continued one takes its words elsewhere)
+            problem = f"{vectors} is a folder" if vectors.is_dir() else f"not found: {vectors}"
+            raise OndeviceError(f"word vectors {problem}; pass --word-vectors FILE (word2vec/GloVe text or binary, .vec), "
+                                f"or one of {', '.join(SPECS)}, {DEFAULT}")
+    out = check_out_kind(out_dir, "student")
     ckpt = out / layouts.CHECKPOINT
     if out.is_dir():
         recover_checkpoint(out)
@@ -367,6 +373,9 @@ def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, pr
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not ckpt.exists():
         raise OndeviceError(f"nothing to resume in {out} (no {layouts.CHECKPOINT}/); run without --resume")
+    if not resume and layouts.identify(out) == "student":  # a trained (or unpacked) student is never trained over
+        raise OndeviceError(f"{out} already holds a student; choose another --out (or delete that folder to train "
+                            "again)")
     if config.threads:
         torch.set_num_threads(config.threads)
 

@@ -39,7 +39,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice.bits import BIT_ORDER, code_bytes
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path
+from ondevice.io import atomic_path, check_out_index_file
 
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -296,8 +296,9 @@ class HammingIndex:
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index to `path` atomically (format version 2, see the module docstring)."""
-        path = Path(path)
+        """Write the index to `path` atomically (format version 2, see the module docstring); an existing file there
+        is replaced only when it is an index file."""
+        path = check_out_index_file(path)
         n = len(self)
         codes_off = HEADER_BYTES
         ids_off = _align(codes_off + n * self._nbytes)
@@ -382,6 +383,9 @@ def _check_ids(path: Path, ids: np.ndarray, ascending: bool) -> None:
 def read_header(path: str | os.PathLike) -> dict:
     """Parse and check an index file's header and size; a foreign, truncated or newer file is a one-line error."""
     path = Path(path)
+    if path.is_dir():
+        raise OndeviceError(f"{path} is a folder without {layouts.MANIFEST}: give an index file (`ondevice index build "
+                            "--out FILE.odx`) or a sharded index folder (`ondevice index build --shards N --out DIR`)")
     if not path.is_file():
         raise OndeviceError(f"index file not found: {path}")
     with open(path, "rb") as fh:

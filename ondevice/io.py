@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 
 
@@ -107,6 +108,47 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return path
 
 
+# The files each kind of artifact writes: an --out folder of no known kind that already holds one of them holds
+# someone else's file of that name, which the writer would replace.
+_WRITES = {
+    "student": (layouts.STUDENT_CONFIG, layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON,
+                layouts.DISTILL_CONFIG, layouts.UNPACKED),
+    "binarizer": (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS),
+    "sharded-index": (layouts.MANIFEST,),
+}
+# Left by an interrupted ondevice run before its artifact is complete: the folder is one of ours, resumable.
+_IN_PROGRESS = (layouts.CHECKPOINT, layouts.AE_CHECKPOINT, layouts.TRAIN_LOG, layouts.DISTILL_CONFIG)
+
+
+def check_out_kind(path: str | os.PathLike, kind: str, flag: str = "--out") -> Path:
+    """`path` as the folder of an artifact of `kind` (a key of layouts.KINDS): new, empty, or holding that kind,
+    which is written over; a folder holding another artifact, or files of the same names that are not an
+    artifact's, is a one-line error, so no command replaces what it did not write."""
+    path = check_out_dir(path, flag)
+    if not path.is_dir():
+        return path
+    found = layouts.identify(path)
+    if found is not None and found != kind:
+        other = layouts.KINDS[found]
+        raise OndeviceError(f"{flag} {path} holds {other.what} (made by {other.made_by}), not "
+                            f"{layouts.KINDS[kind].what}; choose an empty or new {flag}")
+    if found is None and not any((path / name).exists() for name in _IN_PROGRESS):
+        clash = [name for name in _WRITES.get(kind, ()) if (path / name).exists()]
+        if clash:
+            raise OndeviceError(f"{flag} {path} holds a {clash[0]} that is not part of {layouts.KINDS[kind].what}; "
+                                f"choose an empty or new {flag} (nothing there is replaced)")
+    return path
+
+
+def check_out_index_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """`path` as a Hamming index file to (over)write: an existing file there must be an index file."""
+    path = check_out_file(path, flag)
+    if path.exists() and layouts.identify(path) != "index":
+        raise OndeviceError(f"{flag} {path} exists and is not a Hamming index file; choose another name "
+                            "(only an earlier index file is replaced)")
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
@@ -172,6 +214,38 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
         raise OndeviceError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__})") from None
 
 
+def read_npy(path: str | os.PathLike, what: str = "array", mmap: bool = True) -> Any:
+    """A numeric array from a .npy file (memory-mapped unless `mmap` is False), never unpickling anything; an empty,
+    truncated, non-.npy or object-dtype file is a one-line error naming `what`."""
+    import numpy as np
+
+    path = Path(path)
+    if path.is_dir():
+        raise OndeviceError(f"{what} {path} is a folder; give a .npy file (numpy.save)")
+    if not path.is_file():
+        raise OndeviceError(f"{what} file not found: {path}")
+    fix = "write it with numpy.save"
+    try:
+        with open(path, "rb") as fh:
+            start = fh.read(6)
+            if not start:
+                raise OndeviceError(f"{what} {path} is empty (0 bytes); {fix}")
+            if start.startswith(b"PK\x03\x04"):
+                raise OndeviceError(f"{what} {path} is a .npz archive, not a .npy file; save the one array with numpy.save")
+            if start != np.lib.format.MAGIC_PREFIX:
+                raise OndeviceError(f"{what} {path} is not a .npy file (no numpy header); {fix}")
+            fh.seek(0)
+            version = np.lib.format.read_magic(fh)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            _, _, dtype = header(fh)
+        if dtype.hasobject:
+            raise OndeviceError(f"{what} {path} holds Python objects ({dtype}), not numbers; save a numeric array")
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:  # a truncated header or data, an unreadable file
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise OndeviceError(f"cannot read {what} {path} as a .npy array ({reason}); check the file is complete") from None
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()
@@ -220,3 +294,23 @@ def canonical_safetensors(path: str | os.PathLike) -> None:
             return
         fh.seek(8)
         fh.write(text + b" " * (size - len(text)))  # the format pads its header with spaces
+
+
+def artifact_file(folder: str | os.PathLike, name: str, what: str) -> Path:
+    """`folder`/`name` (a '/'-separated path inside an artifact folder), refused with a one-line error when it, or a
+    folder between `folder` and it, is a symbolic link: an artifact made by someone else must not read any other
+    file of this machine. `what` names the artifact kind in the message ("student", "bundle"). `folder` itself may
+    be a link (the user chose it); nothing is read here, and a missing file is left to the caller."""
+    from pathlib import PurePosixPath
+
+    folder = Path(folder)
+    parts = PurePosixPath(name).parts
+    current = folder
+    for i, part in enumerate(parts):
+        current = current / part
+        if current.is_symlink():
+            link = "/".join(parts[: i + 1])
+            shown = f"{link} is a symbolic link" if i == len(parts) - 1 else f"{name} lies in {link}/, a symbolic link"
+            raise OndeviceError(f"{what} {folder}: {shown}; artifacts are read only from plain files inside their "
+                                "folder (copy the file in instead)")
+    return current

@@ -63,6 +63,11 @@ DIPAIR_HEAD_ONNX = "dipair_head.onnx"
 RUN_DATA = "data.json"  # what a pair run trained on
 RUN_DEV = "dev.json"  # the published epoch's dev metrics
 SRA_COSINE = "sra_cosine.json"  # DiPair: the encoder's held-out cosine to the SRA teacher, before and after
+# Everything in a pair-model run that its loaders, `pairs export` and `pairs soup` read: each must be a plain file
+# (or folder) inside the run, never a symbolic link (ondevice.io.artifact_file)
+RUN_FILES = (RUN_STUDENT, DSE_CONFIG, DVBERT_CONFIG, DIPAIR_CONFIG, PAIR_HEAD_CONFIG, PAIR_HEAD_WEIGHTS, DIPAIR_HEAD_CONFIG,
+             DIPAIR_HEAD_WEIGHTS, RUN_DATA, RUN_DEV, SRA_COSINE, TRAIN_LOG, f"{CHECKPOINT}/{CKPT_STATE}",
+             f"{CHECKPOINT}/{CKPT_WEIGHTS}")
 
 MAX_SETTINGS_BYTES = 16 << 20  # a settings file is a few KB; a larger one is not ours and is never read whole
 

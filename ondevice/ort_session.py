@@ -21,6 +21,9 @@ EXACT_INT8 = ("session.x64quantprecision", "1")
 def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False, exact_int8: bool = True) -> Any:
     """onnxruntime SessionOptions with `threads` intra-op threads (0: onnxruntime's default) and exact int8 products
     (exact_int8=False: onnxruntime's default kernels, for benchmarks/bundle.py's comparison only)."""
+    from ondevice.checks import check_int
+
+    check_int(threads, "threads", 0, 4096)  # a negative count would silently mean onnxruntime's default
     ort = require("onnxruntime", "base")
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError, ort_error_line
+from ondevice.io import artifact_file
 from ondevice.onnxproto import external_tensors
 from ondevice.tokenizer import Tokenizer, as_texts
 
@@ -95,14 +95,23 @@ def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
         return path
     for candidate in ([precision] if precision else list(reversed(layouts.PRECISIONS))):  # int8 first: what apps ship
         if (path / candidate / layouts.MANIFEST).is_file():
-            if (path / candidate).is_symlink():  # the bundle's own files are checked for links; so is its folder
-                raise _bundle_error(path, f"{candidate}/ is a symbolic link ({os.readlink(path / candidate)}); copy the "
-                                          "real bundle folder in")
-            return path / candidate
+            return artifact_file(path, candidate, "bundle")  # the bundle's own files are checked for links; so is its folder
+    available = [p for p in layouts.PRECISIONS if (path / p / layouts.MANIFEST).is_file()]
+    if available:  # a two-precision folder without the one asked for
+        raise _bundle_error(path, f"holds no {precision} bundle, only {', '.join(available)}; pick that with --precision "
+                                  "(precision= in Python)")
     if not path.exists():
         raise _bundle_error(path, "not found; export one with `ondevice export`")
     raise _bundle_error(path, f"{layouts.MANIFEST} is missing; {layouts.what_it_is(path)}, not a bundle (`ondevice "
                               "export` makes one)")
+
+
+def check_precision(path: Path, manifest: dict, precision: str | None) -> None:
+    """A `precision` asked of a one-precision bundle must be the one it holds: one line naming what it has."""
+    if precision is not None and manifest["precision"] != precision:
+        raise _bundle_error(path, f"holds only the {manifest['precision']} precision, not {precision}; leave out "
+                                  "--precision (precision= in Python), or export the model with --precision "
+                                  f"{precision} (or both)")
 
 
 def _safe_name(path: Path, name: Any) -> Path:
@@ -123,8 +132,7 @@ def _safe_name(path: Path, name: Any) -> Path:
 def read_manifest(path: Path) -> dict:
     """Parse and validate manifest.json (format, version, file table) without trusting any other file."""
     file = path / layouts.MANIFEST
-    if file.is_symlink():  # refused before reading: a link could name any file, however large
-        _no_symlink(path, layouts.MANIFEST)
+    artifact_file(path, layouts.MANIFEST, "bundle")  # refused before reading: a link could name any file, however large
     if file.exists() and not file.is_file():
         raise _bundle_error(path, f"{layouts.MANIFEST} is not a regular file; re-export the bundle")
     try:
@@ -169,16 +177,6 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def _no_symlink(path: Path, name: str) -> None:
-    """Refuse `name` if it, or any folder between the bundle and it, is a symlink (it could point anywhere)."""
-    current = path
-    for part in PurePosixPath(name).parts:
-        current = current / part
-        if current.is_symlink():
-            raise _bundle_error(path, f"{name} is a symbolic link ({current.name} -> {os.readlink(current)}); a bundle "
-                                      "must hold its files itself: copy the real files in")
-
-
 def _read_hashed(file: Path, size: int, keep: bool) -> tuple[bytes, str | None]:
     """(the bytes when `keep`, else b"", sha256) of `file`, read in blocks so that a file nobody parses never sits in
     memory whole; the digest is None when the file does not hold exactly `size` bytes (it changed while read)."""
@@ -196,12 +194,11 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
     """Check the size and sha256 of every listed file; returns the verified bytes of those in `keep` (by default the
     files the runtime parses), so a caller parses exactly the bytes that were checked."""
     kept: dict[str, bytes] = {}
-    if (path / layouts.MANIFEST).is_symlink():
-        _no_symlink(path, layouts.MANIFEST)
+    artifact_file(path, layouts.MANIFEST, "bundle")
     for name, entry in sorted(manifest["files"].items()):
         file = _safe_name(path, name)
         try:
-            _no_symlink(path, name)
+            artifact_file(path, name, "bundle")
             if not file.is_file():
                 raise _bundle_error(path, f"{name} is missing; re-export the bundle or copy it completely")
             size = file.stat().st_size
@@ -258,8 +255,7 @@ class Bundle:
         """Load and verify a bundle; `precision` picks fp32/int8 in a two-precision export; threads 0 = onnxruntime's default."""
         path = resolve_bundle(path, precision)
         manifest = read_manifest(path)
-        if precision is not None and manifest["precision"] != precision:
-            raise _bundle_error(path, f"is a {manifest['precision']} bundle, not {precision}; load it without precision=")
+        check_precision(path, manifest, precision)
         files = verify_files(path, manifest)
         _binarizer_weights(path, files[layouts.BINARIZER_WEIGHTS], manifest)  # a broken one fails here, not at indexing
         try:

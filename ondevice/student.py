@@ -11,11 +11,15 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, write_json
+from ondevice.io import artifact_file, dataclass_from_dict, read_json, write_json
 from ondevice.tokenizer import PAD_ID, Tokenizer
 
 POOLINGS = ("mean", "max", "last", "meanmax")
 MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
+# Every file of a student folder that is read (Student.load; export and `ondevice info` read the records after it):
+# none may be a symbolic link, which could make a student someone else sends read any file of this machine.
+FILES = (layouts.STUDENT_CONFIG, layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.DISTILL_CONFIG,
+         layouts.UNPACKED, layouts.TRAIN_LOG)
 
 
 @dataclass
@@ -174,11 +178,11 @@ class Student:
 
     def save(self, directory: str | Path) -> None:
         """Write config.json, model.safetensors, vocab.txt and tokenizer.json (no pickle)."""
-        from ondevice.io import atomic_path, check_out_dir
+        from ondevice.io import atomic_path, check_out_kind
 
         st = require("safetensors.torch", "train")
         check_finite(self.model.state_dict(), "the student")
-        directory = check_out_dir(directory)
+        directory = check_out_kind(directory, "student")
         directory.mkdir(parents=True, exist_ok=True)
 
         with atomic_path(directory / layouts.STUDENT_WEIGHTS) as tmp:
@@ -191,6 +195,8 @@ class Student:
         """Load a student directory written by `save` (or by `ondevice distill`)."""
         st = require("safetensors.torch", "train")
         directory = Path(directory)
+        for name in FILES:
+            artifact_file(directory, name, "student")
         if not (directory / layouts.STUDENT_CONFIG).is_file() or not (directory / layouts.STUDENT_WEIGHTS).is_file():
             raise OndeviceError(f"{directory} is not a student dir (needs {layouts.STUDENT_CONFIG} and {layouts.STUDENT_WEIGHTS}); "
                                 + unpack_hint(directory))

@@ -20,7 +20,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, check_out_dir, dataclass_from_dict, write_json
+from ondevice.io import atomic_path, check_out_kind, dataclass_from_dict, write_json
 from ondevice.student import StudentConfig
 
 GOLDEN_TEXTS, GOLDEN_VECTORS = "golden/sentences.jsonl", "golden/embeddings.npy"
@@ -90,11 +90,13 @@ def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.
 def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = None) -> dict:
     """Write a student folder at `out` from a bundle folder, or 'pretrained' for the shipped model; returns the
     provenance record it writes as unpacked.json."""
-    from ondevice.runtime import PARSED, read_manifest, resolve_bundle, verify_files
+    from ondevice.runtime import PARSED, check_precision, read_manifest, resolve_bundle, verify_files
     from ondevice.tokenizer import Tokenizer
 
+    _check_unpack_out(out)  # before any work
     path = resolve_bundle(bundle, precision)
     manifest = read_manifest(path)
+    check_precision(path, manifest, precision)  # never quietly the other precision
     files = verify_files(path, manifest, (*PARSED, *_KEPT))  # every byte checked before any is parsed
     config = _student_config(manifest, f"bundle {path}")
     tokenizer = Tokenizer.from_bytes(files[layouts.VOCAB], files[layouts.TOKENIZER_JSON], str(path))
@@ -115,17 +117,32 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
                                 f"{str(exc)[:80]}); re-export it with `ondevice export`") from None
         source = f"encoder.onnx ({manifest['precision']}{', weights dequantized' if manifest['precision'] == 'int8' else ''})"
     _check_state(state, config, path)  # nothing is written from weights that do not fit the student
-    out = check_out_dir(out)
+    out = _check_unpack_out(out)
+    fresh = not out.exists() or not any(out.iterdir())
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / layouts.STUDENT_WEIGHTS) as tmp:
-        st.save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in state.items()}, str(tmp))
-    tokenizer.save(out)
-    write_json(out / layouts.STUDENT_CONFIG, config)
-    record = {"bundle": str(path), "precision": manifest["precision"], "weights_from": source,
-              "manifest_sha256": hashlib.sha256((path / layouts.MANIFEST).read_bytes()).hexdigest(),
-              "golden": _golden_check(path, files, out)}
-    write_json(out / layouts.UNPACKED, record)
+    try:
+        with atomic_path(out / layouts.STUDENT_WEIGHTS) as tmp:
+            st.save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in state.items()}, str(tmp))
+        tokenizer.save(out)
+        write_json(out / layouts.STUDENT_CONFIG, config)
+        record = {"bundle": str(path), "precision": manifest["precision"], "weights_from": source,
+                  "manifest_sha256": hashlib.sha256((path / layouts.MANIFEST).read_bytes()).hexdigest(),
+                  "golden": _golden_check(path, files, out)}
+        write_json(out / layouts.UNPACKED, record)
+    except BaseException:
+        if fresh:  # a failed unpack leaves no half-written student (which a rerun would refuse as someone's)
+            for name in (layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.STUDENT_CONFIG):
+                (out / name).unlink(missing_ok=True)
+        raise
     return record
+
+
+def _check_unpack_out(out: str | Path) -> Path:
+    """`out` as the folder of an unpacked student: new, empty or an earlier unpack, never a trained student."""
+    out = check_out_kind(out, "student")
+    if layouts.identify(out) == "student" and not (out / layouts.UNPACKED).is_file():
+        raise OndeviceError(f"--out {out} holds a trained student (not an earlier unpack); choose an empty or new --out")
+    return out
 
 
 def _check_state(state: dict[str, np.ndarray], config: StudentConfig, path: Path) -> None:

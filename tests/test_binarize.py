@@ -608,3 +608,57 @@ def test_ae_resumes_a_checkpoint_whose_pick_has_no_decoder(x, tmp_path):
     st.save_file({k: v for k, v in tensors.items() if not k.startswith("best.dec_")}, str(path), metadata=meta)
     resumed = _fit(x, "ae", 8, seed=2, judge_pairs=judge, epochs=2, checkpoint_dir=tmp_path, resume=True, **hyper)
     np.testing.assert_array_equal(resumed.affine()[0], direct.affine()[0])
+
+
+def test_binarize_never_writes_into_another_artifact(x, tmp_path, capsys):
+    """--out holding a bundle or a student is refused before any fitting, and nothing there changes."""
+    np.save(tmp_path / "x.npy", x)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"format": "ondevice-bundle"}')
+    (bundle / "binarizer.json").write_text('{"the bundle": "own"}')
+    student = tmp_path / "student"
+    student.mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        (student / name).write_text("x")
+    for out, expected in ((bundle, "holds an exported bundle"), (student, "holds a student encoder")):
+        rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "random", "--bits", "16",
+                   "--out", str(out), "--quiet"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and expected in err
+    assert (bundle / "binarizer.json").read_text() == '{"the bundle": "own"}'
+    assert sorted(p.name for p in student.iterdir()) == ["config.json", "model.safetensors", "vocab.txt"]
+    with pytest.raises(OndeviceError, match="holds an exported bundle"):
+        Binarizer.fit(x, method="random", bits=16).save(bundle)
+
+
+@pytest.mark.parametrize("name", ["binarizer.safetensors", "binarizer.json"])
+def test_a_linked_file_in_a_binarizer_folder_is_refused(x, tmp_path, name):
+    """A binarizer someone sends must not make ondevice read other files of this machine through a symbolic link."""
+    z = tmp_path / "Z"
+    Binarizer.fit(x, method="random", bits=16, seed=0).save(z)
+    Binarizer.load(z)  # the plain folder loads
+    (tmp_path / "elsewhere").mkdir()
+    (z / name).rename(tmp_path / "elsewhere" / name)  # same bytes, so only the link is wrong
+    (z / name).symlink_to(tmp_path / "elsewhere" / name)
+    with pytest.raises(OndeviceError, match=rf"^binarizer {z}: {name} is a symbolic link; .*copy the file in instead"):
+        Binarizer.load(z)
+
+
+def test_cli_bad_input_is_one_line_before_any_progress_line(x, tmp_path, capsys):
+    """An empty or 1-d --embeddings file, a negative --threads with any method, and a missing --student are the only
+    stderr line: no traceback, no "encoding ..." or "fitting ..." line first."""
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "flat.npy", x[0])
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "corpus.txt").write_text("a cat sat\na dog ran\n")
+    base = ["binarize", "--method", "random", "--bits", "16", "--out", str(tmp_path / "z")]
+    for extra, expected in ((["--embeddings", str(tmp_path / "empty.npy")], "--embeddings"),
+                            (["--embeddings", str(tmp_path / "flat.npy")], "2-d (n, dim)"),
+                            (["--embeddings", str(tmp_path / "x.npy"), "--threads", "-3"], "--threads"),
+                            (["--student", str(tmp_path / "nope"), "--corpus", str(tmp_path / "corpus.txt")],
+                             "not a student dir")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and expected in err and "Traceback" not in err, err
+    assert not (tmp_path / "z").exists()

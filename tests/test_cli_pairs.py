@@ -159,3 +159,45 @@ def test_a_head_for_an_existing_bundle_from_the_command_line(capsys, tmp_path, p
     # DiPair heads read token states the shipped encoder graph does not give: dipair-export has no --bundle
     assert "unrecognized arguments: --bundle" in _one_line_error(
         capsys, ["pairs", "dipair-export", "--run", str(tmp_path / "head"), "--out", str(tmp_path / "d"), "--bundle", str(plain)])
+
+
+def test_bad_outs_threads_and_training_flags_fail_before_any_training(capsys, tmp_path, pair_env):
+    """An --out that is a file, a negative --threads, --resume with nothing to resume, an alpha that needs a teacher
+    and bad augmentation flags (even with --alphas 0, where nothing augments): one line, and no run folder made."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("mine\n")
+    data = ["--data", str(pair_env.data)]
+    student = ["--student", str(pair_env.student)]
+    for argv in (["pairs", "teacher", "--task", "stsb", *data, "--out", str(corpus)],
+                 ["pairs", "train", "--task", "stsb", *data, *student, "--alphas", "0", "--out", str(corpus)],
+                 ["pairs", "sentence", *data, *student, "--out", str(corpus)]):
+        assert "is a file, not a directory" in _one_line_error(capsys, argv)
+    assert corpus.read_text() == "mine\n"
+    for argv in (["pairs", "sentence", *data, *student, "--out", str(tmp_path / "o"), "--threads", "-1"],
+                 ["pairs", "soup", "--run", str(tmp_path / "r"), "--out", str(tmp_path / "o"), "--threads", "-1"],
+                 ["pairs", "score", "--bundle", "pretrained", "--a", "x", "--b", "y", "--threads", "-1"]):
+        assert "--threads must be between 0 and" in _one_line_error(capsys, argv)
+    train = ["pairs", "train", "--task", "stsb", *data, *student, "--out", str(tmp_path / "o")]
+    assert "nothing to resume in" in _one_line_error(capsys, [*train, "--alphas", "0", "--resume"])
+    assert "alpha 0.5 distills teacher logits" in _one_line_error(capsys, train)  # the default --alphas 0,0.5,1
+    assert "--augment-bits must be in 1.." in _one_line_error(capsys, [*train, "--alphas", "0", "--augment-bits", "0"])
+    bad_gz = tmp_path / "bad.txt.gz"
+    bad_gz.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 60)
+    assert "cannot read --augment-text" in _one_line_error(capsys, [*train, "--alphas", "0", "--augment-text", str(bad_gz)])
+    assert not (tmp_path / "o").exists()
+    # a precision the bundle lacks names the flag
+    assert "leave out --precision" in _one_line_error(capsys, ["pairs", "score", "--bundle", "pretrained", "--precision",
+                                                               "fp32", "--a", "x", "--b", "y"])
+
+
+def test_pair_runs_and_teachers_are_never_written_into_another_artifact(capsys, pair_env):
+    """--out holding a student (or a bundle) is refused before any training, and nothing is added to it."""
+    data = ["--data", str(pair_env.data)]
+    student = ["--student", str(pair_env.student)]
+    before = sorted(p.name for p in pair_env.student.iterdir())
+    for argv in (["pairs", "teacher", "--task", "stsb", *data, "--out", str(pair_env.student)],
+                 ["pairs", "train", "--task", "stsb", *data, *student, "--alphas", "0", "--out", str(pair_env.student)],
+                 ["pairs", "dvbert", "--task", "stsb", *data, *student, "--teachers", str(pair_env.student),
+                  "--out", str(pair_env.student)]):
+        assert "holds a student encoder" in _one_line_error(capsys, argv)
+    assert sorted(p.name for p in pair_env.student.iterdir()) == before

@@ -43,3 +43,37 @@ def test_demo_without_data_is_one_line(tmp_path, capsys):
     assert main(["demo", "--data", str(tmp_path), "--corpus", str(tmp_path / "none.txt")]) == 2
     err = capsys.readouterr().err
     assert "demo corpus not found" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--catalog", "0"], "--catalog"), (["--catalog", "-1"], "--catalog"), (["--sentences", "0"], "--sentences"),
+    (["--epochs", "0"], "--epochs"), (["--bits", "0"], "--bits"), (["--bits", "0", "--teacher-backend", "torch"], "--bits"),
+    (["--method", "foo"], "--method"), (["--out", "FILE"], "is a file, not a directory"),
+    (["--results-dir", "FILE"], "--results-dir"),
+])
+def test_demo_settings_are_checked_before_any_work(tmp_path, capsys, monkeypatch, extra, expected):
+    """Bad numbers and an --out or --results-dir that is a file: one line, before the pretrained model, the teacher
+    or any training starts (the demo's steps would fail on first use; here none may run)."""
+    import ondevice.demo as demo_mod
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the demo started work before checking its settings")
+
+    monkeypatch.setattr(demo_mod, "_pretrained_first", no_work)
+    (tmp_path / "FILE").write_text("mine")
+    argv = ["demo", "--data", str(tmp_path), "--corpus", str(tmp_path / "FILE"), "--out", str(tmp_path / "out"),
+            *[str(tmp_path / x) if x == "FILE" else x for x in extra]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and expected in err and "Traceback" not in err, err
+    assert (tmp_path / "FILE").read_text() == "mine" and not (tmp_path / "out").exists()
+
+
+def test_demo_corpus_without_catalog_sentences_is_one_line(tmp_path, capsys):
+    (tmp_path / "stsb").mkdir()
+    (tmp_path / "corpus.txt").write_text("one sentence\nanother one\n")
+    assert main(["demo", "--data", str(tmp_path), "--corpus", str(tmp_path / "corpus.txt"), "--sentences", "2",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no sentences after the first 2" in err
+    assert not (tmp_path / "out").exists()

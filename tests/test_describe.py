@@ -118,3 +118,55 @@ def test_settings_of_the_wrong_shape_are_one_line(artifacts, tmp_path, field, va
     (copy / layouts.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(OndeviceError, match="its settings are not what `ondevice export` writes"):
         describe(copy)
+
+
+def test_a_linked_file_in_a_student_is_one_line(tmp_path, capsys):
+    """`ondevice info --verify S` refuses a student whose weights are a link out of its folder (exit 2, one line);
+    without --verify, a linked settings file is refused too, before it is read."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from ondevice.student import Student, StudentConfig
+    from ondevice.tokenizer import PAD, UNK, Tokenizer
+
+    vocab = [PAD, UNK, "the", "cat"]
+    cfg = StudentConfig(vocab_size=len(vocab), embedding_dim=4, hidden_size=3, output_dim=5)
+    s = tmp_path / "S"
+    Student.from_embeddings(cfg, Tokenizer(vocab), np.zeros((4, 4), np.float32), seed=0).save(s)
+    assert main(["info", "--verify", str(s)]) == 0  # the plain folder verifies
+    capsys.readouterr()
+    (tmp_path / "elsewhere").mkdir()
+    for name, args in (("model.safetensors", ["--verify"]), ("config.json", [])):
+        (s / name).rename(tmp_path / "elsewhere" / name)  # same bytes, so only the link is wrong
+        (s / name).symlink_to(tmp_path / "elsewhere" / name)
+        assert main(["info", *args, str(s)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("ondevice info: error:") and "Traceback" not in err
+        assert f"{name} is a symbolic link; artifacts are read only from plain files inside their folder" in err
+        (s / name).unlink()
+        (tmp_path / "elsewhere" / name).rename(s / name)
+
+
+def test_a_corrupt_manifest_or_config_is_named_not_described(tmp_path, capsys):
+    """`ondevice info` (without --verify) on a sharded index whose manifest.json is broken JSON names the JSON error;
+    on a student or binarizer config with a field of the wrong type it is one line, not "BiLSTM abc hidden"."""
+    import numpy as np
+
+    from ondevice.scale.shards import build_shards
+
+    build_shards(np.zeros((4, 2), np.uint8), tmp_path / "shards", 2)
+    (tmp_path / "shards" / layouts.MANIFEST).write_text('{"format": ')
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / layouts.STUDENT_CONFIG).write_text(json.dumps({"vocab_size": 4, "embedding_dim": 4, "hidden_size": "abc"}))
+    (student / layouts.STUDENT_WEIGHTS).write_bytes(b"x")
+    binarizer = tmp_path / "binarizer"
+    binarizer.mkdir()
+    (binarizer / layouts.BINARIZER_CONFIG).write_text(json.dumps({"method": "random", "bits": "x", "dim": 8}))
+    (binarizer / layouts.BINARIZER_WEIGHTS).write_bytes(b"x")
+    for path, expected in ((tmp_path / "shards", "manifest.json is not valid JSON (Expecting value"),
+                           (student, "hidden_size must be an integer, got 'abc'"),
+                           (binarizer, "bits must be a positive integer, got 'x'")):
+        assert main(["info", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and expected in err, err

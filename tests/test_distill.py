@@ -283,3 +283,39 @@ def test_train_split_repeats_upweight_the_front(tiny_corpus, tiny_teacher, tiny_
     assert sorted(idx.tolist()) == [0, 0, 2, 2, 5, 7]
     with pytest.raises(OndeviceError, match="--train-split-repeats needs --train-splits"):
         DistillConfig(corpus="x", train_split_repeats=2).validate()
+
+
+def test_distill_never_trains_over_a_student(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, capsys):
+    """A folder holding a student without a checkpoint (unpacked, or copied) is refused before any teacher work;
+    so is a folder holding another kind of artifact."""
+    assert main(["unpack", "--bundle", "pretrained", "--out", str(tmp_path / "s")]) == 0
+    before = (tmp_path / "s" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    args = ["--corpus", tiny_corpus, "--teacher", tiny_teacher, "--word-vectors", tiny_word_vectors, "--hidden", "4",
+            "--epochs", "1"]
+    code, err = _cli([*args, "--out", tmp_path / "s"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "already holds a student; choose another --out" in err
+    assert (tmp_path / "s" / "model.safetensors").read_bytes() == before
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "binarizer.json").write_text("{}")
+    code, err = _cli([*args, "--out", tmp_path / "b"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "holds a binarizer" in err
+
+
+@pytest.mark.parametrize("where", ["missing", "folder"])
+def test_a_word_vectors_file_that_is_not_there_fails_before_the_teacher(where, tiny_corpus, tiny_teacher, tmp_path,
+                                                                          capsys, monkeypatch):
+    """`--word-vectors /nope.vec` failed only after the teacher had labelled the whole corpus; now at once, one line."""
+    import ondevice.teacher as teacher_mod
+
+    def no_teacher(*args, **kwargs):
+        raise AssertionError("the teacher ran before --word-vectors was checked")
+
+    monkeypatch.setattr(teacher_mod, "Teacher", no_teacher)
+    wv = tmp_path / "nope.vec"
+    if where == "folder":
+        wv.mkdir()
+    code, err = _cli(["--corpus", tiny_corpus, "--teacher", tiny_teacher, "--word-vectors", wv, "--out", tmp_path / "s"],
+                     capsys)
+    assert code == 2 and err.count("\n") == 0 and "word vectors" in err and str(wv) in err, err
+    assert not (tmp_path / "s").exists()

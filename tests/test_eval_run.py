@@ -342,3 +342,26 @@ def test_bundle_codes_view_speed_times_the_graph(tmp_path: Path) -> None:
     assert enc._bundle.code_rows == 16 + 200  # warm-up and the timed pass both ran the graph
     assert 0 < speed["b/codes-16"] < 3 * speed["b"]  # both ~5,000/s: one pass of the same graph each
     assert enc.codes(sample) is enc._last[1]  # outside speed runs the codes of the float pass are still reused
+
+
+def test_merge_of_a_file_that_is_not_a_report_is_one_line(tmp_path: Path, capsys) -> None:
+    """`eval --merge` of valid JSON that is no report (a binarizer.json, a list): the file and what it lacks."""
+    from ondevice.eval.report import merge_reports
+
+    (tmp_path / "binarizer.json").write_text('{"method": "random", "bits": 8}')
+    (tmp_path / "list.json").write_text("[1]")
+    for name, expected in (("binarizer.json", "no 'tasks' list"), ("list.json", "JSON list, not an object")):
+        assert main(["eval", "--merge", str(tmp_path / name), "--out", str(tmp_path / "r"), "--no-plots"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{name} is not a report.json" in err and expected in err, err
+    with pytest.raises(OndeviceError, match="report 1 is not a report.json .*lacks"):
+        merge_reports([{"tasks": [], "views": {"x": {}}, "results": {}, "skipped": {}}])
+
+
+def test_an_unknown_bundle_precision_is_named(tmp_path: Path) -> None:
+    """bundle:DIR:int4 is a typo of the precision, not a folder called "DIR:int4" that does not exist."""
+    (tmp_path / "b").mkdir()
+    with pytest.raises(OndeviceError, match="unknown precision 'int4'; use bundle:DIR"):
+        parse_encoder_spec(f"bundle:{tmp_path / 'b'}:int4")
+    assert parse_encoder_spec(f"bundle:{tmp_path / 'b'}:fp32").precision == "fp32"
+    assert parse_encoder_spec("bundle:pretrained:default").arg == "pretrained:default"  # a name, not a precision

@@ -330,3 +330,27 @@ def test_training_summary_names_a_continued_run_without_its_path(tmp_path):
     assert s["init_from"] == "v4-d100" and s["init_sha256"] == "ab" * 32 and "/home" not in json.dumps(s)
     assert s["train_split_repeats"] == 3 and s["train_splits"] == "stsb,sick" and s["epochs_done"] == 1
     assert "init_from" not in training_summary(tmp_path / "missing", student)
+
+
+def test_cli_golden_sentences_are_read_like_a_corpus_and_checked_first(tmp_path, capsys):
+    """--golden-sentences without --golden, not UTF-8, empty, or corrupt gzip: one line, before the student is loaded
+    (the student and binarizer named here do not even exist)."""
+    import gzip
+
+    from ondevice.export.bundle import ExportConfig
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9\n".encode("latin1"))
+    (tmp_path / "empty.txt").write_text("\n \n")
+    (tmp_path / "bad.txt.gz").write_bytes(gzip.compress(b"a\n" * 500)[:10] + b"\xff" * 40)
+    (tmp_path / "ok.txt").write_text("mine\n")
+    base = ["export", "--student", str(tmp_path / "s"), "--binarizer", str(tmp_path / "z"), "--out", str(tmp_path / "b")]
+    for extra, expected in ((["--golden-sentences", str(tmp_path / "ok.txt")], "add --golden"),
+                            (["--golden", "--golden-sentences", str(latin1)], "is not UTF-8 text"),
+                            (["--golden", "--golden-sentences", str(tmp_path / "empty.txt")], "has no sentences"),
+                            (["--golden", "--golden-sentences", str(tmp_path / "bad.txt.gz")], "cannot read --golden-sentences")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and expected in err and "Traceback" not in err, err
+    with pytest.raises(OndeviceError, match="add --golden"):
+        ExportConfig(golden_extra=("mine",)).validate()

@@ -643,6 +643,35 @@ def test_long_and_binary_corpus_lines(tmp_path):
         read_corpus(long, limit=-1)
 
 
+def test_corrupt_gzip_and_golden_text_are_one_line(tmp_path):
+    """A gzip header over corrupt deflate data is a one-line error like a truncated file, never zlib.error; errors name
+    the flag that gave the file; golden sentences are read exactly, and text that is not UTF-8 is refused there."""
+    import gzip
+
+    from ondevice.corpus import read_corpus, read_exact_lines
+
+    data = gzip.compress(("the cat sat on the mat\n" * 2000).encode())
+    corrupt = tmp_path / "corrupt.txt.gz"
+    corrupt.write_bytes(data[:10] + b"\xff" * 50 + data[60:])
+    with pytest.raises(OndeviceError, match="cannot read corpus .*corrupt.txt.gz: .*; check the file is complete") as e:
+        read_corpus(corrupt)
+    assert "\n" not in str(e.value)
+    with pytest.raises(OndeviceError, match="cannot read --augment-text"):
+        read_corpus(corrupt, flag="--augment-text")
+    with pytest.raises(OndeviceError, match="--golden-sentences .* is a folder; pass --golden-sentences FILE"):
+        read_exact_lines(tmp_path, "--golden-sentences")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin1"))
+    assert read_corpus(latin1) == ["caf\ufffd au lait"]  # a corpus is read with replacement characters, as before
+    with pytest.raises(OndeviceError, match="is not UTF-8 text .*convert it to UTF-8"):
+        read_exact_lines(latin1, "--golden-sentences")
+    with pytest.raises(OndeviceError, match="cannot read --golden-sentences"):
+        read_exact_lines(corrupt, "--golden-sentences")
+    hard = " two  spaces \t\nnul\0inside\n\n  \n"  # golden text keeps every character; blank lines are skipped
+    (tmp_path / "hard.txt.gz").write_bytes(gzip.compress(hard.encode()))
+    assert read_exact_lines(tmp_path / "hard.txt.gz", "--golden-sentences") == [" two  spaces \t", "nul\0inside"]
+
+
 # --------------------------------------------------------------------- 9./10. leftovers after a kill
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
@@ -455,3 +456,60 @@ def test_cli_rerank_of_a_classes_head_prints_the_probability_it_ranks_by():
     assert [h["id"] for h in got] == [2, 0]
     assert [h["score"] for h in got] == [0.8, 0.7] and got[0]["probabilities"] == [0.1, 0.8, 0.1]
     assert "decision" not in got[0]
+
+
+def _cli_error(capsys, argv) -> str:
+    """The one stderr line of a command that must fail with exit code 2 (no progress line before it)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_cli_bad_inputs_are_one_line_that_says_what_is_wrong(tmp_path, capsys):
+    """Empty .npy files, folders given as files, --radius 0, a negative --rerank, a missing corpus with an encoder."""
+    np.save(tmp_path / "codes.npy", random_codes(10, bits=64))
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "folder").mkdir()
+    index = str(tmp_path / "c.odx")
+    assert main(["index", "build", "--codes", str(tmp_path / "codes.npy"), "--out", index]) == 0
+    capsys.readouterr()
+    assert "--codes" in _cli_error(capsys, ["index", "build", "--codes", str(tmp_path / "empty.npy"), "--out", index])
+    assert "is empty (0 bytes)" in _cli_error(capsys, ["index", "search", index, "--queries", str(tmp_path / "empty.npy")])
+    assert "--codes" in _cli_error(capsys, ["index", "build", "--codes", str(tmp_path / "folder"), "--out", index])
+    for argv in (["index", "search", str(tmp_path / "folder"), "--queries", str(tmp_path / "codes.npy")],
+                 ["index", "info", str(tmp_path / "folder")]):
+        err = _cli_error(capsys, argv)
+        assert "is a folder without manifest.json" in err and "--shards N" in err
+    assert "exact duplicates" in _cli_error(capsys, ["index", "search", index, "--queries", str(tmp_path / "codes.npy"),
+                                                     "--radius", "0"])
+    assert "got -1" in _cli_error(capsys, ["index", "search", index, "--queries", str(tmp_path / "codes.npy"),
+                                           "--rerank", "-1"])
+    err = _cli_error(capsys, ["index", "build", "--corpus", str(tmp_path / "nope.txt"), "--bundle", "pretrained",
+                              "--out", index])
+    assert "corpus not found" in err  # the only line: no "encoder: ..." progress line before it
+    assert "--max-sentences" in _cli_error(capsys, ["index", "build", "--corpus", str(tmp_path / "nope.txt"), "--bundle",
+                                                    "pretrained", "--max-sentences", "0", "--out", index])
+    # --radius 1 is the smallest radius that finds anything: the code itself, at distance 0
+    assert main(["index", "search", index, "--queries", str(tmp_path / "codes.npy"), "--radius", "1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(any(hit["distance"] == 0 for hit in row["results"]) for row in rows)
+
+
+def test_cli_build_replaces_only_an_index(tmp_path, capsys):
+    """`index build --out` over a file that is not an index, or `--shards` into a bundle: one line, nothing changed."""
+    np.save(tmp_path / "codes.npy", np.arange(64, dtype=np.uint8).reshape(32, 2))
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"format": "ondevice-bundle"}')
+    build = ["index", "build", "--codes", str(tmp_path / "codes.npy")]
+    for argv, expected in (([*build, "--out", str(weights)], "is not a Hamming index file"),
+                           ([*build, "--shards", "2", "--out", str(bundle)], "holds an exported bundle")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err
+    assert weights.read_bytes() == b"weights" and sorted(p.name for p in bundle.iterdir()) == ["manifest.json"]
+    assert main([*build, "--out", str(tmp_path / "a.odx")]) == 0
+    assert main([*build, "--out", str(tmp_path / "a.odx")]) == 0  # an earlier index is replaced

@@ -63,3 +63,11 @@ def test_int8_product_that_saturates_16_bits_is_exact():
     want = ((xq - zp) @ w.astype(np.float64)) * scale
     assert xq[:, 1:].min() >= 220  # the case that saturates: u8 near 255 against |w| = 127
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-3)
+
+
+def test_a_negative_thread_count_is_refused():
+    """onnxruntime would take -1 as its default without a word (`pairs score --threads -1` ran)."""
+    from ondevice.errors import OndeviceError
+
+    with pytest.raises(OndeviceError, match="threads must be between 0 and"):
+        session_options(threads=-1)

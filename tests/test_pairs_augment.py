@@ -166,3 +166,13 @@ def test_edits_come_after_the_other_pairs_and_only_add():
             earlier.add(frozenset((x, y)))
             expected.append((x, y))
     assert new == expected and len(new) > len(train)
+
+
+def test_augment_bits_out_of_range_is_refused_even_when_nothing_augments():
+    """--augment-bits 0 with --alphas 0 was silently ignored; it is checked like every other augmentation flag."""
+    from ondevice.pairs.augment import extra_checks
+    from ondevice.pairs.train import DSEConfig
+
+    for bits in (0, -1, 1 << 20):
+        cfg = DSEConfig(task="stsb", data="", student="", teacher="", alpha=0.0, augment_bits=bits)
+        assert [m for ok, m in extra_checks(cfg) if not ok] == [f"--augment-bits must be in 1..65536, got {bits}"]

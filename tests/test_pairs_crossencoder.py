@@ -122,3 +122,19 @@ def test_device_flag_checks():
     if not torch.cuda.is_available():
         with pytest.raises(OndeviceError, match="sees no CUDA GPU"):
             resolve_device("cuda")
+
+
+@pytest.mark.parametrize("name", ["teacher.json", "model/model.safetensors", "model/tokenizer.json", "model"])
+def test_a_linked_file_in_a_teacher_folder_is_refused(tmp_path, name):
+    """A teacher folder someone sends must not make ondevice (or transformers) read other files of this machine
+    through a symbolic link; checked when the folder is opened, before any file of it is read."""
+    t = tmp_path / "T"
+    (t / "model").mkdir(parents=True)
+    (t / "teacher.json").write_text(json.dumps({"config": {"task": "stsb", "max_length": 128}, "weights_sha256": "0"}))
+    for file in ("config.json", "model.safetensors", "tokenizer.json"):
+        (t / "model" / file).write_text("{}")
+    assert CrossEncoderTeacher.load(t).spec.name == "stsb"  # the plain folder opens
+    shutil.move(t / name, tmp_path / "copy")  # same bytes, so only the link is wrong
+    (t / name).symlink_to(tmp_path / "copy")
+    with pytest.raises(OndeviceError, match=rf"^cross-encoder teacher {t}: {name} is a symbolic link; "):
+        CrossEncoderTeacher.load(t)

@@ -214,3 +214,18 @@ def test_pooled_side_states_hold_the_sentence_vector_then_tokens():
         assert (np.abs(s[row]).sum(-1) > 0).sum() == 1 + min(n, 3) and (s[row, 1 + min(n, 3):] == 0).all()
     with pytest.raises(OndeviceError, match="--pooled-slot"):
         _cfg(n=1, vec_dim=5).validate()
+
+
+@pytest.mark.parametrize("name", ["dipair_head.safetensors", "dipair_head.json"])
+def test_a_linked_head_file_is_refused(tmp_path, name):
+    """A DiPair run someone sends must not make ondevice read other files of this machine through a symbolic link."""
+    pytest.importorskip("torch")
+    from ondevice.pairs.dipair import load_head_weights, save_head
+
+    cfg = _cfg()
+    save_head(tmp_path / "run", build_projection(cfg), build_head(cfg), cfg)
+    assert load_head_weights(tmp_path / "run")[0] == cfg  # the plain folder loads
+    (tmp_path / "run" / name).rename(tmp_path / name)  # same bytes, so only the link is wrong
+    (tmp_path / "run" / name).symlink_to(tmp_path / name)
+    with pytest.raises(OndeviceError, match=rf"^pair-model run {tmp_path / 'run'}: {name} is a symbolic link; "):
+        load_head_weights(tmp_path / "run")

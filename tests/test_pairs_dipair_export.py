@@ -240,3 +240,8 @@ def test_java_dipair_head_parity(dipair_env, tmp_path):
     out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
                                             "ai.ondevice.core.DiPairParityCheck", str(bad)], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "dipair.blend" in out.stderr
+
+
+def test_bad_bits_fail_before_the_run_is_loaded(tmp_path):
+    with pytest.raises(OndeviceError, match="--bits must be between 1 and"):
+        export_dipair_bundle(tmp_path / "no-run", tmp_path / "b", bits=0)

@@ -194,3 +194,15 @@ def test_head_onto_an_existing_bundle_keeps_its_encoder(pair_env, tmp_path):
         add_head_to_bundle(run, other, tmp_path / "z")
     assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging folder left
+
+
+def test_bad_bits_and_out_fail_before_the_run_is_loaded(tmp_path):
+    """`pairs export --bits 0` failed only after encoding the training sentences (~a minute); now at once, as does an
+    --out that is a file (the run named here does not even exist)."""
+    from ondevice.pairs.export import export_pair_bundle
+
+    with pytest.raises(OndeviceError, match="--bits must be between 1 and"):
+        export_pair_bundle(tmp_path / "no-run", tmp_path / "b", bits=0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OndeviceError, match="is a file, not a directory"):
+        export_pair_bundle(tmp_path / "no-run", tmp_path / "file", bits=64)

@@ -29,3 +29,9 @@ def test_sentence_head_learns_and_resumes(pair_env, tmp_path):
         train_sentence_head(cfg, tmp_path / "full", progress=False)
     with pytest.raises(OndeviceError, match="--task"):
         SentenceHeadConfig(data="", student="", task="mr").validate()
+
+
+def test_a_negative_thread_count_is_refused_up_front():
+    """`pairs sentence --threads -1` ended in torch's RuntimeError; now the config says so, naming the flag."""
+    with pytest.raises(OndeviceError, match="--threads must be >= 0"):
+        SentenceHeadConfig(data="", student="", threads=-1).validate()

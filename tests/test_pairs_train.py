@@ -136,3 +136,54 @@ def test_augment_edits_add_teacher_scored_pairs(pair_env, tmp_path):
     assert json.loads((tmp_path / "run" / "dse_config.json").read_text())["augment_edits"] == 2
     with pytest.raises(OndeviceError, match="augment_edits"):  # a resume must use the same edits
         train_dse(pair_env.dse_config(epochs=1, augment_random=10, seed=2), tmp_path / "run", resume=True, progress=False)
+
+
+@pytest.mark.parametrize("name", ["alpha-0/pair_head.safetensors", "alpha-0/dse_config.json",
+                                  "alpha-0/student/model.safetensors", "alpha-0/student"])
+def test_a_linked_file_in_a_run_is_refused(tmp_path, name):
+    """A pair-model run someone sends must not make ondevice read other files of this machine through a link
+    (`ondevice pairs export --run R` loads R's chosen alpha with PairStudent.load first)."""
+    pytest.importorskip("torch")
+    from pairs_fixtures import make_student
+
+    from ondevice.pairs.export import export_pair_bundle
+    from ondevice.pairs.model import PairHeadConfig, build_head, save_head
+
+    root = tmp_path / "R"
+    run = root / "alpha-0"
+    make_student(run)
+    cfg = PairHeadConfig(dim=16, hidden=4, outputs=3, kind="classes", labels=["a", "b", "c"])
+    save_head(run, build_head(cfg), cfg)
+    (run / "dse_config.json").write_text("{}")
+    (root / "selection.json").write_text(json.dumps({"chosen_dir": "alpha-0"}))
+    assert PairStudent.load(chosen_run(root)).head_cfg == cfg  # the plain run loads
+    (tmp_path / "elsewhere").mkdir()
+    outside = tmp_path / "elsewhere" / "copy"
+    shutil.move(root / name, outside)  # same bytes, so only the link is wrong
+    (root / name).symlink_to(outside)
+    file = name.split("/", 2)[-1] if name.startswith("alpha-0/student/") else name.split("/", 1)[1]
+    with pytest.raises(OndeviceError, match=rf"{file} is a symbolic link; artifacts are read only from plain files"):
+        PairStudent.load(chosen_run(root))
+    with pytest.raises(OndeviceError, match=rf"{file} is a symbolic link"):
+        export_pair_bundle(root / "alpha-0", tmp_path / "out", bits=8)
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_alpha_resume_and_augment_text_are_checked_before_the_first_alpha_trains(pair_env, tmp_path):
+    """No teacher with alphas 0,0.5 trained alpha 0 for nothing; --resume of a new folder started from scratch; a corrupt
+    --augment-text passed with --alphas 0. All three are one line now, before any training (no folder is made)."""
+    import dataclasses
+
+    from ondevice.pairs.train import DSEConfig
+
+    base = DSEConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher="", epochs=1,
+                     head_hidden=4, augment_random=0, augment_neighbors=0)
+    with pytest.raises(OndeviceError, match="alpha 0.5 distills teacher logits; pass --teacher DIR"):
+        train_dse_alphas(base, tmp_path / "o", [0.0, 0.5], progress=False)
+    with pytest.raises(OndeviceError, match=r"nothing to resume in .*o \(no checkpoint/ in its alpha-<a> folders\)"):
+        train_dse_alphas(base, tmp_path / "o", [0.0], resume=True, progress=False)
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 60)
+    with pytest.raises(OndeviceError, match="cannot read --augment-text"):
+        train_dse_alphas(dataclasses.replace(base, augment_text=str(bad)), tmp_path / "o", [0.0], progress=False)
+    assert not (tmp_path / "o").exists()

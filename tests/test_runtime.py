@@ -80,7 +80,7 @@ def test_load_resolves_precision_and_reports_shape(exported):
     assert Bundle.load(out).precision == "int8"  # a two-precision export loads what apps ship
     b = Bundle.load(out, precision="fp32")
     assert (b.precision, b.dim, b.bits, b.code_bytes) == ("fp32", 16, 29, 4)
-    with pytest.raises(OndeviceError, match="is a fp32 bundle, not int8"):
+    with pytest.raises(OndeviceError, match="holds only the fp32 precision, not int8; leave out --precision"):
         Bundle.load(out / "fp32", precision="int8")
     with pytest.raises(OndeviceError, match="unknown precision"):
         Bundle.load(out, precision="fp16")
@@ -456,3 +456,12 @@ def test_a_linked_or_huge_manifest_is_refused_before_it_is_read(exported, tmp_pa
     (b / "manifest.json").write_bytes(b" " * (runtime.MAX_MANIFEST_BYTES + 1))
     with pytest.raises(OndeviceError, match="far more than any manifest"):
         Bundle.load(b)
+
+
+def test_a_two_precision_folder_without_the_asked_one_names_what_it_holds(exported, tmp_path):
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    _copy(exported[2] / "int8", outer / "int8")
+    with pytest.raises(OndeviceError, match="holds no fp32 bundle, only int8; pick that with --precision"):
+        Bundle.load(outer, precision="fp32")
+    assert Bundle.load(outer).precision == "int8"

@@ -108,3 +108,51 @@ def test_cli_build_shards_search_and_info(tmp_path, capsys):
     assert [[h["distance"] for h in ln["results"]] for ln in lines] == want_d.tolist()
     assert main(["index", "search", str(tmp_path / "cat"), "--queries", str(tmp_path / "q.npy"), "--radius", "3"]) == 2
     assert "not supported on a sharded index" in capsys.readouterr().err
+
+
+def test_shards_are_never_written_into_a_bundle(tmp_path):
+    """A folder whose manifest.json belongs to a bundle (or to no artifact) is not a sharded index to replace."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"format": "ondevice-bundle"}')
+    (bundle / "encoder.onnx").write_bytes(b"graph")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "manifest.json").write_text('{"mine": 1}')
+    codes = np.arange(32, dtype=np.uint8).reshape(16, 2)
+    with pytest.raises(OndeviceError, match="holds an exported bundle"):
+        build_shards(codes, bundle, 2)
+    with pytest.raises(OndeviceError, match="holds a manifest.json that is not part of a sharded"):
+        build_shards(codes, other, 2)
+    assert sorted(p.name for p in bundle.iterdir()) == ["encoder.onnx", "manifest.json"]
+    assert (other / "manifest.json").read_text() == '{"mine": 1}'
+    build_shards(codes, tmp_path / "idx", 2)
+    assert build_shards(codes[:8], tmp_path / "idx", 2).count == 8  # an earlier sharded index is replaced
+
+
+def test_a_linked_shard_or_manifest_is_refused(tmp_path):
+    """A sharded index someone sends must not make ondevice read other files of this machine through a link."""
+    folder = tmp_path / "cat"
+    build_shards(_codes(50, 8), folder, shards=2)
+    assert len(ShardedIndex.open(folder)) == 50  # the plain folder opens
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("shard-00001.odx", "manifest.json"):
+        (folder / name).rename(tmp_path / "elsewhere" / name)  # same bytes: every checksum still agrees
+        (folder / name).symlink_to(tmp_path / "elsewhere" / name)
+        with pytest.raises(OndeviceError, match=rf"^sharded index {folder}: {name} is a symbolic link; "):
+            ShardedIndex.open(folder)
+        (folder / name).unlink()
+        (tmp_path / "elsewhere" / name).rename(folder / name)
+    (tmp_path / "alias").symlink_to(folder)  # the folder itself may be a link
+    assert len(ShardedIndex.open(tmp_path / "alias")) == 50
+
+
+def test_a_single_index_file_given_as_a_sharded_index_says_so(tmp_path):
+    """`index serve c.odx` (and ShardedIndex.open) on a single-file index: what is needed, not "not valid JSON"."""
+    path = tmp_path / "c.odx"
+    index = HammingIndex(16)
+    index.add(np.zeros((3, 2), np.uint8))
+    index.save(path)
+    for call in (read_manifest, ShardedIndex.open):
+        with pytest.raises(OndeviceError, match=r"is a single index file; .*`ondevice index build --shards N"):
+            call(path)

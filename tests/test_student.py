@@ -72,3 +72,27 @@ def test_similarity_matching_loss_against_a_loop():
     # scale-free (cosines), zero for a rescaled teacher, zero for a batch of one
     assert similarity_matching_loss(torch.tensor(3 * t), torch.tensor(t)).item() == pytest.approx(0.0, abs=1e-12)
     assert similarity_matching_loss(torch.tensor(s[:1]), torch.tensor(t[:1])).item() == 0.0
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "vocab.txt", "config.json", "distill_config.json"])
+def test_a_linked_file_in_a_student_folder_is_refused(tmp_path, name):
+    """A student someone sends must not make ondevice read other files of this machine through a symbolic link."""
+    import shutil
+
+    from ondevice.distill import DistillConfig, apply_init
+
+    s = tmp_path / "S"
+    _student().save(s)
+    (s / "distill_config.json").write_text("{}")
+    Student.load(s)  # the plain folder loads
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(s / name, tmp_path / "elsewhere" / name)  # same bytes, so only the link is wrong
+    (s / name).symlink_to(tmp_path / "elsewhere" / name)
+    with pytest.raises(OndeviceError, match=rf"^student {s}: {name} is a symbolic link; .*copy the file in instead"):
+        Student.load(s)
+    with pytest.raises(OndeviceError, match=f"{name} is a symbolic link"):  # `ondevice distill --init-from S`
+        apply_init(DistillConfig(corpus="c.txt", teacher="t", init_from=str(s)))
+    (tmp_path / "alias").symlink_to(s)  # the folder itself may be a link: only what is inside it may not
+    (s / name).unlink()
+    shutil.move(tmp_path / "elsewhere" / name, s / name)
+    Student.load(tmp_path / "alias")

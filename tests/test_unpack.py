@@ -133,6 +133,7 @@ def test_golden_files_that_do_not_parse_are_one_line_errors(tmp_path):
         (folder / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(OndeviceError, match="cannot read its golden files|do not match its student"):
             unpack_bundle(folder, tmp_path / "s")
+        assert not any((tmp_path / "s").iterdir())  # nothing half-written is left (a rerun would refuse it)
 
 
 def test_a_foreign_encoder_graph_is_a_one_line_error(tmp_path):
@@ -175,3 +176,35 @@ def test_weights_that_do_not_fit_the_student_write_nothing(tmp_path):
         with pytest.raises(OndeviceError, match="do not fit its student config|NaN or inf"):
             unpack_bundle(folder, tmp_path / "s")
         assert not (tmp_path / "s").exists()
+
+
+def test_unpack_writes_only_into_a_new_empty_or_earlier_unpack_folder(tmp_path, capsys):
+    """Never into a bundle (its own folder included), over someone's config.json, or over a trained student."""
+    _, folder = _export(tmp_path, "mean", precision="fp32", torchscript=False)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "config.json").write_text('{"theme": "dark"}')
+    trained = tmp_path / "trained"
+    _student("mean", seed=2).save(trained)
+    for out, expected in ((folder, "holds an exported bundle"), (foreign, "holds a config.json that is not part of"),
+                          (trained, "holds a trained student")):
+        assert main(["unpack", "--bundle", str(folder), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert (foreign / "config.json").read_text() == '{"theme": "dark"}' and not (trained / "unpacked.json").exists()
+    assert main(["unpack", "--bundle", str(folder), "--out", str(tmp_path / "u")]) == 0
+    assert main(["unpack", "--bundle", str(folder), "--out", str(tmp_path / "u")]) == 0  # an earlier unpack: replaced
+
+
+def test_a_precision_the_bundle_does_not_hold_is_refused(tmp_path, capsys):
+    """`unpack --precision fp32` of an int8-only bundle unpacked the int8 weights without a word; now one line naming
+    what the bundle holds, and nothing is written."""
+    from ondevice.unpack import unpack_bundle
+
+    with pytest.raises(OndeviceError, match="holds only the int8 precision, not fp32; leave out --precision"):
+        unpack_bundle("pretrained", tmp_path / "s", "fp32")
+    assert main(["unpack", "--bundle", "pretrained", "--out", str(tmp_path / "s"), "--precision", "fp32"]) == 2
+    assert "holds only the int8 precision" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 JUDGE_TASKS = ("stsb", "sick-r", "mrpc", "qqp")  # pair tasks with a train split and a score or a yes/no label
 
@@ -82,8 +81,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load_input(a: argparse.Namespace):
     """The float matrix that the flags name, and a function that encodes more texts the same way (None for
     --embeddings)."""
-    import numpy as np
-
     from ondevice.errors import OndeviceError
 
     if a.max_sentences is not None and a.max_sentences < 1:
@@ -92,13 +89,9 @@ def load_input(a: argparse.Namespace):
     if len(given) != 1:
         raise OndeviceError("give exactly one input: --embeddings X.npy, --student DIR --corpus FILE, or --teacher --corpus FILE")
     if a.embeddings:
-        path = Path(a.embeddings)
-        if not path.is_file():
-            raise OndeviceError(f"embeddings file not found: {path}")
-        try:
-            x = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise OndeviceError(f"cannot read {path} as a .npy float matrix ({exc})") from None
+        from ondevice.io import read_npy
+
+        x = read_npy(a.embeddings, "--embeddings")  # an empty, truncated, non-.npy or pickled file: one line
         return (x[: a.max_sentences] if a.max_sentences else x), None
     if not a.corpus:
         raise OndeviceError(f"--{given[0]} needs --corpus FILE (one sentence per line)")
@@ -109,14 +102,14 @@ def load_input(a: argparse.Namespace):
     if a.student:
         from ondevice.student import Student
 
+        encode = Student.load(a.student).encode  # a bad --student is the only line, before any progress line
         _stage(a, f"encoding {len(sentences):,} sentences with the student {a.student} ...")
-        encode = Student.load(a.student).encode
         x = encode(sentences)
     else:
         from ondevice.teacher import Teacher, cached_vectors
 
-        _stage(a, f"encoding {len(sentences):,} sentences with the teacher {a.teacher} (cached on disk) ...")
         teacher = Teacher(a.teacher)
+        _stage(a, f"encoding {len(sentences):,} sentences with the teacher {a.teacher} (cached on disk) ...")
 
         def encode(texts: list[str]):
             return cached_vectors(teacher, texts, progress=False)
@@ -156,11 +149,13 @@ def run(a: argparse.Namespace) -> int:
     import numpy as np
 
     from ondevice.binarize import Binarizer, as_embeddings, check_bits
+    from ondevice.checks import check_int
     from ondevice.errors import OndeviceError
-    from ondevice.io import atomic_path, check_out_dir, check_out_file
+    from ondevice.io import atomic_path, check_out_file, check_out_kind
 
-    check_out_dir(a.out)  # fail before any encoding or training work
+    check_out_kind(a.out, "binarizer")  # fail before any encoding or training work
     check_bits(a.method, a.bits, a.bits)  # the range of --bits; the input's dim is checked once it is read
+    check_int(a.threads, "--threads", 0, 4096)  # every method: the autoencoders use it, the others never ignore a bad one
     if a.codes_out:
         check_out_file(a.codes_out, "--codes-out")
     ae_hyper: dict = {}
@@ -174,8 +169,10 @@ def run(a: argparse.Namespace) -> int:
     elif a.judge_task:
         raise OndeviceError(f"--judge-task is for the autoencoders (--method ae / ae-sp), not {a.method}")
     x, encode = load_input(a)
-    if np.ndim(x) == 2:
-        check_bits(a.method, a.bits, x.shape[1])  # fail before any training
+    if np.ndim(x) != 2 or 0 in np.shape(x) or np.asarray(x[:0]).dtype.kind not in "fiu":
+        # not a non-empty numeric (n, dim) matrix: its one-line error, before any progress line
+        as_embeddings(x, what=f"--embeddings {a.embeddings}" if a.embeddings else "embeddings")
+    check_bits(a.method, a.bits, x.shape[1])  # fail before any training
     hyper: dict = {"progress": not a.quiet}
     if a.method == "threshold" and a.threshold is not None:
         hyper["threshold"] = a.threshold

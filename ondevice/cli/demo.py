@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from ondevice.corpus import WIKI_RELPATH, default_data_dir
     from ondevice.demo import run_demo
-    from ondevice.io import cache_dir
+    from ondevice.io import cache_dir, check_out_dir
     from ondevice.results import start_run, write_result
 
     data = Path(a.data) if a.data else default_data_dir()
@@ -44,6 +44,10 @@ def run(a: argparse.Namespace) -> int:
                         teacher_backend=a.teacher_backend)
     if a.query:
         config.queries = tuple(a.query)
+    config.validate()  # every range, before the pretrained model, the teacher or any training
+    check_out_dir(out)
+    if a.results_dir:
+        check_out_dir(a.results_dir, "--results-dir")  # not found out only after the whole demo ran
     meta = start_run(threads=None)
     result = run_demo(config, progress=not a.quiet)
     if a.results_dir:

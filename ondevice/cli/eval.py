@@ -49,7 +49,7 @@ def run(a: argparse.Namespace) -> int:
         from ondevice.eval.report import merge_reports
         from ondevice.io import read_json
 
-        report = merge_reports([read_json(p, "report") for p in a.merge])
+        report = merge_reports([read_json(p, "report") for p in a.merge], names=a.merge)
         paths = write_report(report, Path(a.out), command=_command(), plots=not a.no_plots)
         print(markdown_table(report))
         print(f"wrote {', '.join(str(p) for p in paths)}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 HELP = "export a student and its binarizer as one verified bundle (encoder.onnx, encoder.pt, manifest.json)"
 
@@ -19,7 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fp32, int8 (smallest: what apps ship), or both (as OUT/fp32 and OUT/int8)")
     p.add_argument("--golden", action="store_true", help="also write golden/ files other runtimes are tested against")
     p.add_argument("--golden-sentences", default=None,
-                   help="extra golden sentences, one per line (your own text: it is copied into the bundle)")
+                   help="with --golden: extra golden sentences, one per line, UTF-8, .gz allowed (your own text: it "
+                        "is copied into the bundle)")
     p.add_argument("--with-weights", action="store_true",
                    help="also write student.safetensors (fp32) for runtimes with their own forward pass; with "
                         "--precision both it goes into fp32/ only (int8/ stays small)")
@@ -36,23 +36,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from ondevice.binarize import Binarizer
+    from ondevice.corpus import read_exact_lines
     from ondevice.errors import OndeviceError
     from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import read_json
+    from ondevice.io import check_out_dir, read_json
     from ondevice.student import Student
 
-    extra: tuple[str, ...] = ()
-    if a.golden_sentences:
-        path = Path(a.golden_sentences)
-        if not path.is_file():
-            raise OndeviceError(f"--golden-sentences file not found: {path}")
-        extra = tuple(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    check_out_dir(a.out)
+    named = (a.golden_sentences,) if a.golden_sentences else ()
+    config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=named, with_weights=a.with_weights,
+                          torchscript=not a.no_torchscript, projection=a.projection, seed=a.seed,
+                          int8_weight_bits=a.int8_weight_bits)
+    config.validate()  # before any file is read: --golden-sentences without --golden, ...
+    if a.golden_sentences:  # .gz allowed like a corpus, but every character kept, and text that is not UTF-8 refused
+        config.golden_extra = tuple(read_exact_lines(a.golden_sentences, "--golden-sentences"))
     evaluation = read_json(a.eval, "--eval summary") if a.eval else None
     if evaluation is not None and not isinstance(evaluation, dict):
         raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
-    config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=extra, with_weights=a.with_weights,
-                          torchscript=not a.no_torchscript, projection=a.projection, seed=a.seed,
-                          int8_weight_bits=a.int8_weight_bits)
     student = Student.load(a.student)
     written = export(student, Binarizer.load(a.binarizer), a.out, config, student_dir=a.student, evaluation=evaluation)
     for folder in written:

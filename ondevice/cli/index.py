@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--query", action="append", help="a text query (repeatable); needs --bundle or --student")
     q.add_argument("--queries", help="packed uint8 query codes (nq, code_bytes) as .npy")
     s.add_argument("-k", type=int, default=10, help="neighbours per query")
-    s.add_argument("--radius", type=int, default=None, help="instead of top-k: every code at distance < RADIUS")
+    s.add_argument("--radius", type=int, default=None, help="instead of top-k: every code at distance < RADIUS (>= 1; 1: exact duplicates only)")
     s.add_argument("--threads", type=int, default=None,
                    help="search threads (default: chosen from the work size, one for small indexes, up to all cores)")
     s.add_argument("--corpus", help="the corpus the index was built from, to print the matching sentences")
@@ -99,18 +99,10 @@ def run(a: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _load_npy(path: str, what: str):
-    import numpy as np
+def _load_npy(path: str, flag: str):
+    from ondevice.io import read_npy
 
-    from ondevice.errors import OndeviceError
-
-    p = Path(path)
-    if not p.is_file():
-        raise OndeviceError(f"{what} file not found: {p}")
-    try:
-        return np.load(p, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise OndeviceError(f"cannot read {p} as a .npy array ({str(exc).splitlines()[0]})") from None
+    return read_npy(path, flag)  # an empty, truncated, non-.npy or pickled file is a one-line error naming the flag
 
 
 class _Encoder:
@@ -174,15 +166,28 @@ def _build(a: argparse.Namespace) -> int:
 
     from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex
+    from ondevice.io import check_out_index_file, check_out_kind
 
     if bool(a.codes) == bool(a.corpus):
         raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
+    if a.max_sentences is not None and a.max_sentences < 1:
+        raise OndeviceError(f"--max-sentences must be >= 1, got {a.max_sentences}")
+    if a.shards < 0:
+        raise OndeviceError(f"--shards must be >= 0 (0: one index file), got {a.shards}")
+    if a.shards:  # before any encoding: never into a bundle or other artifact, never over a file not an index
+        check_out_kind(a.out, "sharded-index")
+    else:
+        check_out_index_file(a.out)
     started = time.perf_counter()
+    codes = _load_npy(a.codes, "--codes") if a.codes else None
+    ids = _load_npy(a.ids, "--ids") if a.ids else None
     encoder = _Encoder(a) if a.corpus or _Encoder.given(a) else None
-    if encoder is not None:
-        print(f"encoder: {encoder.label}", file=sys.stderr)
-    if a.codes:
-        codes = _load_npy(a.codes, "codes")
+    texts = None
+    if a.corpus:
+        from ondevice.corpus import read_corpus
+
+        texts = read_corpus(a.corpus, a.max_sentences)  # read before any progress line: a bad corpus is the only line
+    if codes is not None:
         if codes.dtype != np.uint8 or codes.ndim != 2:
             raise OndeviceError(f"{a.codes} must hold uint8 packed codes of shape (n, code_bytes), got {codes.dtype} {codes.shape}")
         bits = a.bits if a.bits is not None else codes.shape[1] * 8
@@ -191,19 +196,16 @@ def _build(a: argparse.Namespace) -> int:
         if encoder is not None and encoder.bits != bits:
             raise OndeviceError(f"{a.codes} holds {bits}-bit codes but the encoder makes {encoder.bits}-bit codes; "
                                 "name the encoder that made these codes, or none")
-    else:
-        from ondevice.corpus import read_corpus
-
-        texts = read_corpus(a.corpus, a.max_sentences)
+    elif a.bits is not None and a.bits != encoder.bits:
+        raise OndeviceError(f"--bits {a.bits} disagrees with the encoder's {encoder.bits}-bit codes; drop --bits")
+    n = len(codes) if codes is not None else len(texts)
+    if ids is not None and ids.shape != (n,):
+        raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({n},)")
+    if encoder is not None:
+        print(f"encoder: {encoder.label}", file=sys.stderr)
+    if codes is None:
         codes = np.concatenate([encoder.codes(texts[i : i + 65536]) for i in range(0, len(texts), 65536)])
         bits = encoder.bits
-        if a.bits is not None and a.bits != bits:
-            raise OndeviceError(f"--bits {a.bits} disagrees with the encoder's {bits}-bit codes; drop --bits")
-    ids = None
-    if a.ids:
-        ids = _load_npy(a.ids, "ids")
-        if ids.shape != (len(codes),):
-            raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({len(codes)},)")
     if a.shards:
         from ondevice.scale.shards import build_shards
 
@@ -233,22 +235,30 @@ def _search(a: argparse.Namespace) -> int:
         raise OndeviceError(f"-k must be >= 1, got {a.k}")
     if a.threads is not None and a.threads < 1:
         raise OndeviceError(f"--threads must be >= 1, got {a.threads}")
-    if a.radius is not None and not 0 <= a.radius <= MAX_BITS + 1:
-        raise OndeviceError(f"--radius must be in 0..{MAX_BITS + 1} (a code has at most {MAX_BITS} bits), got {a.radius}")
+    if a.radius is not None and not 1 <= a.radius <= MAX_BITS + 1:
+        # FAISS semantics (distance < radius): 0 would always find nothing; exact duplicates are at distance 0
+        raise OndeviceError(f"--radius must be in 1..{MAX_BITS + 1}: it finds codes at distance < RADIUS (1: exact "
+                            f"duplicates only; a code has at most {MAX_BITS} bits), got {a.radius}")
+    if a.rerank < 0:
+        raise OndeviceError(f"--rerank must be >= 0 (0: off), got {a.rerank}")
     if a.rerank and (a.rerank < a.k or a.radius is not None or not (a.query and a.bundle and a.corpus)):
-        raise OndeviceError(f"--rerank N reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of the "
-                            "--bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
+        raise OndeviceError(f"--rerank {a.rerank} reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of "
+                            "the --bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
     started = time.perf_counter()
     index = _open_for_search(a)
+    if a.radius is not None and not isinstance(index, HammingIndex):
+        raise OndeviceError("--radius is not supported on a sharded index; use -k")
+    texts = _corpus_lookup(a.corpus)  # a bad corpus is reported before any progress line
     if a.queries:
-        queries = _load_npy(a.queries, "queries")
+        queries = _load_npy(a.queries, "--queries")
         labels = [f"#{i}" for i in range(len(queries) if queries.ndim == 2 else 1)]
     else:
         encoder = _Encoder(a)
-        print(f"encoder: {encoder.label}", file=sys.stderr)
         if encoder.bits != index.bits:
             raise OndeviceError(f"the encoder makes {encoder.bits}-bit codes but {a.index} holds {index.bits}-bit codes; "
                                 "use the encoder the index was built with")
+        head = encoder.pair_head() if a.rerank else None  # fails here, before the search, when there is none
+        print(f"encoder: {encoder.label}", file=sys.stderr)
         warning = check_encoder(getattr(index, "encoder", None), encoder.identity, str(a.index))
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -256,13 +266,9 @@ def _search(a: argparse.Namespace) -> int:
             print(f"note: {a.index} does not record which encoder built it (built from codes, or by an older "
                   "ondevice), so the encoder could not be checked", file=sys.stderr)
         queries, labels = encoder.codes(list(a.query)), list(a.query)
-        head = encoder.pair_head() if a.rerank else None  # fails here, before the search, when there is none
-    texts = _corpus_lookup(a.corpus)
     k = max(a.k, a.rerank)
     nq = len(queries) if getattr(queries, "ndim", 1) == 2 else 1
     single = isinstance(index, HammingIndex)
-    if a.radius is not None and not single:
-        raise OndeviceError("--radius is not supported on a sharded index; use -k")
     # One search in a fresh process: plain numpy beats loading Numba's kernels (~0.7 s) up to a few hundred MB.
     path = hamming.oneshot_path(len(index), index.code_bytes, nq) if single else None
     loaded = time.perf_counter()

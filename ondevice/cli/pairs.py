@@ -385,9 +385,12 @@ def _alphas(text: str) -> list[float]:
 
 
 def run(a: argparse.Namespace) -> int:
+    from ondevice.checks import check_int
     from ondevice.errors import OndeviceError
 
     cmd = a.pairs_command
+    if getattr(a, "threads", None) is not None:  # every step's --threads, before any work (0: torch's default)
+        check_int(a.threads, "--threads", 0, 4096)
     if cmd in ("dipair", "dipair-export"):
         return _run_dipair(a)
     if cmd == "score":

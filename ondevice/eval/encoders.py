@@ -79,8 +79,12 @@ class StudentEncoder:
     FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
 
     def __init__(self, directory: str | Path):
+        from ondevice.io import artifact_file
+        from ondevice.student import FILES
 
         self.path = Path(directory)
+        for name in FILES:  # before any file is hashed: a student's files must be its own, not links out of it
+            artifact_file(self.path, name, "student")
         if not (self.path / layouts.STUDENT_CONFIG).is_file() or not (self.path / layouts.STUDENT_WEIGHTS).is_file():
             raise OndeviceError(f"{self.path} is not a student dir (needs {layouts.STUDENT_CONFIG} and {layouts.STUDENT_WEIGHTS}); run `ondevice distill` first")
         self._model = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +81,40 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
     return "\n".join(parts)
 
 
-def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+_VIEW_KEYS = ("method", "dim", "binary", "bytes_per_sentence", "model_bytes")  # what the table and plots read
+
+
+def _report_problem(report: Any) -> str | None:
+    """What keeps `report` from being an `ondevice eval` report (None when it is one), checked before any merging."""
+    if not isinstance(report, dict):
+        return f"it holds a JSON {type(report).__name__}, not an object"
+    for key, kind in (("tasks", list), ("views", dict), ("results", dict), ("skipped", dict)):
+        if not isinstance(report.get(key), kind):
+            return f"it has no {key!r} {'list' if kind is list else 'object'}"
+    for name, meta in report["views"].items():
+        if not isinstance(meta, dict) or any(k not in meta for k in _VIEW_KEYS):
+            return f"its view {name!r} lacks {', '.join(_VIEW_KEYS)}"
+        if not isinstance(report["results"].get(name, {}), dict):
+            return f"its results of view {name!r} are not an object"
+    return None
+
+
+def merge_reports(reports: list[dict[str, Any]], names: Sequence[str] | None = None) -> dict[str, Any]:
     """One report from several (e.g. a slow teacher on some tasks, fast students on all): union of views and tasks.
 
     Results merge per (view, task): a later report's number for the same view and task replaces the earlier one,
-    other tasks of that view are kept. A task counts as skipped only if no report ran it.
+    other tasks of that view are kept. A task counts as skipped only if no report ran it. `names` (the files the
+    reports were read from) name a report that is not one in the one-line error.
     """
     from ondevice.errors import OndeviceError
 
     if not reports:
         raise OndeviceError("nothing to merge; give at least one report.json")
+    for i, r in enumerate(reports):
+        if problem := _report_problem(r):
+            name = names[i] if names is not None and i < len(names) else f"report {i + 1}"
+            raise OndeviceError(f"{name} is not a report.json of `ondevice eval` ({problem}); give the report.json "
+                                "files eval wrote")
     out = {**reports[0], "views": {}, "results": {}, "merged_from": [r.get("created") for r in reports]}
     tasks: list[str] = []
     for r in reports:

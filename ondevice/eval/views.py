@@ -151,6 +151,11 @@ def parse_encoder_spec(text: str) -> EncoderSpec:
         arg = arg or "glove-6b-50d"
     elif kind == "bundle" and arg.rsplit(":", 1)[-1] in ("fp32", "int8"):
         arg, _, precision = arg.rpartition(":")
+    elif kind == "bundle" and ":" in arg:  # bundle:DIR:int4 is a typo of a precision, not a path named "DIR:int4"
+        base, _, last = arg.rpartition(":")
+        if not Path(arg).exists() and (Path(base).is_dir() or base.startswith("pretrained:")):
+            raise OndeviceError(f"--encoder {text!r}: unknown precision {last!r}; use bundle:DIR (int8 if the folder "
+                                "has both), bundle:DIR:fp32 or bundle:DIR:int8")
     if kind in ("student", "bundle") and not arg:
         raise OndeviceError(f"--encoder {text!r}: {kind} needs a path, e.g. {kind}:DIR")
     if kind not in ("teacher", "glove", "student", "bundle"):

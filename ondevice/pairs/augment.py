@@ -179,15 +179,17 @@ def extra_texts(config) -> list[ExtraText]:
     if names:
         out.append(ExtraText(unlabeled_train_sentences(config.data, names, config.split_seed), config.augment_tasks_max))
     if config.augment_text:
-        text = read_corpus(config.augment_text, exclude=pair_held_out_texts(config.data, config.split_seed))
+        text = read_corpus(config.augment_text, exclude=pair_held_out_texts(config.data, config.split_seed),
+                           flag="--augment-text")
         config.augment_text_sha256 = sha256_text(text)
         out.append(ExtraText(text, config.augment_text_max))
     return out
 
 
 def extra_checks(config) -> list[tuple[bool, str]]:
-    """Validation rows of `--augment-tasks` ("" = none), `--augment-text`, their maxima and `--augment-edits`, for
-    `first_failure`."""
+    """Validation rows of `--augment-tasks` ("" = none), `--augment-text`, their maxima, `--augment-bits` and
+    `--augment-edits`, for `first_failure` (checked whether or not the run augments: a bad flag is never ignored)."""
+    from ondevice.bits import MAX_BITS
     from ondevice.pairs.data import task_list, unlabeled_tasks_problem
 
     names = task_list(config.augment_tasks)
@@ -197,4 +199,5 @@ def extra_checks(config) -> list[tuple[bool, str]]:
             (not text or Path(text).is_file(),
              f"--augment-text {text}: no such file; give a text file with one sentence per line (.gz allowed)"),
             (config.augment_text_max >= 1, "--augment-text-max must be >= 1"),
+            (1 <= config.augment_bits <= MAX_BITS, f"--augment-bits must be in 1..{MAX_BITS}, got {config.augment_bits}"),
             (config.augment_edits >= 0, "--augment-edits must be >= 0")]

@@ -23,7 +23,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, sha256_file, write_json, write_text
+from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_file, write_json, write_text
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
@@ -100,7 +100,14 @@ class CrossEncoderTeacher:
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> CrossEncoderTeacher:
         """Open a teacher folder written by `fine_tune` (the network itself loads on first use, on `device`)."""
+        from ondevice.io import artifact_file
+
         directory = Path(directory)
+        model = artifact_file(directory, layouts.TEACHER_MODEL, "cross-encoder teacher")
+        # every file transformers may open in model/ too: none may be a link out of the folder
+        for name in (layouts.TEACHER_INFO, layouts.TEACHER_CONFIG, *sorted(p.relative_to(directory).as_posix()
+                                                                          for p in model.rglob("*"))):
+            artifact_file(directory, name, "cross-encoder teacher")
         if not (directory / layouts.TEACHER_INFO).is_file() or not (directory / layouts.TEACHER_MODEL).is_dir():
             raise OndeviceError(f"{directory} is not a cross-encoder teacher (needs {layouts.TEACHER_INFO} and "
                                 f"{layouts.TEACHER_MODEL}/); {layouts.what_it_is(directory, 'cross-encoder')}; run "
@@ -172,10 +179,10 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
               progress: bool = True) -> CrossEncoderTeacher:
     """Fine-tune the base model as a cross-encoder on the task's train split; dev picks the threshold."""
     config.validate()
+    out = check_out_kind(out_dir, "cross-encoder")
     torch = require("torch", "train")
     datasets = require("datasets", "pairs")
     st = _st()
-    out = Path(out_dir)
     ckpts = sorted((out / layouts.TEACHER_CHECKPOINTS).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
     if ckpts and not resume:
         raise OndeviceError(f"{out} holds checkpoints of an earlier run; pass --resume to continue it, or choose another --out")

@@ -30,7 +30,7 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import check_float
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
+from ondevice.io import artifact_file, atomic_path, dataclass_from_dict, read_json, write_json
 from ondevice.pairs.model import KINDS
 
 MODES = ("first", "firstlast")
@@ -322,6 +322,8 @@ def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str
     from safetensors.numpy import load_file
 
     directory = Path(directory)
+    for name in (layouts.DIPAIR_HEAD_CONFIG, layouts.DIPAIR_HEAD_WEIGHTS):
+        artifact_file(directory, name, "pair-model run")
     if not (directory / layouts.DIPAIR_HEAD_CONFIG).is_file() or not (directory / layouts.DIPAIR_HEAD_WEIGHTS).is_file():
         raise OndeviceError(f"{directory} has no DiPair head ({layouts.DIPAIR_HEAD_CONFIG}, {layouts.DIPAIR_HEAD_WEIGHTS}); run `ondevice pairs dipair` first")
     cfg = dataclass_from_dict(DiPairHeadConfig, read_json(directory / layouts.DIPAIR_HEAD_CONFIG, "DiPair head config"), "DiPair head config")

@@ -333,10 +333,16 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
     """Export a DiPair run's fine-tuned encoder as a bundle (`ondevice export`) and add the DiPair pieces to each folder;
     with `blend`, the head + Hamming blend fitted on the task's dev split (`data`: default the run's data folder)."""
     from ondevice.binarize import Binarizer
-    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.bits import MAX_BITS
+    from ondevice.checks import check_int
+    from ondevice.export.bundle import ExportConfig, check_replaceable, export
+    from ondevice.io import check_out_dir
     from ondevice.pairs.dipair import load_head_weights
     from ondevice.pairs.dipair_train import DiPairStudent
 
+    if binarizer is None:  # before the run is loaded and its sentences encoded
+        check_int(bits, "--bits", 1, MAX_BITS)
+    check_replaceable(check_out_dir(out))  # before the work, as publish will
     run = Path(run_dir)
     ds = DiPairStudent.load(run)
     run_cfg = read_json(run / layouts.DIPAIR_CONFIG, "DiPair config")

@@ -27,7 +27,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import read_json, write_json, write_text
+from ondevice.io import artifact_file, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
@@ -140,6 +140,8 @@ class DiPairStudent:
         """Load a run folder written by `train_dipair`."""
         torch = require("torch", "train")
         directory = Path(directory)
+        for name in layouts.RUN_FILES:
+            artifact_file(directory, name, "pair-model run")
         student = Student.load(directory / layouts.RUN_STUDENT)
         cfg, w = load_head_weights(directory)
         proj, head, vproj = build_projection(cfg), build_head(cfg), build_vector_projection(cfg)

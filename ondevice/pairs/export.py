@@ -301,10 +301,15 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
     `sentences` (the task's training sentences by default).
     """
     from ondevice.binarize import Binarizer
-    from ondevice.export.bundle import ExportConfig, export
+    from ondevice.bits import MAX_BITS
+    from ondevice.checks import check_int
+    from ondevice.export.bundle import ExportConfig, check_replaceable, export
     from ondevice.pairs.model import load_head_weights
     from ondevice.pairs.train import PairStudent
 
+    if binarizer is None:  # before the run is loaded and its sentences encoded
+        check_int(bits, "--bits", 1, MAX_BITS)
+    check_replaceable(check_out_dir(out))  # before the work, as publish will
     run = Path(run_dir)
     pair = PairStudent.load(run)
     run_cfg = read_json(_config_path(run), "pair run config")

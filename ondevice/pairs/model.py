@@ -16,7 +16,7 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import check_float, check_int, first_failure
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, dataclass_from_dict, read_json, write_json
+from ondevice.io import artifact_file, atomic_path, dataclass_from_dict, read_json, write_json
 
 TENSORS = ("hidden.weight", "hidden.bias", "out.weight", "out.bias")
 KINDS = ("regression", "binary", "classes")
@@ -152,6 +152,8 @@ def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, 
     from safetensors.numpy import load_file
 
     directory = Path(directory)
+    for name in (layouts.PAIR_HEAD_CONFIG, layouts.PAIR_HEAD_WEIGHTS):
+        artifact_file(directory, name, "pair-model run")
     cfg = dataclass_from_dict(PairHeadConfig, read_json(directory / layouts.PAIR_HEAD_CONFIG, "pair head config"), "pair head config")
     cfg.validate(str(directory / layouts.PAIR_HEAD_CONFIG))
     path = directory / layouts.PAIR_HEAD_WEIGHTS

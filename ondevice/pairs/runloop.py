@@ -11,7 +11,7 @@ from typing import Any
 
 from ondevice import layouts
 from ondevice.errors import OndeviceError
-from ondevice.io import dataclass_from_dict, read_json, write_json, write_text
+from ondevice.io import check_out_dir, check_out_kind, dataclass_from_dict, read_json, write_json, write_text
 
 
 @dataclass
@@ -22,6 +22,10 @@ class Position:
     step: int
 
 
+# The artifact kind (layouts.KINDS) of the run folder each config file marks.
+_RUN_KINDS = {layouts.DSE_CONFIG: "dse-run", layouts.DVBERT_CONFIG: "dvbert-run", layouts.DIPAIR_CONFIG: "dipair-run"}
+
+
 def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequence[str], resume: bool,
                  extendable: Sequence[str] = ()) -> None:
     """A checkpoint without --resume, --resume without one, or --resume with other settings: one-line errors.
@@ -30,6 +34,10 @@ def check_resume(out: Path, config: Any, config_file: str, what: str, keys: Sequ
     then continues past its old end, exactly as a run configured with the larger count from the start, and its
     saved config is rewritten to say so.
     """
+    check_out_dir(out)  # an --out that is a file (or inside one) is one line, not a NotADirectoryError later
+    kind = _RUN_KINDS.get(config_file)
+    if kind is not None:  # never into a student, a bundle or another artifact: the run would write among its files
+        check_out_kind(out, kind)
     if (out / layouts.CHECKPOINT).exists() and not resume:
         raise OndeviceError(f"{out} holds a checkpoint of an earlier run; pass --resume to continue it, or choose another --out")
     if resume and not (out / layouts.CHECKPOINT).exists():

@@ -17,7 +17,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
-from ondevice.io import atomic_path, read_json, write_json
+from ondevice.io import artifact_file, atomic_path, read_json, write_json
 from ondevice.pairs.data import load_sst2
 from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
@@ -45,7 +45,8 @@ class SentenceHeadConfig:
         """Reject impossible values with a one-line error naming the flag."""
         first_failure([(self.task in TASKS, f"--task must be one of {', '.join(TASKS)}"), (self.hidden >= 1, "--hidden must be >= 1"),
                        *training_checks(self.epochs, self.batch_size, self.lr),
-                       (self.max_train is None or self.max_train >= 2, "--max-train must be >= 2")])
+                       (self.max_train is None or self.max_train >= 2, "--max-train must be >= 2"),
+                       (self.threads >= 0, "--threads must be >= 0")])
 
 
 def _model(encoder, dim: int, hidden: int, classes: int):
@@ -145,6 +146,8 @@ def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str
     run = Path(run_dir)
     from ondevice.distill import checkpoint_errors
 
+    for name in ("sentence_head.json", "sentence_head.safetensors", layouts.RUN_STUDENT):
+        artifact_file(run, name, "sentence-head run")
     cfg = read_json(run / "sentence_head.json", "sentence head config")
     student = Student.load(run / layouts.RUN_STUDENT)
     with checkpoint_errors(run, "train the sentence head again"):  # one line, not a traceback

@@ -21,7 +21,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import check_out_dir, dataclass_from_dict, read_json, write_json
+from ondevice.io import artifact_file, check_out_dir, dataclass_from_dict, read_json, write_json
 
 
 def average_states(a: dict, b: dict) -> dict:
@@ -67,6 +67,8 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
     from ondevice.pairs.metrics import headline
 
     run, out = Path(run), Path(out)
+    for name in layouts.RUN_FILES:
+        artifact_file(run, name, "pair-model run")
     kind = _kind(run)
     if kind == "dse":
         from ondevice.pairs.model import save_head

@@ -23,7 +23,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import read_json, write_json
+from ondevice.io import artifact_file, check_out_kind, read_json, write_json
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
@@ -80,6 +80,8 @@ class DSEConfig:
                        device_check(self.device),
                        *training_checks(self.epochs, self.batch_size, self.lr),
                        *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
+                       (self.alpha == 0 or bool(self.teacher),
+                        f"alpha {self.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)"),
                        *extra_checks(self), *(view_checks(parse_teachers(self.teacher), "--teacher") if self.teacher else [])])
 
 
@@ -100,6 +102,8 @@ class PairStudent:
         """Load a run folder written by `train_dse`."""
         torch = require("torch", "train")
         directory = Path(directory)
+        for name in layouts.RUN_FILES:
+            artifact_file(directory, name, "pair-model run")
         student = Student.load(directory / layouts.RUN_STUDENT)
         cfg, weights = load_head_weights(directory)
         head = build_head(cfg)
@@ -173,8 +177,6 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     spec = task_spec(config.task)
-    if config.alpha > 0 and not config.teacher:
-        raise OndeviceError(f"alpha {config.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)")
     # the teacher scores the augmentation pairs: on the run's device too (on a GPU run, CPU scoring is the bottleneck)
     teacher = open_teacher(config.teacher, spec.name, config.data, config.split_seed, device, progress) \
         if config.teacher else None
@@ -272,6 +274,7 @@ def chosen_run(path: str | Path) -> Path:
     """The student folder of a DSE run: `path` itself, or for a `train_dse_alphas` folder its dev-best alpha
     sub-folder (selection.json's `chosen_dir`, accepted only as an `alpha-<number>` folder inside `path`)."""
     p = Path(path)
+    artifact_file(p, "selection.json", "pair-model run")
     if not (p / "selection.json").is_file():
         return p
     selection = read_json(p / "selection.json", "alpha selection")
@@ -285,13 +288,28 @@ def chosen_run(path: str | Path) -> Path:
 
 def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[float] = ALPHAS, resume: bool = False,
                      progress: bool = True) -> dict:
-    """One student per alpha in `out_dir/alpha-<a>`; the dev-best alpha is recorded in selection.json."""
-    out = Path(out_dir)
-    rows = {}
+    """One student per alpha in `out_dir/alpha-<a>`; the dev-best alpha is recorded in selection.json.
+
+    Every alpha's settings, the --augment-text file and --resume are checked before the first alpha trains: a
+    problem of the last alpha must not surface after the first has trained for hours."""
+    from ondevice.corpus import read_corpus
+
+    out = check_out_kind(out_dir, "dse-run")  # the alphas' folders go inside: never inside another artifact
+    plan = []
     for alpha in alphas:
         sub = out / f"alpha-{alpha:g}"
         cfg = dataclasses.replace(config, alpha=float(alpha))
         done = (sub / layouts.TRAIN_LOG).is_file() and len((sub / layouts.TRAIN_LOG).read_text().splitlines()) >= cfg.epochs
+        if not done:
+            cfg.validate()
+        plan.append((alpha, sub, cfg, done))
+    if config.augment_text:  # readable text with sentences, even when no alpha scores augmentation pairs with it
+        read_corpus(config.augment_text, flag="--augment-text")
+    if resume and not any(done or (sub / layouts.CHECKPOINT).exists() for _, sub, _, done in plan):
+        raise OndeviceError(f"nothing to resume in {out} (no {layouts.CHECKPOINT}/ in its alpha-<a> folders); "
+                            "run without --resume")
+    rows = {}
+    for alpha, sub, cfg, done in plan:
         if done:  # reused as is: only if it was trained with these settings
             if cfg.alpha > 0:  # as train_dse: fills in the --augment-text checksum the saved config holds
                 extra_texts(cfg)

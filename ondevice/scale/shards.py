@@ -19,7 +19,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.index import HammingIndex
-from ondevice.io import read_json, sha256_file, write_json
+from ondevice.io import check_out_kind, read_json, sha256_file, write_json
 
 VERSION = 1
 
@@ -51,7 +51,9 @@ class Manifest:
         name = self.shards[i].file
         if not isinstance(name, str) or not name or ":" in name or "/" in name or "\\" in name or name in (".", "..") or os.path.basename(name) != name:
             raise OndeviceError(f"manifest in {folder} names shard file {name!r} outside its folder; rebuild the index")
-        return folder / name
+        from ondevice.io import artifact_file
+
+        return artifact_file(folder, name, "sharded index")
 
 
 def manifest_path(path: str | os.PathLike) -> Path:
@@ -100,6 +102,7 @@ def build_shards(codes: np.ndarray, out: str | os.PathLike, shards: int, ids: np
     folder = Path(out)
     if folder.is_file():
         raise OndeviceError(f"{folder} is a file; a sharded index is written into a folder, give a folder path")
+    check_out_kind(folder, "sharded-index")  # never into a bundle or any other folder holding a manifest.json
     folder.mkdir(parents=True, exist_ok=True)
     manifest = Manifest(bits=bits, count=n)
     for s, (lo, hi) in enumerate(shard_bounds(n, shards)):
@@ -116,6 +119,13 @@ def build_shards(codes: np.ndarray, out: str | os.PathLike, shards: int, ids: np
 def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
     """Parse and check a manifest; returns it and its folder."""
     mpath = manifest_path(path)
+    if mpath.is_file() and mpath.name != layouts.MANIFEST and layouts.identify(mpath) == "index":
+        raise OndeviceError(f"{mpath} is a single index file; this needs a sharded index folder: build one with "
+                            "`ondevice index build --shards N --out DIR`")
+    if Path(path).is_dir():  # a manifest.json given by its own name may be a link (the user chose it)
+        from ondevice.io import artifact_file
+
+        artifact_file(path, layouts.MANIFEST, "sharded index")
     raw = read_json(mpath, "sharded index manifest")
     if not isinstance(raw, dict) or raw.get("format") != layouts.SHARDS_FORMAT:
         raise OndeviceError(f"{mpath} is not an ondevice sharded index manifest; build one with `ondevice index build --shards S`")
