@@ -371,7 +371,9 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     for seed in seed_list:
         dse_dir = work / f"dse-seed{seed}"
         dcfg = DSEConfig(teacher=dse_teacher, seed=seed, **common)
-        sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=True, progress=not a.quiet)
+        # a rerun continues (or reuses) what the last one left; a first run starts (resume=True refuses an empty folder)
+        started = any((sub / "checkpoint").exists() or (sub / "train_log.jsonl").is_file() for sub in dse_dir.glob("alpha-*"))
+        sel = train_dse_alphas(dcfg, dse_dir, alphas, resume=started, progress=not a.quiet)
         chosen = dse_dir / sel["chosen_dir"]
         rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
                              "chosen_alpha": sel["chosen_alpha"],

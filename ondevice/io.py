@@ -313,4 +313,7 @@ def artifact_file(folder: str | os.PathLike, name: str, what: str) -> Path:
             shown = f"{link} is a symbolic link" if i == len(parts) - 1 else f"{name} lies in {link}/, a symbolic link"
             raise OndeviceError(f"{what} {folder}: {shown}; artifacts are read only from plain files inside their "
                                 "folder (copy the file in instead)")
+    if current.exists() and not (current.is_file() or current.is_dir()):  # a FIFO would block the read forever
+        raise OndeviceError(f"{what} {folder}: {name} is not a regular file (a pipe or device); artifacts are read "
+                            "only from plain files")
     return current

@@ -283,6 +283,9 @@ def test_student_binarizer_and_bundle_views_agree(data_dir: Path, tmp_path: Path
     binarizer = Binarizer.fit(student.encode(POS + NEG + FILL), "random", 24, seed=0)
     binarizer.save(tmp_path / "bin")
     export(student, binarizer, tmp_path / "bundle")
+    (tmp_path / "elsewhere.bin").write_bytes(b"not the artifact's")
+    for folder in ("bundle", "bin"):  # a link beside the artifact's files is neither read nor part of its identity
+        (tmp_path / folder / "extra.bin").symlink_to(tmp_path / "elsewhere.bin")
     report = evaluate({"s": f"student:{tmp_path / 'student'}+binarizer:{tmp_path / 'bin'}", "b": f"bundle:{tmp_path / 'bundle'}"},
                       tasks=["stsb-test", "retrieval"], data_dir=data_dir, queries=20, measure_speed=False,
                       cache_root=tmp_path / "cache", log=lambda m: None)
@@ -292,6 +295,9 @@ def test_student_binarizer_and_bundle_views_agree(data_dir: Path, tmp_path: Path
     assert res["b/codes-24"]["stsb-test"]["spearman"] == pytest.approx(res["s/random-24"]["stsb-test"]["spearman"], abs=2)
     assert report["views"]["b/codes-24"]["bytes_per_sentence"] == 3
     assert report["views"]["s/random-24"]["identity"]["binarizer"]["files"]["binarizer.json"]
+    assert "extra.bin" not in report["views"]["s/random-24"]["identity"]["binarizer"]["files"]
+    bundle_files = report["views"]["b"]["identity"]["files"]
+    assert "encoder.onnx" in bundle_files and "extra.bin" not in bundle_files
 
 
 def test_merge_reports(data_dir: Path, tmp_path: Path) -> None:

@@ -131,6 +131,10 @@ def test_artifact_file_refuses_links_inside_the_folder_only(tmp_path):
         artifact_file(art, "linked/secret.txt", "bundle")
     (tmp_path / "alias").symlink_to(art, target_is_directory=True)  # the folder itself is the user's choice
     assert artifact_file(tmp_path / "alias", "a.json", "student").read_text() == "{}"
+    os.mkfifo(art / "pipe.json")  # reading a FIFO would block forever
+    with pytest.raises(OndeviceError, match=r"pipe\.json is not a regular file"):
+        artifact_file(art, "pipe.json", "student")
+    assert artifact_file(art, "sub", "student") == art / "sub"  # folders (a run's student/) pass
 
 
 def test_read_npy_refuses_every_file_that_is_not_a_numeric_npy(tmp_path):

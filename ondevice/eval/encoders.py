@@ -164,8 +164,10 @@ class BundleEncoder:
 
         self.path = resolve_bundle(path, precision)
         self._bundle = Bundle.load(self.path, precision)
-        self._files = files_identity(self.path)
-        self.model_bytes = files_bytes(self.path)
+        # the files its manifest lists (checked by Bundle.load), never another file of the folder, which may be a link
+        names = sorted(n for n in self._bundle.manifest["files"] if "/" not in n and not n.endswith(".md"))
+        self._files = files_identity(self.path, names)
+        self.model_bytes = files_bytes(self.path, names)
         self.bits = int(self._bundle.bits)
         self._last: tuple[list[str], np.ndarray] | None = None
 

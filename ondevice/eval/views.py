@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.eval.cache import EncodingCache
 from ondevice.eval.encoders import files_bytes, files_identity
@@ -195,7 +196,8 @@ def load_binarizer(directory: str | Path) -> tuple[Any, dict, int]:
 
     directory = Path(directory)
     b = Binarizer.load(directory)
-    return b, {"path": str(directory), "files": files_identity(directory)}, files_bytes(directory)
+    names = (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS)  # the files load checked; nothing else there is read
+    return b, {"path": str(directory), "files": files_identity(directory, names)}, files_bytes(directory, names)
 
 
 def fit_binarizer(view: FloatView, method: str, bits: int, fit_texts: Sequence[str], seed: int) -> tuple[Any, dict, int]:
