@@ -50,6 +50,7 @@ from ondevice import __version__, layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
 from ondevice.errors import OndeviceError
 from ondevice.io import (
+    artifact_file,
     atomic_path,
     canonical_safetensors,
     check_out_kind,
@@ -285,10 +286,8 @@ class Binarizer:
         """Load a directory written by `save` (numpy + safetensors only)."""
         from safetensors.numpy import load_file
 
-        from ondevice.io import artifact_file
-
         directory = Path(directory)
-        for name in (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS):
+        for name in layouts.BINARIZER_FILES:
             artifact_file(directory, name, "binarizer")
         if not (directory / layouts.BINARIZER_CONFIG).is_file() or not (directory / layouts.BINARIZER_WEIGHTS).is_file():
             raise OndeviceError(f"{directory} is not a binarizer dir (needs {layouts.BINARIZER_CONFIG} and {layouts.BINARIZER_WEIGHTS}); "

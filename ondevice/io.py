@@ -111,9 +111,8 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
 # The files each kind of artifact writes: an --out folder of no known kind that already holds one of them holds
 # someone else's file of that name, which the writer would replace.
 _WRITES = {
-    "student": (layouts.STUDENT_CONFIG, layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON,
-                layouts.DISTILL_CONFIG, layouts.UNPACKED),
-    "binarizer": (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS),
+    "student": (*layouts.STUDENT_FILES, layouts.UNPACKED),
+    "binarizer": layouts.BINARIZER_FILES,
     "sharded-index": (layouts.MANIFEST,),
 }
 # Left by an interrupted ondevice run before its artifact is complete: the folder is one of ours, resumable.

@@ -18,6 +18,7 @@ VOCAB = "vocab.txt"
 TOKENIZER_JSON = "tokenizer.json"  # the same vocabulary and settings for the Hugging Face tokenizers (Java, JS)
 DISTILL_CONFIG = "distill_config.json"  # beside a distilled student: every setting of the run
 UNPACKED = "unpacked.json"  # beside an unpacked student: the bundle it came from
+STUDENT_FILES = (STUDENT_CONFIG, STUDENT_WEIGHTS, VOCAB, TOKENIZER_JSON)  # what Student.save writes
 
 # Written by every trainer beside its output.
 TRAIN_LOG = "train_log.jsonl"
@@ -29,6 +30,7 @@ CKPT_STATE = "state.json"  # and the epoch, generator states and log
 # A binarizer (ondevice binarize).
 BINARIZER_CONFIG = "binarizer.json"
 BINARIZER_WEIGHTS = "binarizer.safetensors"
+BINARIZER_FILES = (BINARIZER_CONFIG, BINARIZER_WEIGHTS)  # what Binarizer.save writes
 AE_CHECKPOINT = "ae_checkpoint.safetensors"  # an autoencoder fit in progress
 
 # A bundle (ondevice export): manifest (with every file's sha256), encoder graphs, golden outputs, model card.

@@ -18,8 +18,7 @@ POOLINGS = ("mean", "max", "last", "meanmax")
 MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
 # Every file of a student folder that is read (Student.load; export and `ondevice info` read the records after it):
 # none may be a symbolic link, which could make a student someone else sends read any file of this machine.
-FILES = (layouts.STUDENT_CONFIG, layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.DISTILL_CONFIG,
-         layouts.UNPACKED, layouts.TRAIN_LOG)
+FILES = (*layouts.STUDENT_FILES, layouts.DISTILL_CONFIG, layouts.UNPACKED, layouts.TRAIN_LOG)
 
 
 @dataclass

@@ -131,7 +131,7 @@ def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = N
         write_json(out / layouts.UNPACKED, record)
     except BaseException:
         if fresh:  # a failed unpack leaves no half-written student (which a rerun would refuse as someone's)
-            for name in (layouts.STUDENT_WEIGHTS, layouts.VOCAB, layouts.TOKENIZER_JSON, layouts.STUDENT_CONFIG):
+            for name in layouts.STUDENT_FILES:
                 (out / name).unlink(missing_ok=True)
         raise
     return record

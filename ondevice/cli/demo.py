@@ -44,9 +44,7 @@ def run(a: argparse.Namespace) -> int:
                         teacher_backend=a.teacher_backend)
     if a.query:
         config.queries = tuple(a.query)
-    config.validate()  # every range, before the pretrained model, the teacher or any training
-    check_out_dir(out)
-    if a.results_dir:
+    if a.results_dir:  # run_demo checks the settings and --out first thing; this one it never sees
         check_out_dir(a.results_dir, "--results-dir")  # not found out only after the whole demo ran
     meta = start_run(threads=None)
     result = run_demo(config, progress=not a.quiet)

@@ -99,12 +99,6 @@ def run(a: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _load_npy(path: str, flag: str):
-    from ondevice.io import read_npy
-
-    return read_npy(path, flag)  # an empty, truncated, non-.npy or pickled file is a one-line error naming the flag
-
-
 class _Encoder:
     """Texts -> packed codes through a bundle, or a student + binarizer (imported only when used)."""
 
@@ -166,7 +160,7 @@ def _build(a: argparse.Namespace) -> int:
 
     from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex
-    from ondevice.io import check_out_index_file, check_out_kind
+    from ondevice.io import check_out_index_file, check_out_kind, read_npy
 
     if bool(a.codes) == bool(a.corpus):
         raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
@@ -179,8 +173,8 @@ def _build(a: argparse.Namespace) -> int:
     else:
         check_out_index_file(a.out)
     started = time.perf_counter()
-    codes = _load_npy(a.codes, "--codes") if a.codes else None
-    ids = _load_npy(a.ids, "--ids") if a.ids else None
+    codes = read_npy(a.codes, "--codes") if a.codes else None  # empty, truncated, non-.npy or pickled: one line
+    ids = read_npy(a.ids, "--ids") if a.ids else None
     encoder = _Encoder(a) if a.corpus or _Encoder.given(a) else None
     texts = None
     if a.corpus:
@@ -227,6 +221,7 @@ def _build(a: argparse.Namespace) -> int:
 def _search(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex, check_encoder
+    from ondevice.io import read_npy
     from ondevice.kernels import hamming
 
     if bool(a.query) == bool(a.queries):
@@ -250,7 +245,7 @@ def _search(a: argparse.Namespace) -> int:
         raise OndeviceError("--radius is not supported on a sharded index; use -k")
     texts = _corpus_lookup(a.corpus)  # a bad corpus is reported before any progress line
     if a.queries:
-        queries = _load_npy(a.queries, "--queries")
+        queries = read_npy(a.queries, "--queries")
         labels = [f"#{i}" for i in range(len(queries) if queries.ndim == 2 else 1)]
     else:
         encoder = _Encoder(a)

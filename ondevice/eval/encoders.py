@@ -76,7 +76,7 @@ class StudentEncoder:
     """A distilled BiLSTM student directory (`ondevice.student.Student`)."""
 
     kind = "student"
-    FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json")
+    FILES = layouts.STUDENT_FILES
 
     def __init__(self, directory: str | Path):
         from ondevice.io import artifact_file

@@ -196,7 +196,7 @@ def load_binarizer(directory: str | Path) -> tuple[Any, dict, int]:
 
     directory = Path(directory)
     b = Binarizer.load(directory)
-    names = (layouts.BINARIZER_CONFIG, layouts.BINARIZER_WEIGHTS)  # the files load checked; nothing else there is read
+    names = layouts.BINARIZER_FILES  # the files load checked; nothing else there is read
     return b, {"path": str(directory), "files": files_identity(directory, names)}, files_bytes(directory, names)
 
 

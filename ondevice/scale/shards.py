@@ -19,7 +19,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice.errors import OndeviceError
 from ondevice.index import HammingIndex
-from ondevice.io import check_out_kind, read_json, sha256_file, write_json
+from ondevice.io import artifact_file, check_out_kind, read_json, sha256_file, write_json
 
 VERSION = 1
 
@@ -51,8 +51,6 @@ class Manifest:
         name = self.shards[i].file
         if not isinstance(name, str) or not name or ":" in name or "/" in name or "\\" in name or name in (".", "..") or os.path.basename(name) != name:
             raise OndeviceError(f"manifest in {folder} names shard file {name!r} outside its folder; rebuild the index")
-        from ondevice.io import artifact_file
-
         return artifact_file(folder, name, "sharded index")
 
 
@@ -123,8 +121,6 @@ def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
         raise OndeviceError(f"{mpath} is a single index file; this needs a sharded index folder: build one with "
                             "`ondevice index build --shards N --out DIR`")
     if Path(path).is_dir():  # a manifest.json given by its own name may be a link (the user chose it)
-        from ondevice.io import artifact_file
-
         artifact_file(path, layouts.MANIFEST, "sharded index")
     raw = read_json(mpath, "sharded index manifest")
     if not isinstance(raw, dict) or raw.get("format") != layouts.SHARDS_FORMAT:
