@@ -49,7 +49,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path
+from ondevice.io import artifact_file, atomic_path
 from ondevice.projections import column_mean, orthogonal_rows, pca_components, random_projection, whitening
 
 DECODER_INPUTS = ("pm1", "01")
@@ -392,7 +392,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         identity["sp_start"] = {"start": "ae", "ae_epochs": cfg.epochs}
     if judge_pairs is not None:
         identity["judge_pairs_sha256"] = judge_pairs.sha256
-    ckpt = Path(checkpoint_dir) / layouts.AE_CHECKPOINT if checkpoint_dir else None
+    ckpt = artifact_file(checkpoint_dir, layouts.AE_CHECKPOINT, "binarizer") if checkpoint_dir else None
     start_epoch, log = 0, []
     if ckpt is not None and ckpt.exists():
         if not resume:

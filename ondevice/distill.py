@@ -18,7 +18,15 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.corpus import read_corpus
 from ondevice.errors import OndeviceError
-from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_text, write_json, write_text
+from ondevice.io import (
+    artifact_file,
+    check_out_kind,
+    dataclass_from_dict,
+    read_json,
+    sha256_text,
+    write_json,
+    write_text,
+)
 from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
 from ondevice.student import POOLINGS, Student, StudentConfig, cosine_loss, similarity_matching_loss
 from ondevice.teacher import BACKENDS
@@ -318,15 +326,21 @@ def load_optimizer(opt, flat: dict, param_groups: Any) -> None:
     opt.load_state_dict({"state": opt_state, "param_groups": param_groups})
 
 
+def checkpoint_file(out: Path, name: str) -> Path:
+    """`out`/checkpoint/`name`, refused when it (or the checkpoint folder) is a link, pipe or device: a resumed run
+    reads only its own plain files."""
+    return artifact_file(out, f"{layouts.CHECKPOINT}/{name}", "run")
+
+
 def _load_checkpoint(out: Path, student: Student, opt) -> dict:
     st = require("safetensors.torch", "train")
     folder = out / layouts.CHECKPOINT
-    state = read_json(folder / layouts.CKPT_STATE, "checkpoint state")
+    state = read_json(checkpoint_file(out, layouts.CKPT_STATE), "checkpoint state")
     with checkpoint_errors(folder):
         if not isinstance(state, dict):
             raise TypeError("state.json is not an object")
-        student.model.load_state_dict(st.load_file(str(folder / layouts.CKPT_WEIGHTS)))
-        load_optimizer(opt, st.load_file(str(folder / layouts.CKPT_OPTIMIZER)), state["param_groups"])
+        student.model.load_state_dict(st.load_file(str(checkpoint_file(out, layouts.CKPT_WEIGHTS))))
+        load_optimizer(opt, st.load_file(str(checkpoint_file(out, layouts.CKPT_OPTIMIZER))), state["param_groups"])
     return state
 
 

@@ -8,6 +8,7 @@ standard library only, so anything may import it.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,9 +101,11 @@ KINDS = {k.name: k for k in (
 
 
 def _json_object(path: Path) -> dict | None:
-    """A small JSON object file's contents, or None when it is missing, large or not a JSON object."""
+    """A small JSON object file's contents, or None when it is missing, large, not a JSON object, or not a plain file
+    (a link is not followed: naming a folder's kind must not read a file outside it)."""
     try:
-        if path.stat().st_size > MAX_SETTINGS_BYTES:
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SETTINGS_BYTES:
             return None
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

@@ -608,6 +608,10 @@ def test_ae_resumes_a_checkpoint_whose_pick_has_no_decoder(x, tmp_path):
     st.save_file({k: v for k, v in tensors.items() if not k.startswith("best.dec_")}, str(path), metadata=meta)
     resumed = _fit(x, "ae", 8, seed=2, judge_pairs=judge, epochs=2, checkpoint_dir=tmp_path, resume=True, **hyper)
     np.testing.assert_array_equal(resumed.affine()[0], direct.affine()[0])
+    path.rename(tmp_path / "outside.safetensors")  # a resumed fit reads only its own plain checkpoint
+    path.symlink_to(tmp_path / "outside.safetensors")
+    with pytest.raises(OndeviceError, match="ae_checkpoint.safetensors is a symbolic link"):
+        _fit(x, "ae", 8, seed=2, judge_pairs=judge, epochs=2, checkpoint_dir=tmp_path, resume=True, **hyper)
 
 
 def test_binarize_never_writes_into_another_artifact(x, tmp_path, capsys):

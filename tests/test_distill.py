@@ -115,6 +115,14 @@ def test_a_damaged_run_folder_is_refused_on_resume(tiny_corpus, tiny_teacher, ti
         (run / name).write_text(text)
         with pytest.raises(OndeviceError, match=message):
             distill(more, run, resume=True, progress=False)
+    for name in ("model.safetensors", "optimizer.safetensors", "state.json"):  # a resumed run reads only its own files
+        run = tmp_path / f"linked-{name}"
+        shutil.copytree(tmp_path / "s", run)
+        (tmp_path / f"outside-{name}").write_bytes((run / "checkpoint" / name).read_bytes())
+        (run / "checkpoint" / name).unlink()
+        (run / "checkpoint" / name).symlink_to(tmp_path / f"outside-{name}")
+        with pytest.raises(OndeviceError, match=f"checkpoint/{name} is a symbolic link"):
+            distill(more, run, resume=True, progress=False)
 
 
 def _cli(args, capsys):

@@ -85,3 +85,15 @@ def test_the_readme_table_lists_every_kind():
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     listed = {name.strip("` ") for row in rows for name in row.split("|")[1].split(",")}
     assert listed == set(layouts.KINDS)
+
+
+def test_a_linked_settings_file_is_not_read(tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"format": layouts.SHARDS_FORMAT}))
+    folder = tmp_path / "artifact"
+    folder.mkdir()
+    (folder / layouts.MANIFEST).symlink_to(outside)
+    assert layouts.identify(folder) is None  # the outside file would name it a sharded index
+    (folder / layouts.MANIFEST).unlink()
+    (folder / layouts.MANIFEST).write_text(outside.read_text())
+    assert layouts.identify(folder) == "sharded-index"

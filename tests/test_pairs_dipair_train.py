@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -73,6 +74,12 @@ def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_tea
     assert abs(ds.evaluate(load_pairs("stsb", "dev", pair_env.data))["spearman"] - dev["spearman"]) < 0.01
     with pytest.raises(OndeviceError, match="nothing to resume"):
         train_dipair(cfg, tmp_path / "none", resume=True, progress=False)
+    linked = tmp_path / "linked"  # a resumed run reads only its own plain files
+    shutil.copytree(tmp_path / "full", linked)
+    (linked / "checkpoint" / "model.safetensors").rename(tmp_path / "outside.safetensors")
+    (linked / "checkpoint" / "model.safetensors").symlink_to(tmp_path / "outside.safetensors")
+    with pytest.raises(OndeviceError, match="checkpoint/model.safetensors is a symbolic link"):
+        train_dipair(_cfg(pair_env, tiny_teacher, seed=1, stage2_epochs=2), linked, resume=True, progress=False)
     # a finished run trained on: --resume with more stage-2 epochs equals a run configured that long from the start
     longer = _cfg(pair_env, tiny_teacher, seed=1, stage2_epochs=2)
     train_dipair(longer, tmp_path / "long", progress=False)

@@ -120,3 +120,14 @@ def test_unfinished_runs_and_used_folders_are_refused(pair_env, tmp_path):
         soup_run(run, tmp_path / "soup")
     with pytest.raises(OndeviceError, match="not a finished DSE or DiPair run"):
         soup_run(tmp_path / "used", tmp_path / "soup")
+
+
+def test_a_linked_checkpoint_is_refused(pair_env, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(pair_env.run(), run)
+    weights = run / "checkpoint" / "model.safetensors"
+    (tmp_path / "outside.safetensors").write_bytes(weights.read_bytes())
+    weights.unlink()
+    weights.symlink_to(tmp_path / "outside.safetensors")
+    with pytest.raises(OndeviceError, match="checkpoint/model.safetensors is a symbolic link"):
+        soup_run(run, tmp_path / "soup")

@@ -230,7 +230,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     """Train (or resume) one DiPair run: stage 1 (encoder frozen) then stage 2 (all + SRA loss); keeps the dev-best epoch."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _save_checkpoint, checkpoint_errors, load_optimizer
+    from ondevice.distill import _save_checkpoint, checkpoint_errors, checkpoint_file, load_optimizer
     from ondevice.io import check_out_dir
     from ondevice.pairs.augment import extra_texts, transfer_set
     from ondevice.pairs.data import load_pairs, task_spec
@@ -298,12 +298,12 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     opt = optimizer(stage_of(0))
     if resume:
         st = require("safetensors.torch", "train")
-        state = read_json(ckpt / layouts.CKPT_STATE, "checkpoint state")
+        state = read_json(checkpoint_file(out, layouts.CKPT_STATE), "checkpoint state")
         with checkpoint_errors(ckpt):
-            holder.model.load_state_dict(st.load_file(str(ckpt / layouts.CKPT_WEIGHTS)))
+            holder.model.load_state_dict(st.load_file(str(checkpoint_file(out, layouts.CKPT_WEIGHTS))))
             opt = optimizer(stage_of(int(state["epoch"])))
             if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
-                load_optimizer(opt, st.load_file(str(ckpt / layouts.CKPT_OPTIMIZER)), state["param_groups"])
+                load_optimizer(opt, st.load_file(str(checkpoint_file(out, layouts.CKPT_OPTIMIZER))), state["param_groups"])
         state.pop("param_groups", None)
     else:
         out.mkdir(parents=True, exist_ok=True)
