@@ -499,6 +499,28 @@ def dipair_speed(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def _oov_differs(tokenizer, data) -> np.ndarray:
+    """Per pair: whether its two sides hold different sets of words outside the encoder's vocabulary."""
+    from ondevice.tokenizer import tokenize
+
+    vocab = set(tokenizer.vocab)
+
+    def oov(text: str) -> frozenset:
+        return frozenset(w for w in tokenize(text) if w not in vocab)
+
+    return np.array([oov(x) != oov(y) for x, y in zip(data.a, data.b)], bool)
+
+
+def _oov_split(spec, logits: np.ndarray, data, threshold, differs: np.ndarray) -> dict:
+    """Test metrics on the pairs whose sides differ in out-of-vocabulary words and on the rest (same threshold): how
+    much of a student's gap to its teacher comes from words its vocabulary lacks."""
+    from ondevice.pairs.metrics import evaluate_scores
+
+    gold = np.asarray(data.gold)
+    return {part: evaluate_scores(spec, logits[mask], gold[mask], threshold)
+            for part, mask in (("oov_differs", differs), ("rest", ~differs))}
+
+
 def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     """Test metrics of DiPair runs (one per --runs folder: the N, M, D ablation when several) vs the cross-encoder and
     the DSE run; held-out SRA cosine before/after and the STS-B cosine/Hamming of the fine-tuned encoder."""
@@ -524,7 +546,10 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     for d in a.dse_run or []:
         run = chosen_run(d)
         student = PairStudent.load(run)
-        dse.append({"run": str(run), "test": student.evaluate(test),
+        if a.oov_split:
+            differs = _oov_differs(student.student.tokenizer, test)
+            split = {"oov_split": _oov_split(spec, student.logits(test.a, test.b), test, student.head_cfg.threshold, differs)}
+        dse.append({"run": str(run), "test": student.evaluate(test), **(split if a.oov_split else {}),
                     **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {}),
                     **(_blends(spec, student, dev, test, a) if a.blend else {})})
     if dse:
@@ -547,6 +572,16 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
             row["minus_dse_points"] = round(row["test"][head] - out["dse"]["test"][head], 2)
         if a.blend:
             row.update(_blends(spec, ds, dev, test, a))
+        if a.oov_split:
+            differs = _oov_differs(ds.student.tokenizer, test)
+            row["oov_split"] = _oov_split(spec, ds.logits(test.a, test.b), test, ds.cfg.threshold, differs)
+            if a.teacher:  # the cross-encoder on the same split (it reads word pieces: no word is out of its vocabulary)
+                from ondevice.pairs.logits import teacher_logits
+
+                teacher = open_teacher(a.teacher, a.task, a.data)
+                row["oov_split_cross_encoder"] = _oov_split(spec, teacher_logits(teacher, test.a, test.b, progress=False),
+                                                            test, teacher.info.get("threshold"), differs)
+            row["oov_differs_pairs"] = int(differs.sum())
         if not a.skip_hamming:
             fit = read_corpus(a.corpus, 10000) if a.corpus else list(dict.fromkeys(load_pairs(a.task, "train", a.data).a))
             row["encoder_stsb"] = _hamming_stsb(ds.vectors, a.data, fit)
@@ -734,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                 "of this many random-projection bits (fitted on task train text)")
     dq.add_argument("--blend", action="store_true", help="also each run's encoder cosine alone and blended with its head "
                                                          "(z-scores, the cosine's weight chosen on dev), DiPair and DSE alike")
+    dq.add_argument("--oov-split", action="store_true", help="also every model's test metrics on the pairs whose sides "
+                    "differ in words outside the run's vocabulary, and on the rest")
     dq.add_argument("--corpus", default=None)
     dq.add_argument("--threads", type=int, default=0)
     bq = sub.add_parser("bundle-quality")

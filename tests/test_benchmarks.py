@@ -425,7 +425,8 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
     teacher = str(pair_env.teacher())
     views = f"{teacher},bi-encoder:{tiny_teacher}"
     args = ["dipair-quality", "--task", "stsb", "--data", str(pair_env.data), "--teacher", views,
-            "--dse-run", str(artifacts["dse-run"]), "--runs", str(artifacts["dipair-run"]), "--skip-hamming", "--threads", "1"]
+            "--dse-run", str(artifacts["dse-run"]), "--runs", str(artifacts["dipair-run"]), "--skip-hamming", "--threads", "1",
+            "--oov-split"]
     res = _bench_run(bench, env, "pairs", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = (bench / "results").glob("pairs-dipair-quality-stsb-*.json")
@@ -440,4 +441,23 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
     assert list(out["run_teachers_test"]) == [teacher]  # both runs learnt from the cross-encoder alone
     row = out["dipair"][0]
     assert row["ratio_to_cross_encoder"] == pytest.approx(row["test"]["spearman"] / out["cross_encoder"]["spearman"], abs=1e-3)
+    for split in (row["oov_split"], row["oov_split_cross_encoder"], out["dse"]["oov_split"]):
+        assert split["oov_differs"]["n"] == row["oov_differs_pairs"] and split["rest"]["n"] == len(test) - row["oov_differs_pairs"]
+
+
+def test_oov_split_counts_pairs_whose_unknown_words_differ():
+    from ondevice.pairs.data import PairData, task_spec
+    from ondevice.pairs.metrics import evaluate_scores
+    from ondevice.tokenizer import Tokenizer
+
+    pairs = _script("pairs")
+    tok = Tokenizer(["[PAD]", "[UNK]", "a", "cat", "dog", "sat", "?"])
+    data = PairData("qqp", "test", ["a cat sat", "a zebra sat", "a zebra", "an okapi?", "dog"],
+                    ["a dog sat", "a zebra sat ?", "a gnu", "the okapi", "Dog"], np.array([0, 1, 0, 1, 1]))
+    differs = pairs._oov_differs(tok, data)
+    assert differs.tolist() == [False, False, True, True, False]  # same unknown words on both sides count as none
+    logits = np.array([-1.0, 2.0, 3.0, -2.0, 1.0])
+    split = pairs._oov_split(task_spec("qqp"), logits, data, 0.0, differs)
+    assert split["oov_differs"] == evaluate_scores(task_spec("qqp"), logits[2:4], data.gold[2:4], 0.0)
+    assert split["rest"]["accuracy"] == 100.0 and split["oov_differs"]["accuracy"] == 0.0
 
