@@ -791,6 +791,9 @@ def dipair_quality(*paths: str) -> str:
                              f"{bl['dev']['cosine_alone']:.2f} / {bl['dev'][key]:.2f} | {r['test'][key]:.2f} / "
                              f"{bl['cosine_alone_test'][key]:.2f} / {bl['test'][key]:.2f} |")
             lines.append("")
+        split = next((r for r in b["dipair"] if "oov_split" in r), None)
+        if split is not None:  # --oov-split: where the students' gap to the cross-encoder lies
+            lines += _oov_split_table(b, split, runs, key)
         bits = next((r["blend_hamming"]["bits"] for r in [*b["dipair"], *runs] if "blend_hamming" in r), None)
         hamming_what = f"The same with minus the Hamming distance of {bits}-bit codes (random projection) for the cosine"
         for name, what in (("summary_cosine_alone", "Each run's fine-tuned encoder, cosine alone"),
@@ -799,6 +802,26 @@ def dipair_quality(*paths: str) -> str:
             if name in b:
                 lines += [f"{what}: {_dipair_summary_text(b[name], counts=False)}.", ""]
     return "\n".join(lines).rstrip()
+
+
+def _oov_split_table(b: dict, first: dict, runs: list, key: str) -> list[str]:
+    """Each model's test metric on the pairs whose sides differ in out-of-vocabulary words, and on the rest."""
+    n = first["oov_differs_pairs"]
+    total = first["test"]["n"]
+    lines = [(f"Test {key} x100 on the {n:,} of {total:,} pairs whose two sides hold different words outside the "
+             f"student's vocabulary, and on the other {total - n:,} (`--oov-split`; F1 in brackets where binary):"), "",
+             "| model | pairs with differing unknown words | the rest | all |", "|---|---:|---:|---:|"]
+
+    def cell(m: dict) -> str:
+        return f"{m[key]:.2f}" + (f" ({m['f1']:.2f})" if "f1" in m else "")
+
+    models = ([("cross-encoder", first["oov_split_cross_encoder"], b["cross_encoder"])] if "oov_split_cross_encoder" in first
+              else [])
+    models += [(f"DSE `{_dse_name(d['run'])}`", d["oov_split"], d["test"]) for d in runs if "oov_split" in d]
+    models += [(f"DiPair `{Path(r['run']).name}`", r["oov_split"], r["test"]) for r in b["dipair"] if "oov_split" in r]
+    for name, parts, whole in models:
+        lines.append(f"| {name} | {cell(parts['oov_differs'])} | {cell(parts['rest'])} | {cell(whole)} |")
+    return [*lines, ""]
 
 
 def bundle_quality(*paths: str) -> str:

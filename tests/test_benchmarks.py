@@ -443,6 +443,10 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
     assert row["ratio_to_cross_encoder"] == pytest.approx(row["test"]["spearman"] / out["cross_encoder"]["spearman"], abs=1e-3)
     for split in (row["oov_split"], row["oov_split_cross_encoder"], out["dse"]["oov_split"]):
         assert split["oov_differs"]["n"] == row["oov_differs_pairs"] and split["rest"]["n"] == len(test) - row["oov_differs_pairs"]
+    table = _script("tables").dipair_quality(str(path))
+    rows = [line for line in table.split("pairs with differing unknown words")[1].splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0].split(" `")[0] for r in rows] == ["| cross-encoder", "| DSE", "| DiPair"]
+    assert rows[-1].endswith(f"| {row['test']['spearman']:.2f} |")
 
 
 def test_oov_split_counts_pairs_whose_unknown_words_differ():
