@@ -540,16 +540,18 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     test = load_pairs(a.task, "test", a.data)
     dev = load_pairs(a.task, "dev", a.data) if a.blend else None
     head = spec.metric
-    if a.teacher:
-        out["cross_encoder"] = evaluate_teacher(open_teacher(a.teacher, a.task, a.data), test)
+    teacher = open_teacher(a.teacher, a.task, a.data) if a.teacher else None
+    if teacher is not None:
+        out["cross_encoder"] = evaluate_teacher(teacher, test)
     dse = []
     for d in a.dse_run or []:
         run = chosen_run(d)
         student = PairStudent.load(run)
+        split = {}
         if a.oov_split:
             differs = _oov_differs(student.student.tokenizer, test)
-            split = {"oov_split": _oov_split(spec, student.logits(test.a, test.b), test, student.head_cfg.threshold, differs)}
-        dse.append({"run": str(run), "test": student.evaluate(test), **(split if a.oov_split else {}),
+            split["oov_split"] = _oov_split(spec, student.logits(test.a, test.b), test, student.head_cfg.threshold, differs)
+        dse.append({"run": str(run), "test": student.evaluate(test), **split,
                     **({"soup": json.loads((run / "soup.json").read_text())} if (run / "soup.json").is_file() else {}),
                     **(_blends(spec, student, dev, test, a) if a.blend else {})})
     if dse:
@@ -575,10 +577,9 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         if a.oov_split:
             differs = _oov_differs(ds.student.tokenizer, test)
             row["oov_split"] = _oov_split(spec, ds.logits(test.a, test.b), test, ds.cfg.threshold, differs)
-            if a.teacher:  # the cross-encoder on the same split (it reads word pieces: no word is out of its vocabulary)
+            if teacher is not None:  # the cross-encoder on the same split (it reads word pieces: no word is out of its vocabulary)
                 from ondevice.pairs.logits import teacher_logits
 
-                teacher = open_teacher(a.teacher, a.task, a.data)
                 row["oov_split_cross_encoder"] = _oov_split(spec, teacher_logits(teacher, test.a, test.b, progress=False),
                                                             test, teacher.info.get("threshold"), differs)
             row["oov_differs_pairs"] = int(differs.sum())
