@@ -336,3 +336,152 @@ def test_browser_compares_two_questions_with_the_shipped_head(browser, tmp_path)
         assert page.inner_text("#pair-result").startswith("duplicate: probability ")
         assert not errors
         page.close()
+
+
+# --------------------------------------------------------------------------------------------- DiPair head
+
+
+@pytest.fixture(scope="module")
+def dipair_bundle(pair_env, tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny DiPair run (pooled slot, 2 layers of 2 attention heads, first + last states) and its fp32 / int8 bundles
+    with golden files."""
+    from ondevice.pairs.dipair_export import export_dipair_bundle
+    from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+
+    root = tmp_path_factory.mktemp("web-dipair")
+    cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
+                       n=4, m=5, d=8, ffn=16, layers=2, heads=2, select="firstlast", stage1_epochs=1, stage2_epochs=1,
+                       batch_size=16, sra_weight=0.0, augment_random=20, seed=SEED)
+    train_dipair(cfg, root / "run", progress=False)
+    export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)
+    return root / "run", root / "bundle"
+
+
+def _dipair_pairs(bundle: Path) -> list[list[str]]:
+    from ondevice.catalog import read_sentences
+
+    texts = read_sentences(bundle / "golden" / "sentences.jsonl")
+    return [[texts[i], texts[(7 * i + 3) % len(texts)]] for i in range(24)] + [["", texts[0]], [QUERIES[2], QUERIES[1]]]
+
+
+def _python_dipair(run: Path, bundle: Path, pairs: list[list[str]]) -> dict[str, np.ndarray]:
+    """Scores, keys and distances of text pairs by the Python runtime's states and codes and the head's fp32 weights
+    (what ondevice.js reads; the Python runtime itself runs the head graph, int8 in an int8 bundle)."""
+    from ondevice.pairs.blend import hamming_distances
+    from ondevice.pairs.dipair import head_forward_numpy, load_head_weights
+    from ondevice.runtime import Bundle
+
+    dp = Bundle.load(bundle, threads=1).dipair()
+    a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+    (sa, ca), (sb, cb) = dp.states_and_codes(a, "a"), dp.states_and_codes(b, "b")
+    cfg, w = load_head_weights(run)
+    logits = head_forward_numpy(cfg, w, sa, sb)
+    dist = hamming_distances(ca, cb)
+    return {"score": dp.transform(logits), "key": dp.blend_keys(logits, dist), "distance": dist}
+
+
+def _python_states(bundle: Path, rows: int, out: Path) -> str:
+    """The Python runtime's token states of the first golden token-id rows, one row per run as the JS side runs them."""
+    from ondevice.runtime import Bundle
+
+    b = Bundle.load(bundle, threads=1)
+    lines = (bundle / "golden" / "token_ids.txt").read_text().splitlines()[:rows]
+    got = [b.session.run(["token_states_a", "token_states_b"], {
+        "ids": np.asarray([[int(x) for x in line.split()]], np.int64).reshape(1, -1),
+        "lengths": np.asarray([len(line.split())], np.int64)}) for line in lines]
+    np.save(out / "a.npy", np.concatenate([g[0] for g in got]))
+    np.save(out / "b.npy", np.concatenate([g[1] for g in got]))
+    return f"{out / 'a.npy'},{out / 'b.npy'}"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_js_dipair_head_parity(dipair_bundle, precision, tmp_path):
+    """ondevice.js's DiPair head: golden logits and blend keys, the encoder's token states against the golden
+    (fp32) and the Python runtime's, and text pairs scored end to end against Python."""
+    run, root = dipair_bundle
+    bundle = root / precision
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    rows = manifest["dipair"]["golden"]["sentences"]
+    pairs = _dipair_pairs(bundle)
+    (tmp_path / "pairs.json").write_text(json.dumps(pairs))
+    res = _run("test/dipair.mjs", str(bundle), "--python-states", _python_states(bundle, rows, tmp_path),
+               "--pairs", str(tmp_path / "pairs.json"))
+    print(res.stdout)
+    v = _values(res.stdout)
+    assert v["task"] == "stsb" and int(v["pairs"]) == manifest["dipair"]["golden"]["pairs"] == 300
+    assert float(v["max_abs_diff"]) <= 1e-5 and float(v["blend_max_abs_diff"]) <= 1e-5
+    assert int(v["sentences"]) == rows
+    assert float(v["states_max_abs_diff_vs_python"]) <= 1e-5
+    if precision == "fp32":  # the golden states are the fp32 graph's
+        assert float(v["states_max_abs_diff_vs_golden"]) <= 1e-5
+    got = [json.loads(line) for line in res.stdout.strip().splitlines()[-len(pairs):]]
+    want = _python_dipair(run, bundle, pairs)
+    assert [g["distance"] for g in got] == want["distance"].tolist()
+    np.testing.assert_allclose([g["score"] for g in got], want["score"], atol=1e-4)
+    np.testing.assert_allclose([g["key"] for g in got], want["key"], atol=1e-3)
+
+
+def test_js_dipair_decisions_and_bad_bundles(dipair_bundle, tmp_path):
+    """Binary decisions equal Python's (the test head relabelled binary, with a blend threshold between two keys);
+    a tampered head, a blend over other codes and a bundle without a DiPair head: one line, exit code 2."""
+    from ondevice.runtime import Bundle
+
+    run, root = dipair_bundle
+    binary = tmp_path / "binary"
+    shutil.copytree(root / "fp32", binary)
+    manifest = json.loads((binary / "manifest.json").read_text())
+    pairs = _dipair_pairs(binary)
+    keys = np.sort(_python_dipair(run, binary, pairs)["key"])
+    manifest["dipair"].update(task_type="binary", threshold=0.0)
+    manifest["dipair"]["blend"]["threshold"] = float(keys[len(keys) // 2 - 1] + keys[len(keys) // 2]) / 2
+    (binary / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "pairs.json").write_text(json.dumps(pairs))
+    res = _run("test/dipair.mjs", str(binary), "--pairs", str(tmp_path / "pairs.json"))
+    got = [json.loads(line)["decision"] for line in res.stdout.strip().splitlines()[-len(pairs):]]
+    want = Bundle.load(binary).dipair().pair_decisions([p[0] for p in pairs], [p[1] for p in pairs])
+    assert got == want.tolist() and 0 < sum(got) < len(got)
+
+    def fails(folder: Path) -> str:
+        out = subprocess.run([_node(), "test/dipair.mjs", str(folder)], cwd=WEB, capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stdout + out.stderr
+        return out.stderr
+
+    bad = tmp_path / "bad"
+    shutil.copytree(root / "int8", bad)
+    data = bytearray((bad / "dipair_head.safetensors").read_bytes())
+    data[-3] ^= 1
+    (bad / "dipair_head.safetensors").write_bytes(bytes(data))
+    assert "dipair_head.safetensors fails its sha256 check" in fails(bad)
+    shutil.copyfile(root / "int8" / "dipair_head.safetensors", bad / "dipair_head.safetensors")
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["dipair"]["blend"]["bits"] = 128
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    assert "manifest.json dipair.blend is not a minus_hamming blend over this bundle's 64-bit codes" in fails(bad)
+    del manifest["dipair"]
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    assert "this bundle has no DiPair head" in fails(bad)
+
+
+def test_browser_scores_a_pair_with_a_dipair_head(browser, dipair_bundle, tmp_path):
+    """The page on a DiPair bundle shows the pair form; the score equals Python's."""
+    web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
+    run, root = dipair_bundle
+    site = tmp_path / "site"
+    web_catalog.build(root, ["a cat", "a dog"], site, precision="int8")
+    assert (site / "assets" / "bundle" / "dipair_head.safetensors").is_file()
+    pair = _dipair_pairs(root / "int8")[0]
+    with serve(site, seconds=120) as url:
+        page, errors = _open(browser, url)
+        assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+        assert "DiPair head: stsb (regression), 4 + 5 token states of 8, 2 layer(s)" in page.text_content("#info")
+        assert page.is_visible("#pairs") and page.inner_text("#pairs-task") == "Score a pair (stsb)"
+        page.fill("#pair-a", pair[0])
+        page.fill("#pair-b", pair[1])
+        page.click("#pair-go")
+        page.wait_for_function("() => document.getElementById('pair-result').dataset.score !== undefined")
+        want = _python_dipair(run, root / "int8", [pair])
+        assert float(page.get_attribute("#pair-result", "data-score")) == pytest.approx(want["score"][0], abs=1e-4)
+        assert float(page.get_attribute("#pair-result", "data-key")) == pytest.approx(want["key"][0], abs=1e-3)
+        assert not errors
+        page.close()

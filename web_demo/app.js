@@ -1,6 +1,6 @@
 // The demo page: load and verify a bundle and a catalog, then encode typed text and search it.
 import * as ort from "onnxruntime-web";
-import { Encoder, PairHead, loadBundle, loadCatalog } from "./ondevice.js";
+import { DiPairHead, Encoder, PairHead, loadBundle, loadCatalog } from "./ondevice.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -26,15 +26,21 @@ async function start() {
   await encoder.encode("warm up");
   const loadMs = performance.now() - t0;
   const m = bundle.manifest;
-  // a bundle with a pair head (`ondevice pairs export`, e.g. the shipped QQP head) also compares two sentences
-  const pairHead = m.pairs ? await PairHead.load(reader(new URL("bundle/", assets)), m) : null;
+  // a bundle with a pair head (`ondevice pairs export`, e.g. the shipped QQP head) or a DiPair head (`ondevice pairs
+  // dipair-export`) also compares two sentences
+  const bundleFiles = reader(new URL("bundle/", assets));
+  const pairHead = m.pairs ? await PairHead.load(bundleFiles, m) : m.dipair ? await DiPairHead.load(bundleFiles, m) : null;
+  const dipair = pairHead instanceof DiPairHead;
   $("info").textContent = [
     `bundle: ${m.precision}, ${m.dim}-d embedding, ${m.bits}-bit codes, vocabulary ${bundle.tokenizer.vocab.length}`,
     `student: ${JSON.stringify(m.student)}`,
     `verified (size + SHA-256): ${[...bundle.verified, ...(pairHead ? pairHead.verified : [])].join(", ")}; ` +
       `catalog ${catalog.verified.join(", ")}`,
-    ...(pairHead ? [`pair head: ${pairHead.task} (${pairHead.kind}), ${pairHead.hidden} hidden units` +
+    ...(pairHead && !dipair ? [`pair head: ${pairHead.task} (${pairHead.kind}), ${pairHead.hidden} hidden units` +
       (pairHead.blend ? `, blended with the cosine (w = ${pairHead.blend.weight})` : "")] : []),
+    ...(dipair ? [`DiPair head: ${pairHead.task} (${pairHead.kind}), ${pairHead.n} + ${pairHead.m} token states of ` +
+      `${pairHead.d}, ${pairHead.layers} layer(s)` +
+      (pairHead.blend ? `, blended with the Hamming distance (w = ${pairHead.blend.weight})` : "")] : []),
     `catalog: ${catalog.info.count} sentences; session created in ${loadMs.toFixed(0)} ms`,
     `onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""}, wasm, ${ort.env.wasm.numThreads} thread`,
   ].join("\n");
@@ -51,9 +57,9 @@ async function start() {
       const a = $("pair-a").value;
       const b = $("pair-b").value;
       const t = performance.now();
-      const u = (await encoder.encode(a)).embedding;
-      const v = (await encoder.encode(b)).embedding;
-      const p = pairHead.pair(u, v);
+      const ea = await encoder.encode(a);
+      const eb = await encoder.encode(b);
+      const p = dipair ? pairHead.pair(ea, eb) : pairHead.pair(ea.embedding, eb.embedding);
       const ms = performance.now() - t;
       const out = $("pair-result");
       Object.assign(out.dataset, { score: String(p.score), key: String(p.key), a, b });

@@ -246,6 +246,14 @@ export function toWords(codes, codeBytes, words = Math.ceil(codeBytes / 4)) {
   return out;
 }
 
+/** Hamming distance of two packed uint8 codes of the same length. */
+export function hammingDistance(a, b) {
+  if (a.length !== b.length) throw new OndeviceError(`codes of ${a.length} and ${b.length} bytes cannot be compared`);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d += popcount32(a[i] ^ b[i]);
+  return d;
+}
+
 /** Exact Hamming top-k over a fixed set of codes; ties go to the smaller row (as in Python). */
 export class HammingIndex {
   constructor(codes, codeBytes) {
@@ -321,13 +329,22 @@ export class Encoder {
     return new Encoder(ort, session, bundle.tokenizer);
   }
 
-  /** Embedding (Float32Array) and packed code (Uint8Array) of the token ids of one text. */
+  /**
+   * Embedding (Float32Array) and packed code (Uint8Array) of the token ids of one text; a DiPair bundle's encoder
+   * (`ondevice pairs dipair-export`) also gives the text's token states as side a and side b of a pair
+   * (`statesA`: Float32Array N x D, `statesB`: M x D, row-major), what DiPairHead scores.
+   */
   async runIds(ids) {
     // ONNX int64 tensors are BigInt64Array by ORT's API; the ids are small integers
     const t = new this.ort.Tensor("int64", BigInt64Array.from(ids, (x) => BigInt(x)), [1, ids.length]);
     const len = new this.ort.Tensor("int64", BigInt64Array.of(BigInt(ids.length)), [1]);
     const out = await this.session.run({ ids: t, lengths: len });
-    return { embedding: out.embedding.data, code: out.code.data };
+    const got = { embedding: out.embedding.data, code: out.code.data };
+    if (out.token_states_a && out.token_states_b) {
+      got.statesA = out.token_states_a.data;
+      got.statesB = out.token_states_b.data;
+    }
+    return got;
   }
 
   /** Embedding and code of one text. */
@@ -421,8 +438,91 @@ export function cosine(u, v) {
   return dot / Math.max(Math.sqrt(nu) * Math.sqrt(nv), 1e-12);
 }
 
+/**
+ * A head block's blend (manifest `pairs.blend` over the embeddings' cosine, `dipair.blend` over minus the codes'
+ * Hamming distance), checked against this bundle; null when the block has none.
+ */
+function readBlend(block, key, manifest) {
+  const blend = block.blend;
+  if (blend == null) return null;
+  const dipair = key === "dipair";
+  const fits = dipair ? blend.similarity === "minus_hamming" && blend.bits === manifest.bits
+    : blend.similarity === "cosine" && blend.dim === manifest.dim;
+  if (!fits || !["weight", "head_mean", "head_std", "sim_mean", "sim_std"].every((k) => Number.isFinite(blend[k])) ||
+      !(blend.head_std > 0 && blend.sim_std > 0 && blend.weight >= 0) ||
+      (blend.threshold != null && !Number.isFinite(blend.threshold))) {
+    const over = dipair ? `minus_hamming blend over this bundle's ${manifest.bits}-bit codes` : "cosine blend for this encoder";
+    throw new OndeviceError(`manifest.json ${key}.blend is not a ${over}; re-export the bundle`);
+  }
+  return blend;
+}
+
+/** What the DSE and DiPair heads share once loaded: task scores of logits, the blended rank key, decisions. */
+class ScoredHead {
+  constructor(block, blend) {
+    this.task = block.task;
+    this.kind = block.task_type;
+    const t = block.output_transform || {};
+    this.scale = Number.isFinite(t.scale) ? t.scale : 1;
+    this.offset = Number.isFinite(t.offset) ? t.offset : 0;
+    this.threshold = Number.isFinite(block.threshold) ? block.threshold : 0;
+    this.blend = blend;
+  }
+
+  /** Task score of logits: regression on the gold scale, binary probability, or the second class's probability. */
+  score(logits) {
+    if (this.kind === "regression") return logits[0] * this.scale + this.offset;
+    if (this.kind === "binary") return 1 / (1 + Math.exp(-logits[0]));
+    const max = Math.max(...logits);
+    const e = Array.from(logits, (x) => Math.exp(x - max));
+    return e[this.outputs > 1 ? 1 : 0] / e.reduce((a, b) => a + b, 0);
+  }
+
+  /** The blended key `z(logit) + w * z(similarity)` where the bundle has a blend, else the first logit. */
+  blendKey(logits, similarity) {
+    const b = this.blend;
+    if (!b) return logits[0];
+    return (logits[0] - b.head_mean) / b.head_std + b.weight * (similarity - b.sim_mean) / b.sim_std;
+  }
+
+  /** Binary tasks: whether a pair is positive, by the blended key's dev threshold (the head's without a blend). */
+  blendDecision(logits, similarity) {
+    if (this.kind !== "binary") throw new OndeviceError(`decisions are for binary tasks; this head is ${this.kind}`);
+    return this.blend && Number.isFinite(this.blend.threshold) ? this.blendKey(logits, similarity) > this.blend.threshold
+      : logits[0] > this.threshold;
+  }
+
+  _result(logits, similarity) {
+    return { logits, score: this.score(logits), key: this.blendKey(logits, similarity),
+      ...(this.kind === "binary" ? { decision: this.blendDecision(logits, similarity) } : {}) };
+  }
+}
+
+function checkKind(block, key) {
+  if (!["regression", "binary", "classes"].includes(block.task_type)) {
+    throw new OndeviceError(`manifest.json ${key}.task_type is not regression, binary or classes; re-export the bundle`);
+  }
+  if (block.threshold != null && !Number.isFinite(block.threshold)) {
+    throw new OndeviceError(`manifest.json ${key}.threshold is not a finite number; re-export the bundle`);
+  }
+}
+
+/** Read a head's fp32 safetensors (verified against the manifest) and check each tensor's shape and values. */
+async function readTensors(read, manifest, name, want) {
+  const tensors = parseSafetensors(await verifyFile(manifest, name, await read(name)), name);
+  for (const [key, shape] of Object.entries(want)) {
+    if (!tensors[key] || tensors[key].shape.join(",") !== shape.join(",")) {
+      throw new OndeviceError(`${name}: ${key} is not [${shape}]; re-export the bundle`);
+    }
+    if (!tensors[key].data.every(Number.isFinite)) {
+      throw new OndeviceError(`${name}: ${key} holds NaN or infinity; re-export the bundle`);
+    }
+  }
+  return tensors;
+}
+
 /** The bundle's pair head: `logits = W2 relu(W1 [u, v, u*v, |u-v|] + b1) + b2`, task scores, blended keys, decisions. */
-export class PairHead {
+export class PairHead extends ScoredHead {
   /** Read, verify (size + SHA-256) and check the head the manifest's `pairs` block names. */
   static async load(read, manifest) {
     const block = manifest.pairs;
@@ -435,32 +535,15 @@ export class PairHead {
       throw new OndeviceError("manifest.json pairs block does not describe a head for this encoder; re-export the bundle");
     }
     const name = block.weights;
-    const tensors = parseSafetensors(await verifyFile(manifest, name, await read(name)), name);
-    const want = { "hidden.weight": [hidden, 4 * dim], "hidden.bias": [hidden], "out.weight": [outputs, hidden],
-      "out.bias": [outputs] };
-    for (const [key, shape] of Object.entries(want)) {
-      if (!tensors[key] || tensors[key].shape.join(",") !== shape.join(",")) {
-        throw new OndeviceError(`${name}: ${key} is not [${shape}]; re-export the bundle`);
-      }
-      if (!tensors[key].data.every(Number.isFinite)) {
-        throw new OndeviceError(`${name}: ${key} holds NaN or infinity; re-export the bundle`);
-      }
-    }
-    const blend = block.blend;
-    if (blend && (blend.similarity !== "cosine" || blend.dim !== dim ||
-        !["weight", "head_mean", "head_std", "sim_mean", "sim_std"].every((k) => Number.isFinite(blend[k])) ||
-        !(blend.head_std > 0 && blend.sim_std > 0 && blend.weight >= 0))) {
-      throw new OndeviceError("manifest.json pairs.blend is not a cosine blend for this encoder; re-export the bundle");
-    }
-    if (block.threshold != null && !Number.isFinite(block.threshold)) {
-      throw new OndeviceError("manifest.json pairs.threshold is not a finite number; re-export the bundle");
-    }
-    return new PairHead(block, tensors, name);
+    const tensors = await readTensors(read, manifest, name, { "hidden.weight": [hidden, 4 * dim], "hidden.bias": [hidden],
+      "out.weight": [outputs, hidden], "out.bias": [outputs] });
+    const blend = readBlend(block, "pairs", manifest);
+    checkKind(block, "pairs");
+    return new PairHead(block, tensors, name, blend);
   }
 
-  constructor(block, tensors, file) {
-    this.task = block.task;
-    this.kind = block.task_type;
+  constructor(block, tensors, file, blend) {
+    super(block, blend);
     this.dim = block.head.dim;
     this.hidden = block.head.hidden;
     this.outputs = block.head.outputs;
@@ -468,11 +551,6 @@ export class PairHead {
     this.b1 = tensors["hidden.bias"].data;
     this.w2 = tensors["out.weight"].data;
     this.b2 = tensors["out.bias"].data;
-    const t = block.output_transform || {};
-    this.scale = Number.isFinite(t.scale) ? t.scale : 1;
-    this.offset = Number.isFinite(t.offset) ? t.offset : 0;
-    this.threshold = Number.isFinite(block.threshold) ? block.threshold : 0;
-    this.blend = block.blend || null;
     this.verified = [file];
   }
 
@@ -502,32 +580,218 @@ export class PairHead {
     return out;
   }
 
-  /** Task score of logits: regression on the gold scale, binary probability, or the second class's probability. */
-  score(logits) {
-    if (this.kind === "regression") return logits[0] * this.scale + this.offset;
-    if (this.kind === "binary") return 1 / (1 + Math.exp(-logits[0]));
-    const max = Math.max(...logits);
-    const e = Array.from(logits, (x) => Math.exp(x - max));
-    return e[this.outputs > 1 ? 1 : 0] / e.reduce((a, b) => a + b, 0);
-  }
-
   /** The rank key of a pair: the blend `z(logit) + w * z(cosine)` where the bundle has one, else the first logit. */
   key(logits, u, v) {
-    const b = this.blend;
-    if (!b) return logits[0];
-    return (logits[0] - b.head_mean) / b.head_std + b.weight * (cosine(u, v) - b.sim_mean) / b.sim_std;
+    return this.blendKey(logits, this.blend ? cosine(u, v) : 0);
   }
 
   /** Binary tasks: whether a pair is positive, by the blended key's dev threshold (the head's without a blend). */
   decision(logits, u, v) {
-    if (this.kind !== "binary") throw new OndeviceError(`decisions are for binary tasks; this head is ${this.kind}`);
-    return this.blend && Number.isFinite(this.blend.threshold) ? this.key(logits, u, v) > this.blend.threshold
-      : logits[0] > this.threshold;
+    return this.blendDecision(logits, this.blend ? cosine(u, v) : 0);
   }
 
   /** Score, key and (binary) decision of one pair of embeddings. */
   pair(u, v) {
-    const l = this.logits(u, v);
-    return { logits: l, score: this.score(l), key: this.key(l, u, v), ...(this.kind === "binary" ? { decision: this.decision(l, u, v) } : {}) };
+    return this._result(this.logits(u, v), this.blend ? cosine(u, v) : 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// DiPair head (`ondevice pairs dipair-export`): a small post-LN transformer over the token states of both texts,
+// from the bundle's fp32 dipair_head.safetensors, summed in double like the Java core (DiPairHead.java) and
+// ondevice.pairs.dipair.head_forward_numpy, plus the head + Hamming blend the bundle ranks by
+
+const DIPAIR_LAYER = ["q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias", "o.weight", "o.bias",
+  "ln1.weight", "ln1.bias", "ff1.weight", "ff1.bias", "ff2.weight", "ff2.bias", "ln2.weight", "ln2.bias"];
+const MASK_NEG = -1e4;
+const LN_EPS = 1e-5;
+
+function linear(x, rows, inDim, w, b, outDim) {
+  const y = new Float64Array(rows * outDim);
+  for (let r = 0; r < rows; r++) {
+    for (let o = 0; o < outDim; o++) {
+      let s = b[o];
+      const wr = o * inDim;
+      const xr = r * inDim;
+      for (let i = 0; i < inDim; i++) s += w[wr + i] * x[xr + i];
+      y[r * outDim + o] = s;
+    }
+  }
+  return y;
+}
+
+function layerNorm(x, rows, d, g, b) {
+  for (let r = 0; r < rows; r++) {
+    let mu = 0;
+    for (let i = 0; i < d; i++) mu += x[r * d + i];
+    mu /= d;
+    let v = 0;
+    for (let i = 0; i < d; i++) v += (x[r * d + i] - mu) ** 2;
+    const inv = 1 / Math.sqrt(v / d + LN_EPS);
+    for (let i = 0; i < d; i++) x[r * d + i] = (x[r * d + i] - mu) * inv * g[i] + b[i];
+  }
+}
+
+/** Token states as numbers: float32 as they are, int8 (a catalog's cache, q = round(127 x)) as q / 127. */
+function stateValues(s, count, what) {
+  if (!s || s.length !== count) throw new OndeviceError(`${what} must hold ${count} values, got ${s ? s.length : "none"}`);
+  return s instanceof Int8Array ? Float32Array.from(s, (q) => q / 127) : s;
+}
+
+/**
+ * The bundle's DiPair head: logits of one pair's token states (side a: N x D, side b: M x D; all-zero rows are
+ * padding, masked out of attention), task scores, the head + Hamming blend key, decisions.
+ */
+export class DiPairHead extends ScoredHead {
+  /** Read, verify (size + SHA-256) and check the head the manifest's `dipair` block names. */
+  static async load(read, manifest) {
+    const block = manifest.dipair;
+    if (!block || typeof block !== "object") {
+      throw new OndeviceError("this bundle has no DiPair head; export one with `ondevice pairs dipair-export`");
+    }
+    const h = block.head || {};
+    const dims = [h.n, h.m, h.d, h.layers, h.heads, h.ffn, h.outputs];
+    if (!dims.every((x) => Number.isInteger(x) && x >= 1) || h.outputs > 1024 || h.d % h.heads !== 0 ||
+        typeof block.weights !== "string") {
+      throw new OndeviceError("manifest.json dipair block does not describe a DiPair head; re-export the bundle");
+    }
+    checkKind(block, "dipair");
+    const pooled = Number.isInteger(h.vec_dim) && h.vec_dim > 0;
+    const slots = (pooled ? 1 : 0) + h.n + h.m;
+    const want = { position: [slots, h.d], segment: [2, h.d], "out.weight": [h.outputs, h.d], "out.bias": [h.outputs] };
+    if (pooled) Object.assign(want, { "compare.weight": [h.d, 4 * h.d], "compare.bias": [h.d] });
+    for (let l = 0; l < h.layers; l++) {
+      for (const name of DIPAIR_LAYER) {
+        const shape = name === "ff1.weight" ? [h.ffn, h.d] : name === "ff1.bias" ? [h.ffn] : name === "ff2.weight" ? [h.d, h.ffn]
+          : name.endsWith("weight") && !name.startsWith("ln") ? [h.d, h.d] : [h.d];
+        want[`layers.${l}.${name}`] = shape;
+      }
+    }
+    const tensors = await readTensors(read, manifest, block.weights, want);
+    return new DiPairHead(block, tensors, block.weights, readBlend(block, "dipair", manifest), pooled);
+  }
+
+  constructor(block, tensors, file, blend, pooled) {
+    super(block, blend);
+    const h = block.head;
+    Object.assign(this, { n: h.n, m: h.m, d: h.d, layers: h.layers, heads: h.heads, ffn: h.ffn, outputs: h.outputs, pooled });
+    const first = pooled ? 1 : 0;
+    const slots = first + h.n + h.m;
+    const pos = tensors.position.data;
+    const seg = tensors.segment.data;
+    this.embedAdd = new Float32Array(slots * h.d); // position + segment, in float32 as the graph adds them
+    for (let s = 0; s < slots; s++) {
+      const g = s < first + h.n ? 0 : 1;
+      for (let i = 0; i < h.d; i++) this.embedAdd[s * h.d + i] = pos[s * h.d + i] + seg[g * h.d + i];
+    }
+    this.w = [];
+    for (let l = 0; l < h.layers; l++) this.w.push(DIPAIR_LAYER.map((name) => tensors[`layers.${l}.${name}`].data));
+    this.compare = pooled ? [tensors["compare.weight"].data, tensors["compare.bias"].data] : null;
+    this.outW = tensors["out.weight"].data;
+    this.outB = tensors["out.bias"].data;
+    this.verified = [file];
+  }
+
+  /** Head logits (Float64Array of `outputs`) of side-a states (N x D) and side-b states (M x D), float32 or int8. */
+  logits(statesA, statesB) {
+    const { n, m, d } = this;
+    const a = stateValues(statesA, n * d, "side-a states");
+    const b = stateValues(statesB, m * d, "side-b states");
+    const first = this.pooled ? 1 : 0;
+    const s = first + n + m;
+    const x = new Float64Array(s * d);
+    const keep = new Array(s).fill(false);
+    if (this.pooled) { // the comparison slot, from the two pooled slots (slot 0 of each side)
+      const f = new Float64Array(4 * d);
+      for (let i = 0; i < d; i++) {
+        f[i] = a[i];
+        f[d + i] = b[i];
+        f[2 * d + i] = a[i] * b[i];
+        f[3 * d + i] = Math.abs(a[i] - b[i]);
+      }
+      const c = linear(f, 1, 4 * d, this.compare[0], this.compare[1], d);
+      for (let i = 0; i < d; i++) x[i] = c[i] + this.embedAdd[i];
+      keep[0] = true;
+    }
+    for (let r = first; r < s; r++) {
+      const t = r - first;
+      let abs = 0;
+      for (let i = 0; i < d; i++) {
+        const v = t < n ? a[t * d + i] : b[(t - n) * d + i];
+        abs += Math.abs(v);
+        x[r * d + i] = v + this.embedAdd[r * d + i];
+      }
+      keep[r] = abs > 0;
+    }
+    const dh = d / this.heads;
+    const scale = 1 / Math.sqrt(dh);
+    const att = new Float64Array(s);
+    for (let l = 0; l < this.layers; l++) {
+      const p = this.w[l];
+      const rows = l === this.layers - 1 ? 1 : s; // only slot 0 reaches the logits
+      const k = linear(x, s, d, p[2], p[3], d);
+      const v = linear(x, s, d, p[4], p[5], d);
+      const q = linear(x, rows, d, p[0], p[1], d);
+      const ctx = new Float64Array(rows * d);
+      for (let hd = 0; hd < this.heads; hd++) {
+        const off = hd * dh;
+        for (let i = 0; i < rows; i++) {
+          let max = -Infinity;
+          for (let j = 0; j < s; j++) {
+            let dot = 0;
+            for (let u = 0; u < dh; u++) dot += q[i * d + off + u] * k[j * d + off + u];
+            att[j] = dot * scale + (keep[j] ? 0 : MASK_NEG);
+            if (att[j] > max) max = att[j];
+          }
+          let sum = 0;
+          for (let j = 0; j < s; j++) {
+            att[j] = Math.exp(att[j] - max);
+            sum += att[j];
+          }
+          for (let j = 0; j < s; j++) {
+            const pj = att[j] / sum;
+            for (let u = 0; u < dh; u++) ctx[i * d + off + u] += pj * v[j * d + off + u];
+          }
+        }
+      }
+      const o = linear(ctx, rows, d, p[6], p[7], d);
+      for (let i = 0; i < o.length; i++) x[i] += o[i];
+      layerNorm(x, rows, d, p[8], p[9]);
+      const h1 = linear(x, rows, d, p[10], p[11], this.ffn);
+      for (let i = 0; i < h1.length; i++) if (h1[i] < 0) h1[i] = 0;
+      const h2 = linear(h1, rows, this.ffn, p[12], p[13], d);
+      for (let i = 0; i < h2.length; i++) x[i] += h2[i];
+      layerNorm(x, rows, d, p[14], p[15]);
+    }
+    const out = new Float64Array(this.outputs);
+    for (let c = 0; c < this.outputs; c++) {
+      let acc = this.outB[c];
+      for (let i = 0; i < d; i++) acc += this.outW[c * d + i] * x[i];
+      out[c] = acc;
+    }
+    return out;
+  }
+
+  /** The rank key of a pair from its logits and the two codes' Hamming distance (the blend's; else the first logit). */
+  key(logits, distance) {
+    return this.blendKey(logits, -distance);
+  }
+
+  /** Binary tasks: whether a pair is positive, by the blended key's dev threshold (the head's without a blend). */
+  decision(logits, distance) {
+    return this.blendDecision(logits, -distance);
+  }
+
+  /**
+   * Score, key, Hamming distance and (binary) decision of a pair from the encoder's outputs of its two texts
+   * (`Encoder.encode`: the first text's `statesA` and `code`, the second's `statesB` and `code`).
+   */
+  pair(first, second) {
+    if (!first.statesA || !second.statesB) {
+      throw new OndeviceError("these encoder outputs have no token states; the bundle's encoder.onnx must come from " +
+        "`ondevice pairs dipair-export`");
+    }
+    const distance = hammingDistance(first.code, second.code);
+    return { ...this._result(this.logits(first.statesA, second.statesB), -distance), distance };
   }
 }

@@ -8,7 +8,7 @@ Writes OUT/ (any static file server can serve it; nothing runs on the server):
     vendor/onnxruntime-web/                          ort.wasm.bundle.min.mjs + ort-wasm-simd-threaded.wasm
                                                      (from web_demo/node_modules: run `npm ci` in web_demo first)
     assets/bundle/   manifest.json, encoder.onnx, tokenizer.json, vocab.txt (+ binarizer files, README.md, and
-                     pair_head.safetensors where the bundle has a pair head)
+                     pair_head.safetensors / dipair_head.safetensors where the bundle has a pair / DiPair head)
     assets/catalog/  sentences.jsonl, codes.npy, catalog.json (ondevice/catalog.py, shared with android_demo)
 
 The page verifies each bundle file it reads against manifest.json (size and SHA-256, Web Crypto) and the catalog
@@ -30,7 +30,8 @@ PAGE_FILES = ("index.html", "app.js", "ondevice.js", "style.css")
 ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm")
 BUNDLE_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt")
-OPTIONAL = ("binarizer.json", "binarizer.safetensors", "README.md", "pair_head.safetensors")  # the page's pair head reads the last
+OPTIONAL = ("binarizer.json", "binarizer.safetensors", "README.md",
+            "pair_head.safetensors", "dipair_head.safetensors")  # the page's pair heads read the last two
 DEFAULT_OUT = WEB / "site"
 
 __all__ = ["build", "copy_page", "main", "read_sentences"]
