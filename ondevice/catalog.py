@@ -5,7 +5,9 @@ Shared by `android_demo/tools/make_catalog.py` and `web_demo/tools/make_catalog.
     sentences.jsonl  one JSON string per line (row i), ASCII-escaped so no line reader splits inside one
     codes.npy        uint8 (n, code_bytes): row i = the code of sentence i, from the bundle's encoder
     catalog.json     count, code_bytes, bits, precision, the sha256 of the encoder.onnx that made the codes,
-                     and the size + sha256 of sentences.jsonl and codes.npy
+                     and the size + sha256 of sentences.jsonl and codes.npy (and dipair_states.npy)
+    dipair_states.npy  with `dipair_states`: int8 (n, M, D), row i = sentence i's side-b token states from a DiPair
+                     bundle's encoder (q = round(127 x)), what a DiPair head reranks a Hamming shortlist with
 """
 
 from __future__ import annotations
@@ -69,20 +71,44 @@ def copy_bundle_files(bundle: Bundle, out: str | Path, names: Sequence[str], opt
     return copied
 
 
-def write_catalog(bundle: Bundle, sentences: Sequence[str], out: str | Path) -> dict[str, Any]:
-    """Encode `sentences` with `bundle` and write the catalog folder `out`; returns catalog.json's content."""
+def _write_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.lib.format.write_array(fh, array, version=(1, 0), allow_pickle=False)
+
+
+def write_catalog(bundle: Bundle, sentences: Sequence[str], out: str | Path, dipair_states: bool = False) -> dict[str, Any]:
+    """Encode `sentences` with `bundle` and write the catalog folder `out`; returns catalog.json's content.
+
+    `dipair_states`: also cache every sentence's int8 side-b token states (a DiPair bundle's; M x D bytes each), from
+    the same encoder pass as its code."""
     if not sentences:
         raise OndeviceError("no sentences: the catalog needs at least one")
-    codes = np.ascontiguousarray(bundle.codes(list(sentences)), dtype=np.uint8)
+    states = None
+    if dipair_states:
+        dp = bundle.dipair()
+        if not dp.int8_outputs:
+            raise OndeviceError(f"bundle {bundle.path} has no int8 token-state outputs to cache; re-export it with "
+                                "`ondevice pairs dipair-export` (without --no-int8-states)")
+        states, codes = dp.states_and_codes(list(sentences), role="b", int8=True)
+    else:
+        codes = bundle.codes(list(sentences))
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "sentences.jsonl", "".join(json.dumps(s) + "\n" for s in sentences))
-    with atomic_path(out / "codes.npy") as tmp, open(tmp, "wb") as fh:
-        np.lib.format.write_array(fh, codes, version=(1, 0), allow_pickle=False)
-    files = {name: {"sha256": sha256_file(out / name), "bytes": (out / name).stat().st_size}
-             for name in ("sentences.jsonl", "codes.npy")}
+    _write_npy(out / "codes.npy", codes)
+    names = ["sentences.jsonl", "codes.npy"]
+    if states is not None:
+        _write_npy(out / "dipair_states.npy", np.ascontiguousarray(states, dtype=np.int8))
+        names.append("dipair_states.npy")
+    elif (out / "dipair_states.npy").exists():  # an earlier catalog's states would not match these sentences
+        (out / "dipair_states.npy").unlink()
+    files = {name: {"sha256": sha256_file(out / name), "bytes": (out / name).stat().st_size} for name in names}
     info = {"count": len(sentences), "code_bytes": bundle.code_bytes, "bits": bundle.bits,
             "encoder_sha256": bundle.manifest["files"]["encoder.onnx"]["sha256"], "precision": bundle.precision,
             "files": files}
+    if states is not None:
+        info["dipair_states"] = {"file": "dipair_states.npy", "shape": list(states.shape), "dtype": "int8",
+                                 "role": "b", "dequantize": "x = q / 127"}
     write_json(out / "catalog.json", info)
     return info

@@ -112,6 +112,22 @@ def pair_env(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def dipair_bundle(pair_env, tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny DiPair run (pooled slot, 2 layers of 2 attention heads, first + last states) and its fp32 / int8 bundles
+    with golden files (built once per session): (run folder, bundle root)."""
+    from ondevice.pairs.dipair_export import export_dipair_bundle
+    from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
+
+    root = tmp_path_factory.mktemp("dipair-bundle")
+    cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
+                       n=4, m=5, d=8, ffn=16, layers=2, heads=2, select="firstlast", stage1_epochs=1, stage2_epochs=1,
+                       batch_size=16, sra_weight=0.0, augment_random=20, seed=6)
+    train_dipair(cfg, root / "run", progress=False)
+    export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)
+    return root / "run", root / "bundle"
+
+
+@pytest.fixture(scope="session")
 def artifacts(pair_env, tiny_teacher, tmp_path_factory) -> dict[str, Path]:
     """One artifact of every kind in ondevice.layouts.KINDS, written by its real writer (built once per session)."""
     from pairs_fixtures import make_artifacts

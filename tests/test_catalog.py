@@ -75,3 +75,23 @@ def test_copy_bundle_files(bundle, tmp_path):
     assert (out / "notes.txt").read_text() == "the user's"
     with pytest.raises(OndeviceError, match="has no nope.bin"):
         copy_bundle_files(bundle, tmp_path / "c", ["nope.bin"])
+
+
+def test_write_catalog_with_dipair_states(dipair_bundle, bundle, tmp_path):
+    """A DiPair bundle's catalog caches each sentence's int8 side-b states (the same pass as its code), checksummed."""
+    from ondevice.runtime import Bundle
+
+    dp = Bundle.load(dipair_bundle[1] / "int8").dipair()
+    sentences = ["a cat sat", "", "the dog ran far away from the cat today", "a cat sat"]
+    info = write_catalog(dp.bundle, sentences, tmp_path / "cat", dipair_states=True)
+    states = np.load(tmp_path / "cat" / "dipair_states.npy", allow_pickle=False)
+    assert states.dtype == np.int8 and info["dipair_states"]["shape"] == [4, dp.m, dp.d] == list(states.shape)
+    np.testing.assert_array_equal(states, dp.states(sentences, "b", int8=True))
+    np.testing.assert_array_equal(np.load(tmp_path / "cat" / "codes.npy"), dp.bundle.codes(sentences))
+    assert info["files"]["dipair_states.npy"] == {"sha256": sha256_file(tmp_path / "cat" / "dipair_states.npy"),
+                                                   "bytes": (tmp_path / "cat" / "dipair_states.npy").stat().st_size}
+    assert info == json.loads((tmp_path / "cat" / "catalog.json").read_text())
+    info = write_catalog(dp.bundle, sentences[:2], tmp_path / "cat")  # rewritten without: no stale states left
+    assert "dipair_states" not in info and not (tmp_path / "cat" / "dipair_states.npy").exists()
+    with pytest.raises(OndeviceError, match="no DiPair head"):
+        write_catalog(bundle, sentences, tmp_path / "plain", dipair_states=True)

@@ -341,22 +341,6 @@ def test_browser_compares_two_questions_with_the_shipped_head(browser, tmp_path)
 # --------------------------------------------------------------------------------------------- DiPair head
 
 
-@pytest.fixture(scope="module")
-def dipair_bundle(pair_env, tmp_path_factory) -> tuple[Path, Path]:
-    """A tiny DiPair run (pooled slot, 2 layers of 2 attention heads, first + last states) and its fp32 / int8 bundles
-    with golden files."""
-    from ondevice.pairs.dipair_export import export_dipair_bundle
-    from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
-
-    root = tmp_path_factory.mktemp("web-dipair")
-    cfg = DiPairConfig(task="stsb", data=str(pair_env.data), student=str(pair_env.student), teacher=str(pair_env.teacher()),
-                       n=4, m=5, d=8, ffn=16, layers=2, heads=2, select="firstlast", stage1_epochs=1, stage2_epochs=1,
-                       batch_size=16, sra_weight=0.0, augment_random=20, seed=SEED)
-    train_dipair(cfg, root / "run", progress=False)
-    export_dipair_bundle(root / "run", root / "bundle", bits=64, precision="both", golden=True)
-    return root / "run", root / "bundle"
-
-
 def _dipair_pairs(bundle: Path) -> list[list[str]]:
     from ondevice.catalog import read_sentences
 
@@ -485,3 +469,72 @@ def test_browser_scores_a_pair_with_a_dipair_head(browser, dipair_bundle, tmp_pa
         assert float(page.get_attribute("#pair-result", "data-key")) == pytest.approx(want["key"][0], abs=1e-3)
         assert not errors
         page.close()
+
+
+def _python_rerank(run: Path, bundle: Path, catalog: Path, query: str) -> tuple[list[int], np.ndarray]:
+    """The page's search on a DiPair bundle by Python: Hamming top 100 of the catalog codes, reranked by the head's
+    fp32 weights (what ondevice.js reads) on the query's side-a states and the catalog's cached int8 states."""
+    from ondevice.export.golden import hamming_topk
+
+    from ondevice.pairs.dipair import dequantize_states, head_forward_numpy, load_head_weights
+    from ondevice.runtime import Bundle
+
+    dp = Bundle.load(bundle).dipair()
+    qs, qc = dp.states_and_codes([query], "a")
+    dist, rows = hamming_topk(qc, np.load(catalog / "codes.npy"), 100)
+    cfg, w = load_head_weights(run)
+    cache = dequantize_states(np.load(catalog / "dipair_states.npy")[rows[0]])
+    keys = dp.blend_keys(head_forward_numpy(cfg, w, np.repeat(qs, len(cache), 0), cache), dist[0])
+    order = np.lexsort((rows[0], -keys))[:10]
+    return rows[0][order].tolist(), keys[order]
+
+
+def test_browser_reranks_search_with_a_dipair_head(browser, dipair_bundle, tmp_path):
+    """A DiPair bundle's site caches the catalog's token states; the page reranks its Hamming top 100 by the head +
+    Hamming blend, and the shown top-10 equals Python's; a tampered states file stops loadCatalog."""
+    from ondevice.catalog import read_sentences
+
+    web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
+    run, root = dipair_bundle
+    site = tmp_path / "site"
+    sentences = read_sentences(root / "int8" / "golden" / "sentences.jsonl")[:300]
+    info = web_catalog.build(root, sentences, site, precision="int8")
+    assert info["dipair_states"]["shape"] == [300, 5, 8]
+    catalog = site / "assets" / "catalog"
+    with serve(site, seconds=120) as url:
+        page, errors = _open(browser, url)
+        assert page.get_attribute("body", "data-state") == "ready", page.inner_text("#status")
+        assert "the Hamming top 100 reranked by the DiPair head" in page.text_content("#info")
+        for text in [*QUERIES[:3], sentences[5]]:
+            page.fill("#query", text)
+            page.press("#query", "Enter")
+            page.wait_for_function("(q) => document.getElementById('results').dataset.query === q", arg=text)
+            items = page.query_selector_all("#results li")
+            rows = [int(li.get_attribute("data-row")) for li in items]
+            keys = np.asarray([float(li.get_attribute("data-key")) for li in items])
+            want_rows, want_keys = _python_rerank(run, root / "int8", catalog, text)
+            np.testing.assert_allclose(keys, want_keys, atol=1e-3)
+            # rows equal, but for neighbours whose keys tie within float rounding
+            assert all(r == w or abs(k - want_keys[i]) < 1e-3 for i, (r, w, k) in enumerate(zip(rows, want_rows, keys))), text
+            assert sorted(rows) == sorted(want_rows) or len(set(rows) ^ set(want_rows)) <= 2
+            assert "DiPair rerank of 100 in" in page.inner_text("#timing")
+        assert not errors
+        page.close()
+    res = _run("test/catalog.mjs", str(site / "assets" / "bundle"), str(catalog))
+    assert _values(res.stdout) == {"count": "300", "verified": "codes.npy,sentences.jsonl,dipair_states.npy",
+                                   "dipair_states": str(300 * 5 * 8)}
+
+    def fails() -> str:
+        out = subprocess.run([_node(), "test/catalog.mjs", str(site / "assets" / "bundle"), str(catalog)], cwd=WEB,
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stdout + out.stderr
+        return out.stderr
+
+    data = bytearray((catalog / "dipair_states.npy").read_bytes())
+    data[-1] ^= 1
+    (catalog / "dipair_states.npy").write_bytes(bytes(data))
+    assert "catalog dipair_states.npy fails its sha256 check" in fails()
+    info = json.loads((catalog / "catalog.json").read_text())
+    del info["files"]["dipair_states.npy"]
+    (catalog / "catalog.json").write_text(json.dumps(info))
+    assert "catalog.json does not list dipair_states.npy" in fails()

@@ -6,6 +6,7 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const assets = new URL(params.get("assets") || "assets/", location.href);
 const TOP_K = 10;
+const SHORTLIST = 100; // Hamming candidates a DiPair head reranks (catalogs with cached token states)
 
 function reader(base) {
   return async (name) => {
@@ -31,6 +32,7 @@ async function start() {
   const bundleFiles = reader(new URL("bundle/", assets));
   const pairHead = m.pairs ? await PairHead.load(bundleFiles, m) : m.dipair ? await DiPairHead.load(bundleFiles, m) : null;
   const dipair = pairHead instanceof DiPairHead;
+  const rerank = dipair && catalog.dipairStates !== undefined;
   $("info").textContent = [
     `bundle: ${m.precision}, ${m.dim}-d embedding, ${m.bits}-bit codes, vocabulary ${bundle.tokenizer.vocab.length}`,
     `student: ${JSON.stringify(m.student)}`,
@@ -42,6 +44,7 @@ async function start() {
       `${pairHead.d}, ${pairHead.layers} layer(s)` +
       (pairHead.blend ? `, blended with the Hamming distance (w = ${pairHead.blend.weight})` : "")] : []),
     `catalog: ${catalog.info.count} sentences; session created in ${loadMs.toFixed(0)} ms`,
+    ...(rerank ? [`search: the Hamming top ${SHORTLIST} reranked by the DiPair head (catalog token states cached)`] : []),
     `onnxruntime-web ${ort.env.versions ? ort.env.versions.web : ""}, wasm, ${ort.env.wasm.numThreads} thread`,
   ].join("\n");
   $("status").textContent = `Ready: ${m.precision} bundle verified, ${catalog.info.count.toLocaleString("en")} ` +
@@ -76,11 +79,17 @@ async function start() {
 
   async function search(text) {
     const a = performance.now();
-    const { code } = await encoder.encode(text);
+    const query = await encoder.encode(text);
     const b = performance.now();
-    const { ids, distances } = catalog.index.search(code, TOP_K);
+    let { ids, distances } = catalog.index.search(query.code, rerank ? SHORTLIST : TOP_K);
+    let keys = null;
     const c = performance.now();
-    return { code, ids, distances, encodeMs: b - a, searchMs: c - b };
+    if (rerank) {
+      ({ ids, distances, keys } = pairHead.rerank(query, ids, distances, catalog.dipairStates));
+      [ids, distances, keys] = [ids.subarray(0, TOP_K), distances.subarray(0, TOP_K), keys.subarray(0, TOP_K)];
+    }
+    const d = performance.now();
+    return { code: query.code, ids, distances, keys, encodeMs: b - a, searchMs: c - b, rerankMs: d - c };
   }
 
   $("search").addEventListener("submit", async (ev) => {
@@ -92,6 +101,7 @@ async function start() {
       const li = document.createElement("li");
       li.dataset.row = String(row);
       li.dataset.distance = String(r.distances[i]);
+      if (r.keys) li.dataset.key = String(r.keys[i]);
       li.innerHTML = '<span class="rank"></span><span class="dist"></span><span class="text"></span>';
       li.children[0].textContent = `${i + 1}.`;
       li.children[1].textContent = `d = ${r.distances[i]}`;
@@ -99,7 +109,8 @@ async function start() {
       return li;
     }));
     $("timing").textContent = `encode ${r.encodeMs.toFixed(2)} ms · search ${r.searchMs.toFixed(2)} ms ` +
-      `over ${catalog.info.count.toLocaleString("en")} codes`;
+      `over ${catalog.info.count.toLocaleString("en")} codes` +
+      (r.keys ? ` · DiPair rerank of ${Math.min(SHORTLIST, catalog.info.count)} in ${r.rerankMs.toFixed(2)} ms` : "");
     list.dataset.query = text;
   });
 }

@@ -354,17 +354,25 @@ export class Encoder {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Catalog written by web_demo/tools/make_catalog.py: catalog.json, codes.npy, sentences.jsonl
+// Catalog written by web_demo/tools/make_catalog.py: catalog.json, codes.npy, sentences.jsonl (+ dipair_states.npy)
 
-/** Load a catalog through `read(name)`, checked against the bundle that will encode the queries. */
+/**
+ * Load a catalog through `read(name)`, checked against the bundle that will encode the queries: every file against
+ * its size + SHA-256 in catalog.json. Returns {info, sentences, index, verified} and, where the catalog caches a DiPair
+ * bundle's token states, `dipairStates` (Int8Array, count x M x D, what `DiPairHead.rerank` takes).
+ */
 export async function loadCatalog(read, manifest) {
   const info = parseJson(await read("catalog.json"), "catalog.json");
-  const files = { "codes.npy": await read("codes.npy"), "sentences.jsonl": await read("sentences.jsonl") };
-  for (const [name, bytes] of Object.entries(files)) {
+  const names = ["codes.npy", "sentences.jsonl", ...(info.dipair_states ? ["dipair_states.npy"] : [])];
+  const files = {};
+  for (const name of names) {
     const want = info.files && info.files[name];
-    if (want && (bytes.byteLength !== want.bytes || (await sha256Hex(bytes)) !== want.sha256)) {
+    if (!want) throw new OndeviceError(`catalog.json does not list ${name}; rebuild the catalog with tools/make_catalog.py`);
+    const bytes = await read(name);
+    if (bytes.byteLength !== want.bytes || (await sha256Hex(bytes)) !== want.sha256) {
       throw new OndeviceError(`catalog ${name} fails its sha256 check; rebuild the catalog with tools/make_catalog.py`);
     }
+    files[name] = bytes;
   }
   if (info.encoder_sha256 !== manifest.files[ENCODER_FILE].sha256) {
     throw new OndeviceError("the catalog was made with a different encoder than this bundle; " +
@@ -378,7 +386,17 @@ export async function loadCatalog(read, manifest) {
   if (sentences.length !== codes.shape[0] || sentences.length !== info.count) {
     throw new OndeviceError("catalog sentences, codes and catalog.json disagree on the count; rebuild the catalog");
   }
-  return { info, sentences, index: new HammingIndex(codes.data, manifest.code_bytes), verified: Object.keys(files) };
+  const catalog = { info, sentences, index: new HammingIndex(codes.data, manifest.code_bytes), verified: names };
+  if (info.dipair_states) {
+    const states = parseNpy(files["dipair_states.npy"]);
+    const h = (manifest.dipair || {}).head || {};
+    if (states.dtype.slice(1) !== "i1" || states.shape.join(",") !== [sentences.length, h.m, h.d].join(",")) {
+      throw new OndeviceError(`catalog dipair_states.npy is not int8 [${sentences.length}, ${h.m}, ${h.d}] for this ` +
+        "bundle's DiPair head; rebuild the catalog");
+    }
+    catalog.dipairStates = states.data;
+  }
+  return catalog;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -780,6 +798,29 @@ export class DiPairHead extends ScoredHead {
   /** Binary tasks: whether a pair is positive, by the blended key's dev threshold (the head's without a blend). */
   decision(logits, distance) {
     return this.blendDecision(logits, -distance);
+  }
+
+  /**
+   * Rerank a Hamming shortlist: `query` is the encoder's output of the query text (side a), `ids` and `distances`
+   * the shortlist (`HammingIndex.search`), `states` every catalog item's side-b states (int8 or float32, item i at
+   * i x M x D, e.g. `loadCatalog(...).dipairStates`). Returns {ids, keys, distances} ordered by the rank key (the
+   * blend where the bundle has one, else the head's score for classes and the first logit otherwise), highest first,
+   * equal keys to the smaller id.
+   */
+  rerank(query, ids, distances, states) {
+    if (!query.statesA) throw new OndeviceError("the query's encoder output has no token states; use a DiPair bundle");
+    const per = this.m * this.d;
+    if (states.length % per !== 0) throw new OndeviceError(`catalog states are not rows of ${this.m} x ${this.d}`);
+    const keys = Array.from(ids, (id, i) => {
+      if (!(id >= 0 && (id + 1) * per <= states.length)) {
+        throw new OndeviceError(`catalog id ${id} has no cached states (${states.length / per} rows); rebuild the catalog`);
+      }
+      const l = this.logits(query.statesA, states.subarray(id * per, (id + 1) * per));
+      return this.blend || this.kind !== "classes" ? this.key(l, distances[i]) : this.score(l);
+    });
+    const order = Array.from(ids, (_, i) => i).sort((x, y) => keys[y] - keys[x] || ids[x] - ids[y]);
+    return { ids: Int32Array.from(order, (i) => ids[i]), keys: Float64Array.from(order, (i) => keys[i]),
+      distances: Int32Array.from(order, (i) => distances[i]) };
   }
 
   /**

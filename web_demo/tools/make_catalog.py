@@ -9,7 +9,9 @@ Writes OUT/ (any static file server can serve it; nothing runs on the server):
                                                      (from web_demo/node_modules: run `npm ci` in web_demo first)
     assets/bundle/   manifest.json, encoder.onnx, tokenizer.json, vocab.txt (+ binarizer files, README.md, and
                      pair_head.safetensors / dipair_head.safetensors where the bundle has a pair / DiPair head)
-    assets/catalog/  sentences.jsonl, codes.npy, catalog.json (ondevice/catalog.py, shared with android_demo)
+    assets/catalog/  sentences.jsonl, codes.npy, catalog.json (ondevice/catalog.py, shared with android_demo); with a
+                     DiPair bundle also dipair_states.npy (int8 side-b token states, M x D bytes per sentence), with
+                     which the page reranks its Hamming top-100 by the DiPair head (--no-dipair-states: without)
 
 The page verifies each bundle file it reads against manifest.json (size and SHA-256, Web Crypto) and the catalog
 files against catalog.json before using them.
@@ -52,17 +54,21 @@ def copy_page(out: Path) -> None:
         shutil.copyfile(ORT_DIST / name, vendor / name)
 
 
-def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, precision: str | None = None) -> dict:
-    """Write the site to `out`; returns catalog.json's content."""
+def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, precision: str | None = None,
+          dipair_states: bool | None = None) -> dict:
+    """Write the site to `out`; returns catalog.json's content. `dipair_states` (default: whether the bundle has a
+    DiPair head) caches the catalog's token states, with which the page reranks its Hamming shortlist."""
     from ondevice.runtime import Bundle
 
     bundle = Bundle.load(bundle_dir, precision=precision)  # verifies every checksum before anything is copied
     if not sentences:
         raise OndeviceError("no sentences: the catalog needs at least one")
+    if dipair_states is None:
+        dipair_states = "dipair" in bundle.manifest
     out = Path(out)
     copy_page(out)
     copy_bundle_files(bundle, out / "assets" / "bundle", BUNDLE_FILES, OPTIONAL)
-    return write_catalog(bundle, sentences, out / "assets" / "catalog")
+    return write_catalog(bundle, sentences, out / "assets" / "catalog", dipair_states=dipair_states)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="site folder to write")
     p.add_argument("--precision", choices=("fp32", "int8"), default=None,
                    help="which bundle of an `--precision both` export to use (default: int8)")
+    p.add_argument("--no-dipair-states", action="store_true",
+                   help="a DiPair bundle's catalog without its token states (M x D bytes per sentence): the page then "
+                        "ranks by Hamming distance alone")
     a = p.parse_args(argv)
     try:
-        info = build(a.bundle, read_sentences(a.sentences), a.out, a.precision)
+        info = build(a.bundle, read_sentences(a.sentences), a.out, a.precision,
+                     dipair_states=False if a.no_dipair_states else None)
     except OndeviceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
