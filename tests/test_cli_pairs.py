@@ -88,6 +88,7 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
 def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_env, tiny_teacher):
     base = ["pairs", "dipair", "--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student),
             "--teacher", str(pair_env.teacher()), "--quiet"]
+    capsys.readouterr()  # building the session's teacher (when this test is the first to need it) prints progress
     assert "--n" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--n", "0"])
     assert "divisible" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--d", "6", "--heads", "4"])
     assert "--augment-tasks takes tasks from" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"),
@@ -102,16 +103,18 @@ def test_dipair_bad_input_and_run_from_the_command_line(capsys, tmp_path, pair_e
                                                       "--student", str(tmp_path / "nope"), "--teacher", "t", "--out", "o"])
     assert "--sra-teacher" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o2")])  # tiny student names none
     assert "invalid choice" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--select", "middle"])
+    assert "invalid choice" in _one_line_error(capsys, [*base, "--out", str(tmp_path / "o"), "--loss", "l1"])
     assert "not a DiPair run" in _one_line_error(capsys, ["pairs", "dipair-export", "--run", str(tmp_path), "--out",
                                                           str(tmp_path / "b")])
     mine = tmp_path / "mine.txt"
     mine.write_text("".join(f"a red cat sleeps {i}\n" for i in range(12)))
     assert main([*base, "--out", str(tmp_path / "run"), "--sra-teacher", str(tiny_teacher), "--n", "3", "--m", "3",
                  "--d", "8", "--ffn", "8", "--stage1-epochs", "1", "--stage2-epochs", "1", "--augment-random", "10",
-                 "--augment-text", str(mine), "--seed", "3"]) == 0
+                 "--augment-text", str(mine), "--loss", "mse", "--seed", "3"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "spearman" in res["dev"] and res["sra_cosine"]["before"] is not None
     assert json.loads((tmp_path / "run" / "dipair_config.json").read_text())["augment_text_sha256"]
+    assert json.loads((tmp_path / "run" / "dipair_config.json").read_text())["loss"] == "mse"
     assert json.loads((tmp_path / "run" / "data.json").read_text())["augment_pairs"] > 10  # random + the file's pairs
     assert main(["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data), "--run", str(tmp_path / "run"),
                  "--split", "dev"]) == 0  # a DiPair run evaluates too: its head, and its encoder's cosine

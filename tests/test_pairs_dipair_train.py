@@ -46,6 +46,19 @@ def test_dropout_changes_training_and_is_recorded(pair_env, tiny_teacher, tmp_pa
     assert json.loads((dropped / "dipair_config.json").read_text())["dropout"] == 0.3
 
 
+def test_mse_loss_trains_otherwise_and_is_recorded(pair_env, tiny_teacher, tmp_path):
+    plain, mse = tmp_path / "plain", tmp_path / "mse"
+    qqp = {"task": "qqp", "teacher": f"bi-encoder:{tiny_teacher}", "stage2_epochs": 0, "stage1_epochs": 1}
+    train_dipair(_cfg(pair_env, tiny_teacher, **qqp), plain, progress=False)
+    train_dipair(_cfg(pair_env, tiny_teacher, **qqp, loss="mse"), mse, progress=False)
+    a, b = (DiPairStudent.load(r) for r in (plain, mse))
+    assert any(not np.array_equal(x, y) for x, y in zip(a.head.state_dict().values(), b.head.state_dict().values()))
+    assert json.loads((mse / "dipair_config.json").read_text())["loss"] == "mse"
+    with pytest.raises(OndeviceError, match="different settings"):  # the loss cannot be switched on resume
+        train_dipair(_cfg(pair_env, tiny_teacher, **qqp), mse, resume=True,
+                     progress=False)
+
+
 def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_teacher, tmp_path):
     from ondevice.pairs.data import load_pairs
 
@@ -119,7 +132,7 @@ def test_pooled_slot_run_trains_resumes_exactly_and_reloads(pair_env, tiny_teach
 def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):
     for kw, msg in (({"n": 0}, "--n"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"), ({"teacher": ""}, "--teacher"),
                     ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature"),
-                    ({"dropout": 1.0}, "--dropout")):
+                    ({"dropout": 1.0}, "--dropout"), ({"loss": "l1"}, "--loss must be one of bce, mse")):
         with pytest.raises(OndeviceError, match=msg):
             train_dipair(_cfg(pair_env, tiny_teacher, **kw), tmp_path / "bad", progress=False)
     with pytest.raises(OndeviceError, match="trained for stsb"):
@@ -140,6 +153,11 @@ def test_soft_label_losses():
     assert float(soft_label_loss(torch.tensor([[0.3]]), torch.tensor([[0.5]]), "regression", 1.0)) == pytest.approx(0.04)
     c = torch.tensor([[1.0, 2.0, 0.0]])
     assert float(soft_label_loss(c, c, "classes", 1.0)) < float(soft_label_loss(c.flip(-1), c, "classes", 1.0))
+    # mse: the squared error to the teacher's logits for every kind (binary: not BCE's saturating target)
+    assert float(soft_label_loss(torch.tensor([[1.0], [0.0]]), t, "binary", 1.0, "mse")) == pytest.approx((1 + 1) / 2)
+    assert float(soft_label_loss(c, c.flip(-1), "classes", 1.0, "mse")) == pytest.approx(1 + 0 + 1)
+    far = torch.tensor([[6.0]])  # BCE barely tells a confident teacher's 6 from 12; mse does
+    assert float(soft_label_loss(far, far * 2, "binary", 1.0)) < 0.01 < float(soft_label_loss(far, far * 2, "binary", 1.0, "mse"))
 
 
 def test_a_dipair_run_after_dse_with_the_same_augmentation_asks_the_teacher_nothing(pair_env, tiny_teacher, tmp_path,

@@ -206,6 +206,8 @@ def _add_dipair(sub, fmt) -> None:
     s.add_argument("--lr1", type=float, default=d.lr1)
     s.add_argument("--lr2", type=float, default=d.lr2)
     s.add_argument("--temperature", type=float, default=d.temperature)
+    s.add_argument("--loss", choices=("bce", "mse"), default=d.loss,
+                   help="bce: soft labels sigmoid(t / T) (paper); mse: squared error to the teacher's logits (DSE's term)")
     s.add_argument("--sra-weight", type=float, default=d.sra_weight, help="SRA cosine loss weight in stage 2")
     s.add_argument("--dropout", type=float, default=d.dropout, help="head dropout while training (BERT: 0.1; 0 = off)")
     _augment_flags(s, d)
@@ -246,7 +248,7 @@ def _run_dipair(a: argparse.Namespace) -> int:
         cfg = DiPairConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, sra_teacher=a.sra_teacher,
                            n=a.n, m=a.m, d=a.d, layers=a.layers, heads=a.heads, ffn=a.ffn, select=a.select,
                            pooled_slot=a.pooled_slot, stage1_epochs=a.stage1_epochs, stage2_epochs=a.stage2_epochs, batch_size=a.batch_size, lr1=a.lr1,
-                           lr2=a.lr2, temperature=a.temperature, sra_weight=a.sra_weight, dropout=a.dropout, **_augment_kwargs(a),
+                           lr2=a.lr2, temperature=a.temperature, loss=a.loss, sra_weight=a.sra_weight, dropout=a.dropout, **_augment_kwargs(a),
                            max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed, threads=a.threads,
                            device=a.device)
         cfg.validate()

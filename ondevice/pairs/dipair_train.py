@@ -5,7 +5,9 @@ adding the SRA loss (1 - cos)/2 of the student's sentence vectors to the SRA tea
 fine-tuned encoder still serves vectors and Hamming codes. The loss against the cross-encoder is a soft-label
 loss: binary -> BCE with target sigmoid(t / T) (paper eq. 1), classes -> cross-entropy with softmax(t / T),
 regression -> squared error to the teacher's logit (our DSE convention: regression teachers output gold mapped to
-[0, 1], with no sigmoid, so sigmoid(t / T) would be a different scale).
+[0, 1], with no sigmoid, so sigmoid(t / T) would be a different scale). `loss="mse"` (`--loss mse`) takes the
+squared error to the teacher's logits for every kind, DSE's distillation term: a confident teacher's logit keeps
+its size, where BCE's target saturates at 0 or 1.
 
 A run folder holds `student/` (the fine-tuned encoder), `dipair_head.safetensors` + `dipair_head.json` (the
 dev-best epoch), `dipair_config.json`, `data.json`, `dev.json`, `sra_cosine.json` (held-out cosine to the SRA
@@ -70,6 +72,7 @@ class DiPairConfig:
     lr1: float = 1e-3
     lr2: float = 5e-4  # DSE's rate; above 2e-4 on STS-B dev and test
     temperature: float = 1.0  # paper: T = 1
+    loss: str = "bce"  # bce: soft labels (paper eq. 1; squared error for regression) | mse: squared error to the logits
     sra_weight: float = 1.0  # weight of the SRA cosine loss in stage 2 (0 = none)
     dropout: float = 0.0  # head dropout in training (BERT: 0.1); the exported head is the same either way
     augment_random: int = 30000  # on STS-B 30k beat 10k and 100k (README "Far more pairs")
@@ -103,6 +106,7 @@ class DiPairConfig:
                   (self.stage1_epochs + self.stage2_epochs >= 1, "--stage1-epochs + --stage2-epochs must be >= 1"),
                   (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr1 > 0 and self.lr2 > 0, "--lr1 and --lr2 must be > 0"),
                   (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
+                  (self.loss in LOSSES, f"--loss must be one of {', '.join(LOSSES)}"),
                   (0 <= self.dropout < 1, "--dropout must be in [0, 1)"),
                   *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
                   *extra_checks(self),
@@ -113,14 +117,19 @@ class DiPairConfig:
                          mode=self.select, vec_dim=2 if self.pooled_slot else 0).validate()
 
 
+LOSSES = ("bce", "mse")
 _RESUME_KEYS = ("task", "n", "m", "d", "layers", "heads", "ffn", "select", "pooled_slot", "stage1_epochs", "stage2_epochs", "batch_size",
-                "lr1", "lr2", "temperature", "sra_weight", "dropout", *AUGMENT_KEYS, "max_train_pairs", "seed", "split_seed")
+                "lr1", "lr2", "temperature", "loss", "sra_weight", "dropout", *AUGMENT_KEYS, "max_train_pairs", "seed",
+                "split_seed")
 
 
-def soft_label_loss(logits, teacher, kind: str, temperature: float):
-    """Soft-label loss against teacher logits (see the module docstring for the per-kind choice)."""
+def soft_label_loss(logits, teacher, kind: str, temperature: float, loss: str = "bce"):
+    """Soft-label loss against teacher logits (see the module docstring for the per-kind choice); loss="mse": the
+    squared error to the teacher's logits (summed over outputs, mean over pairs) whatever the kind."""
     torch = require("torch", "train")
     F = torch.nn.functional
+    if loss == "mse":
+        return ((logits - teacher) ** 2).sum(-1).mean()
     if kind == "binary":
         return F.binary_cross_entropy_with_logits(logits[:, 0], torch.sigmoid(teacher[:, 0] / temperature))
     if kind == "classes":
@@ -346,7 +355,8 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                 ia, ib = on_device(inv[: len(rows)], device), on_device(inv[len(rows):], device)
                 sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
                 sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
-                loss = soft_label_loss(head(sa, sb), target_t[on_device(rows, device)], spec.kind, config.temperature)
+                loss = soft_label_loss(head(sa, sb), target_t[on_device(rows, device)], spec.kind, config.temperature,
+                                       config.loss)
                 if stage == 2 and t_vec is not None:
                     from ondevice.student import cosine_loss
 
