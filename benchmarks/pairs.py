@@ -521,6 +521,28 @@ def _oov_split(spec, logits: np.ndarray, data, threshold, differs: np.ndarray) -
             for part, mask in (("oov_differs", differs), ("rest", ~differs))}
 
 
+def _student_setting(student: str, seed: int) -> str:
+    """A DiPair run's --student as grouping sees it: the encoder of a DSE run trained with the same seed stands for that
+    DSE setting (its config without seed and threads), so DiPair runs started from each seed's DSE run are seeds of one
+    setting; any other student is its path."""
+    config = Path(student).parent / "dse_config.json"
+    if Path(student).name == "student" and config.is_file():
+        dse = json.loads(config.read_text())
+        if dse.get("seed") == seed:
+            return "DSE run " + json.dumps({k: v for k, v in dse.items() if k not in ("seed", "threads")}, sort_keys=True)
+    return student
+
+
+def _setting_key(config: dict) -> str:
+    """What makes DiPair runs one setting: their config but the seed and threads (the data folder by its real path: a
+    run started from another checkout names it through another link)."""
+    key = {k: v for k, v in config.items() if k not in ("seed", "threads")}
+    key["data"] = os.path.realpath(config.get("data", ""))
+    if "student" in config:
+        key["student"] = _student_setting(config["student"], config.get("seed"))
+    return json.dumps(key, sort_keys=True)
+
+
 def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     """Test metrics of DiPair runs (one per --runs folder: the N, M, D ablation when several) vs the cross-encoder and
     the DSE run; held-out SRA cosine before/after and the STS-B cosine/Hamming of the fine-tuned encoder."""
@@ -595,9 +617,7 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
                                 for t in dict.fromkeys(own) if t and t != a.teacher}
     # DiPair runs that differ only in their seed are seeds of one setting: their mean and spread are a result (the
     # rows of an ablation are not).
-    # (the data folder by its real path: a run started from another checkout names it through another link)
-    settings = {json.dumps({**{k: v for k, v in r["config"].items() if k not in ("seed", "threads")},
-                            "data": os.path.realpath(r["config"].get("data", ""))}, sort_keys=True) for r in rows}
+    settings = {_setting_key(r["config"]) for r in rows}
     seeds = len(rows) > 1 and len(settings) == 1
     if seeds or len(dse) > 1:
         out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],

@@ -465,3 +465,27 @@ def test_oov_split_counts_pairs_whose_unknown_words_differ():
     assert split["oov_differs"] == evaluate_scores(task_spec("qqp"), logits[2:4], data.gold[2:4], 0.0)
     assert split["rest"]["accuracy"] == 100.0 and split["oov_differs"]["accuracy"] == 0.0
 
+
+
+def test_dipair_runs_from_each_seeds_dse_encoder_are_seeds_of_one_setting(tmp_path):
+    """DiPair runs whose --student is the encoder of a DSE run of the same seed group as seeds; other students,
+    or a DSE run of another seed, keep runs apart."""
+    import json
+
+    pairs = _script("pairs")
+    for seed in (0, 1, 2):
+        alpha = tmp_path / f"dse-s{seed}" / "alpha-0.5"
+        (alpha / "student").mkdir(parents=True)
+        (alpha / "dse_config.json").write_text(json.dumps({"task": "qqp", "alpha": 0.5, "seed": seed, "threads": 1}))
+
+    def config(seed, student_seed=None, **kw):
+        s = seed if student_seed is None else student_seed
+        return {"task": "qqp", "data": str(tmp_path), "student": str(tmp_path / f"dse-s{s}" / "alpha-0.5" / "student"),
+                "seed": seed, "threads": 1, **kw}
+
+    assert len({pairs._setting_key(config(s)) for s in (0, 1, 2)}) == 1
+    assert len({pairs._setting_key(config(0)), pairs._setting_key(config(1, student_seed=0))}) == 2
+    assert len({pairs._setting_key(config(0)), pairs._setting_key(config(1, loss="mse"))}) == 2
+    plain = [{"task": "qqp", "data": str(tmp_path), "student": "runs/student", "seed": s} for s in (0, 1)]
+    assert len({pairs._setting_key(c) for c in plain}) == 1
+    assert pairs._setting_key(plain[0]) != pairs._setting_key({**plain[0], "student": "runs/other"})
