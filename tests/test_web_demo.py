@@ -396,8 +396,12 @@ def test_js_dipair_head_parity(dipair_bundle, precision, tmp_path):
     assert float(v["max_abs_diff"]) <= 1e-5 and float(v["blend_max_abs_diff"]) <= 1e-5
     assert int(v["sentences"]) == rows
     assert float(v["states_max_abs_diff_vs_python"]) <= 1e-5
-    if precision == "fp32":  # the golden states are the fp32 graph's
+    if precision == "fp32":  # the golden states are the fp32 graph's; the fp32 head graph ranks as the loop does
         assert float(v["states_max_abs_diff_vs_golden"]) <= 1e-5
+        assert float(v["rerank_key_max_abs_diff"]) <= 1e-3 and v["rerank_top10_graph"] == v["rerank_top10_loop"]
+    else:  # the int8 head graph: close to the fp32 weights' loop, not equal
+        assert float(v["rerank_key_max_abs_diff"]) < 0.5 * float(np.std(_python_dipair(run, bundle, pairs)["key"])) + 0.05
+    assert v["verified"] == "dipair_head.safetensors,dipair_head.onnx"
     got = [json.loads(line) for line in res.stdout.strip().splitlines()[-len(pairs):]]
     want = _python_dipair(run, bundle, pairs)
     assert [g["distance"] for g in got] == want["distance"].tolist()
@@ -471,20 +475,17 @@ def test_browser_scores_a_pair_with_a_dipair_head(browser, dipair_bundle, tmp_pa
         page.close()
 
 
-def _python_rerank(run: Path, bundle: Path, catalog: Path, query: str) -> tuple[list[int], np.ndarray]:
-    """The page's search on a DiPair bundle by Python: Hamming top 100 of the catalog codes, reranked by the head's
-    fp32 weights (what ondevice.js reads) on the query's side-a states and the catalog's cached int8 states."""
+def _python_rerank(bundle: Path, catalog: Path, query: str) -> tuple[list[int], np.ndarray]:
+    """The page's search on a DiPair bundle by Python: Hamming top 100 of the catalog codes, reranked by the bundle's
+    head graph (as the page runs it) on the query's side-a states and the catalog's cached int8 states."""
     from ondevice.export.golden import hamming_topk
 
-    from ondevice.pairs.dipair import dequantize_states, head_forward_numpy, load_head_weights
     from ondevice.runtime import Bundle
 
     dp = Bundle.load(bundle).dipair()
     qs, qc = dp.states_and_codes([query], "a")
     dist, rows = hamming_topk(qc, np.load(catalog / "codes.npy"), 100)
-    cfg, w = load_head_weights(run)
-    cache = dequantize_states(np.load(catalog / "dipair_states.npy")[rows[0]])
-    keys = dp.blend_keys(head_forward_numpy(cfg, w, np.repeat(qs, len(cache), 0), cache), dist[0])
+    keys = dp.blend_keys(dp.logits(qs, np.load(catalog / "dipair_states.npy")[rows[0]]), dist[0])
     order = np.lexsort((rows[0], -keys))[:10]
     return rows[0][order].tolist(), keys[order]
 
@@ -495,7 +496,7 @@ def test_browser_reranks_search_with_a_dipair_head(browser, dipair_bundle, tmp_p
     from ondevice.catalog import read_sentences
 
     web_catalog, serve = _tool("make_catalog"), _tool("serve").serve
-    run, root = dipair_bundle
+    _, root = dipair_bundle
     site = tmp_path / "site"
     sentences = read_sentences(root / "int8" / "golden" / "sentences.jsonl")[:300]
     info = web_catalog.build(root, sentences, site, precision="int8")
@@ -512,7 +513,7 @@ def test_browser_reranks_search_with_a_dipair_head(browser, dipair_bundle, tmp_p
             items = page.query_selector_all("#results li")
             rows = [int(li.get_attribute("data-row")) for li in items]
             keys = np.asarray([float(li.get_attribute("data-key")) for li in items])
-            want_rows, want_keys = _python_rerank(run, root / "int8", catalog, text)
+            want_rows, want_keys = _python_rerank(root / "int8", catalog, text)
             np.testing.assert_allclose(keys, want_keys, atol=1e-3)
             # rows equal, but for neighbours whose keys tie within float rounding
             assert all(r == w or abs(k - want_keys[i]) < 1e-3 for i, (r, w, k) in enumerate(zip(rows, want_rows, keys))), text

@@ -33,6 +33,9 @@ async function start() {
   const pairHead = m.pairs ? await PairHead.load(bundleFiles, m) : m.dipair ? await DiPairHead.load(bundleFiles, m) : null;
   const dipair = pairHead instanceof DiPairHead;
   const rerank = dipair && catalog.dipairStates !== undefined;
+  if (rerank) { // the shortlist is scored by the head's own graph, in one call
+    await pairHead.attachGraph(ort, bundleFiles, m, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+  }
   $("info").textContent = [
     `bundle: ${m.precision}, ${m.dim}-d embedding, ${m.bits}-bit codes, vocabulary ${bundle.tokenizer.vocab.length}`,
     `student: ${JSON.stringify(m.student)}`,
@@ -85,7 +88,7 @@ async function start() {
     let keys = null;
     const c = performance.now();
     if (rerank) {
-      ({ ids, distances, keys } = pairHead.rerank(query, ids, distances, catalog.dipairStates));
+      ({ ids, distances, keys } = await pairHead.rerank(query, ids, distances, catalog.dipairStates));
       [ids, distances, keys] = [ids.subarray(0, TOP_K), distances.subarray(0, TOP_K), keys.subarray(0, TOP_K)];
     }
     const d = performance.now();

@@ -707,7 +707,39 @@ export class DiPairHead extends ScoredHead {
     this.compare = pooled ? [tensors["compare.weight"].data, tensors["compare.bias"].data] : null;
     this.outW = tensors["out.weight"].data;
     this.outB = tensors["out.bias"].data;
+    this.graphFile = block.file;
+    this.session = null;
     this.verified = [file];
+  }
+
+  /**
+   * Also run the head as the bundle's own ONNX graph (`dipair_head.onnx`, size + SHA-256 checked first) in `ort`
+   * (onnxruntime-web or -node): `rerank` then scores its whole shortlist in one batched call, far faster in a page than
+   * the double-precision loop, with the graph's numbers (an int8 bundle's graph is int8). Returns this head.
+   */
+  async attachGraph(ort, read, manifest, options = {}) {
+    if (typeof this.graphFile !== "string") {
+      throw new OndeviceError("manifest.json dipair block names no head graph; re-export the bundle");
+    }
+    const bytes = await verifyFile(manifest, this.graphFile, await read(this.graphFile));
+    this.ort = ort;
+    this.session = await ort.InferenceSession.create(bytes, options);
+    this.verified = [...this.verified, this.graphFile];
+    return this;
+  }
+
+  /** Head logits (Float32Array, count x outputs) of one side-a state set against `count` side-b sets, by the graph. */
+  async graphLogits(statesA, statesB, count) {
+    if (!this.session) throw new OndeviceError("no head graph attached; call attachGraph first");
+    const { n, m, d } = this;
+    const qa = stateValues(statesA, n * d, "side-a states");
+    const a = new Float32Array(count * n * d);
+    for (let i = 0; i < count; i++) a.set(qa, i * n * d);
+    const b = statesB instanceof Int8Array ? Float32Array.from(statesB, (q) => q / 127) : statesB;
+    if (b.length !== count * m * d) throw new OndeviceError(`side-b states must hold ${count} x ${m} x ${d} values`);
+    const T = this.ort.Tensor;
+    const out = await this.session.run({ states_a: new T("float32", a, [count, n, d]), states_b: new T("float32", b, [count, m, d]) });
+    return out.logits.data;
   }
 
   /** Head logits (Float64Array of `outputs`) of side-a states (N x D) and side-b states (M x D), float32 or int8. */
@@ -803,19 +835,25 @@ export class DiPairHead extends ScoredHead {
   /**
    * Rerank a Hamming shortlist: `query` is the encoder's output of the query text (side a), `ids` and `distances`
    * the shortlist (`HammingIndex.search`), `states` every catalog item's side-b states (int8 or float32, item i at
-   * i x M x D, e.g. `loadCatalog(...).dipairStates`). Returns {ids, keys, distances} ordered by the rank key (the
+   * i x M x D, e.g. `loadCatalog(...).dipairStates`). Resolves to {ids, keys, distances} ordered by the rank key (the
    * blend where the bundle has one, else the head's score for classes and the first logit otherwise), highest first,
-   * equal keys to the smaller id.
+   * equal keys to the smaller id. With `attachGraph` the head runs as the bundle's graph, in one call.
    */
-  rerank(query, ids, distances, states) {
+  async rerank(query, ids, distances, states) {
     if (!query.statesA) throw new OndeviceError("the query's encoder output has no token states; use a DiPair bundle");
     const per = this.m * this.d;
     if (states.length % per !== 0) throw new OndeviceError(`catalog states are not rows of ${this.m} x ${this.d}`);
-    const keys = Array.from(ids, (id, i) => {
+    const cand = new (states instanceof Int8Array ? Int8Array : Float32Array)(ids.length * per);
+    ids.forEach((id, i) => {
       if (!(id >= 0 && (id + 1) * per <= states.length)) {
         throw new OndeviceError(`catalog id ${id} has no cached states (${states.length / per} rows); rebuild the catalog`);
       }
-      const l = this.logits(query.statesA, states.subarray(id * per, (id + 1) * per));
+      cand.set(states.subarray(id * per, (id + 1) * per), i * per);
+    });
+    const o = this.outputs;
+    const flat = this.session && ids.length ? await this.graphLogits(query.statesA, cand, ids.length) : null;
+    const keys = Array.from(ids, (_, i) => {
+      const l = flat ? flat.subarray(i * o, (i + 1) * o) : this.logits(query.statesA, cand.subarray(i * per, (i + 1) * per));
       return this.blend || this.kind !== "classes" ? this.key(l, distances[i]) : this.score(l);
     });
     const order = Array.from(ids, (_, i) => i).sort((x, y) => keys[y] - keys[x] || ids[x] - ids[y]);

@@ -8,7 +8,8 @@ Writes OUT/ (any static file server can serve it; nothing runs on the server):
     vendor/onnxruntime-web/                          ort.wasm.bundle.min.mjs + ort-wasm-simd-threaded.wasm
                                                      (from web_demo/node_modules: run `npm ci` in web_demo first)
     assets/bundle/   manifest.json, encoder.onnx, tokenizer.json, vocab.txt (+ binarizer files, README.md, and
-                     pair_head.safetensors / dipair_head.safetensors where the bundle has a pair / DiPair head)
+                     pair_head.safetensors / dipair_head.safetensors + dipair_head.onnx where the bundle has a
+                     pair / DiPair head)
     assets/catalog/  sentences.jsonl, codes.npy, catalog.json (ondevice/catalog.py, shared with android_demo); with a
                      DiPair bundle also dipair_states.npy (int8 side-b token states, M x D bytes per sentence), with
                      which the page reranks its Hamming top-100 by the DiPair head (--no-dipair-states: without)
@@ -32,8 +33,9 @@ PAGE_FILES = ("index.html", "app.js", "ondevice.js", "style.css")
 ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm")
 BUNDLE_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt")
+# the page's pair heads read the last three (the DiPair graph scores a search's shortlist)
 OPTIONAL = ("binarizer.json", "binarizer.safetensors", "README.md",
-            "pair_head.safetensors", "dipair_head.safetensors")  # the page's pair heads read the last two
+            "pair_head.safetensors", "dipair_head.safetensors", "dipair_head.onnx")
 DEFAULT_OUT = WEB / "site"
 
 __all__ = ["build", "copy_page", "main", "read_sentences"]
