@@ -762,7 +762,8 @@ def dipair_quality(*paths: str) -> str:
                 aug += f" + `{Path(c['augment_text']).name}` (<= {c['augment_text_max']:,} sentences)"
             if c.get("augment_edits"):
                 aug += f" + {c['augment_edits']} edited cop{'y' if c['augment_edits'] == 1 else 'ies'}/pair"
-            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''} | "
+            loss = f", {c['loss']} loss" if c.get("loss", "bce") != "bce" else ""  # runs before --loss: bce
+            lines.append(f"| {Path(r['run']).name} | {c['n']} / {c['m']} / {c['d']} / {c['layers']} | {c['select']}{' + pooled slot' if c.get('pooled_slot') else ''}{loss} | "
                          f"{c['stage1_epochs']} / {c['stage2_epochs']} | {aug} | {_best_epoch(dv)} | "
                          f"{dv[key]:.2f} | {r['test'][key]:.2f} | "
                          + (f"{b['dse']['test'][key]:.2f} | {r['minus_dse_points']:+.2f} | " if "dse" in b else "- | - | ")

@@ -304,6 +304,10 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
     assert f"difference of means {np.mean(dipair) - np.mean(dse):+.2f}" in text
     assert f"DSE mean {np.mean(dse) / 83.54:.3f}x" in text
     assert "encoder cosine" not in text  # a run without --blend has no blend lines
+    assert "first + pooled slot |" in text and "loss" not in text  # runs before --loss, and bce runs, say nothing
+    path.write_text(json.dumps({**blob, "dipair": [{**rows[0], "config": {**cfg, "loss": "mse"}}, *rows[1:]]}))
+    assert tables.dipair_quality(str(path)).count("| first + pooled slot, mse loss |") == 1
+    path.write_text(json.dumps(blob))
     pairs_blend = pairs.dipair_summary("spearman", [v + 1 for v in dipair], [v + 1.5 for v in dse], 83.54)
     path.write_text(json.dumps({**blob, "summary_blend": pairs_blend, "summary_cosine_alone": pairs_blend}))
     text = tables.dipair_quality(str(path))
