@@ -620,8 +620,12 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     settings = {_setting_key(r["config"]) for r in rows}
     seeds = len(rows) > 1 and len(settings) == 1
     if seeds or len(dse) > 1:
+        # each DiPair seed against the DSE run of the same seed, where both were given
+        dse_seeds = [json.loads((Path(d["run"]) / "dse_config.json").read_text()).get("seed") for d in dse]
+        paired = paired_by_seed([(r["config"].get("seed"), r["test"][head]) for r in rows],
+                                [(sd, d["test"][head]) for sd, d in zip(dse_seeds, dse)]) if seeds else None
         out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],
-                                        [d["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
+                                        [d["test"][head] for d in dse], out.get("cross_encoder", {}).get(head), paired)
         if a.blend and spec.kind != "classes":
             out["summary_blend"] = dipair_summary(head, [r["blend"]["test"][head] for r in rows] if seeds else [],
                                                   [d["blend"]["test"][head] for d in dse], out.get("cross_encoder", {}).get(head))
@@ -693,10 +697,25 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
-def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_encoder: float | None) -> dict:
+def paired_by_seed(dipair: list[tuple[int, float]], dse: list[tuple[int, float]]) -> dict | None:
+    """DiPair - DSE seed by seed, for the seeds both have ((seed, metric) pairs); None with fewer than two."""
+    theirs = dict(dse)
+    both = sorted(seed for seed, _ in dipair if seed in theirs)
+    if len(both) < 2:
+        return None
+    mine = dict(dipair)
+    diffs = [round(mine[seed] - theirs[seed], 2) for seed in both]
+    return {"seeds": both, "differences": diffs, "median": round(float(np.median(diffs)), 3),
+            "min": min(diffs), "max": max(diffs)}
+
+
+def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_encoder: float | None,
+                   paired: dict | None = None) -> dict:
     """Mean and spread of the DiPair seeds' and the DSE runs' test metric, the difference of means, the mean's ratio
-    to the cross-encoder (each part where its runs were given)."""
+    to the cross-encoder (each part where its runs were given), and `paired` (paired_by_seed) where given."""
     summary: dict = {"metric": metric}
+    if paired:
+        summary["paired_by_seed"] = paired
     if dipair:
         summary["dipair"] = _spread(dipair)
         if cross_encoder:

@@ -738,6 +738,10 @@ def _dipair_summary_text(sm: dict, counts: bool) -> str:
     parts += [f"difference of means {sm['difference_of_means']:+.2f}"] if "difference_of_means" in sm else []
     parts += [f"DiPair mean {sm['mean_ratio_to_cross_encoder']:.3f}x the cross-encoder"] if "mean_ratio_to_cross_encoder" in sm else []
     parts += [f"DSE mean {sm['dse_mean_ratio_to_cross_encoder']:.3f}x"] if "dse_mean_ratio_to_cross_encoder" in sm else []
+    if "paired_by_seed" in sm:
+        pb = sm["paired_by_seed"]
+        parts += ["DiPair - DSE of the same seed " + ", ".join(f"{d:+.2f}" for d in pb["differences"]) +
+                  f" (seeds {', '.join(map(str, pb['seeds']))}; median {pb['median']:+.2f})"]
     return "; ".join(parts)
 
 

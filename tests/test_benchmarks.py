@@ -286,6 +286,11 @@ def test_dipair_quality_summary_over_seeds_renders(tmp_path):
     assert sm["dse_mean_ratio_to_cross_encoder"] == pytest.approx(np.mean(dse) / 83.54, abs=1e-4)
     assert set(pairs.dipair_summary("spearman", [], dse, 83.54)) == {"metric", "dse", "dse_mean_ratio_to_cross_encoder"}
     assert set(pairs.dipair_summary("spearman", [], dse, None)) == {"metric", "dse"}  # an ablation: DSE's spread only
+    pb = pairs.paired_by_seed([(0, 79.58), (1, 77.86), (2, 78.57)], [(1, 77.5), (0, 78.03)])
+    assert pb == {"seeds": [0, 1], "differences": [1.55, 0.36], "median": pytest.approx(0.955), "min": 0.36, "max": 1.55}
+    assert pairs.paired_by_seed([(0, 79.58)], [(0, 78.03)]) is None  # one seed pairs nothing worth a line
+    assert "DiPair - DSE of the same seed +1.55, +0.36 (seeds 0, 1; median +0.95)" in tables._dipair_summary_text(
+        pairs.dipair_summary("spearman", dipair, dse, 83.54, pb), counts=True)
     cfg = {"n": 8, "m": 8, "d": 128, "layers": 1, "select": "first", "pooled_slot": True, "stage1_epochs": 3,
            "stage2_epochs": 4, "augment_random": 30000, "augment_neighbors": 1}
     rows = [{"run": f"/r/dipair-s{i}", "config": cfg, "dev": {"epoch": 5, "stage": 2, "spearman": 83.0},
