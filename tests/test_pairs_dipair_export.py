@@ -208,6 +208,23 @@ def test_tampered_missing_and_bad_input(dipair_env, tmp_path):
         dp.bundle.index_codes(np.zeros((4, 3), np.int64))
 
 
+def _reference_rerank(run, bundle) -> tuple[list[int], np.ndarray]:
+    """Every golden side-b row ranked for golden side-a row 0 by the numpy head (the run's fp32 weights) and the
+    bundle's blend over the golden codes' distances (the head alone without one): the top 10 rows and keys."""
+    from ondevice.pairs.blend import Blend, hamming_distances
+
+    cfg, w = load_head_weights(run)
+    g = bundle / "golden"
+    sa, sb = np.load(g / "dipair_states_a.npy"), np.load(g / "dipair_states_b.npy")
+    codes = np.load(g / "codes.npy")[: len(sb)]
+    logits = head_forward_numpy(cfg, w, np.repeat(sa[:1], len(sb), 0), sb)[:, 0]
+    block = json.loads((bundle / "manifest.json").read_text())["dipair"]
+    dist = hamming_distances(codes[0], codes)
+    keys = Blend.from_dict(block["blend"], "test").keys(logits, -dist) if block.get("blend") else logits.astype(np.float64)
+    order = np.lexsort((np.arange(len(keys)), -keys))[:10]
+    return order.tolist(), keys[order]
+
+
 JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
 
 
@@ -217,7 +234,7 @@ def test_java_dipair_head_parity(dipair_env, tmp_path):
     import subprocess
     from pathlib import Path
 
-    _, root = dipair_env
+    run, root = dipair_env
     core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
     sources = [str(p) for p in (core / "src").rglob("*.java")]
     res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options",
@@ -232,6 +249,12 @@ def test_java_dipair_head_parity(dipair_env, tmp_path):
         assert out.returncode == 0, out.stdout + out.stderr
         assert int(values["pairs"]) == 300 and float(values["max_abs_diff"]) <= 1e-4
         assert int(values["blend_pairs"]) == 300 and float(values["blend_max_abs_diff"]) <= 1e-5
+        # the rerank of every golden side-b row for side-a row 0 equals the numpy head's (fp32 weights, the same blend)
+        top, keys = _reference_rerank(run, root / precision)
+        got = [int(x) for x in values["rerank_top10"].split(",")]
+        got_keys = np.array([float(x) for x in values["rerank_top10_keys"].split(",")])
+        np.testing.assert_allclose(got_keys, keys, atol=1e-3)
+        assert all(g == w or abs(k - keys[i]) < 1e-3 for i, (g, w, k) in enumerate(zip(got, top, got_keys)))
     bad = tmp_path / "bad"  # a blend over other codes than the bundle's is refused by the Java core too
     shutil.copytree(root / "fp32", bad)
     m = json.loads((bad / "manifest.json").read_text())

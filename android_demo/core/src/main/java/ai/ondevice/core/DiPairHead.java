@@ -253,4 +253,67 @@ public final class DiPairHead {
         }
         return out;
     }
+
+    /** The rank key of a pair's logits and Hamming distance: the blend where the bundle has one, else the probability
+     * of the second class for classes and the first logit otherwise (Python's {@code rerank} order). */
+    public double rankKey(float[] logits, int distance) {
+        if (blend != null) {
+            return blend.keyOfDistance(logits[0], distance);
+        }
+        if (!"classes".equals(kind)) {
+            return logits[0];
+        }
+        double max = Double.NEGATIVE_INFINITY;
+        for (float x : logits) {
+            max = Math.max(max, x);
+        }
+        double sum = 0;
+        for (float x : logits) {
+            sum += Math.exp(x - max);
+        }
+        return Math.exp(logits[outputs > 1 ? 1 : 0] - max) / sum;
+    }
+
+    /**
+     * Reranks a Hamming shortlist: catalog rows {@code ids} with their Hamming {@code distances} to the query, every
+     * catalog item's cached side-b states in {@code states} (item i at {@code i * m * d}: float32, or int8 through
+     * {@link #dequantize}), by {@link #rankKey}, best first, equal keys to the smaller id. Returns indices into
+     * {@code ids} (at most k); {@code keys}, when not null (length ids.length), receives each one's key.
+     */
+    public int[] rerank(float[] queryStatesA, int[] ids, int[] distances, float[] states, int k, double[] keys) {
+        final int per = m * d;
+        final double[] key = keys != null ? keys : new double[ids.length];
+        Integer[] order = new Integer[ids.length];
+        float[] row = new float[per];
+        for (int i = 0; i < ids.length; i++) {
+            if (ids[i] < 0 || (long) (ids[i] + 1) * per > states.length) {
+                throw new IllegalArgumentException("catalog row " + ids[i] + " has no cached states");
+            }
+            System.arraycopy(states, ids[i] * per, row, 0, per);
+            key[i] = rankKey(logits(queryStatesA, row), distances[i]);
+            order[i] = i;
+        }
+        final int[] rows = ids;
+        java.util.Arrays.sort(order, new java.util.Comparator<Integer>() {
+            @Override
+            public int compare(Integer x, Integer y) {
+                int c = Double.compare(key[y], key[x]);
+                return c != 0 ? c : Integer.compare(rows[x], rows[y]);
+            }
+        });
+        int[] out = new int[Math.min(k, ids.length)];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = order[i];
+        }
+        return out;
+    }
+
+    /** int8 cached states (q = round(127 x), what a catalog stores) as float32 values q / 127. */
+    public static float[] dequantize(byte[] q) {
+        float[] out = new float[q.length];
+        for (int i = 0; i < q.length; i++) {
+            out[i] = q[i] / 127f;
+        }
+        return out;
+    }
 }

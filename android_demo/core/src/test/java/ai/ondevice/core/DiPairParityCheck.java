@@ -26,6 +26,27 @@ public final class DiPairParityCheck {
             float[] got = head.logits(GoldenPairs.row(sa, g.a[p], head.n * head.d), GoldenPairs.row(sb, g.b[p], head.m * head.d));
             g.compare(got, ref, p * head.outputs);
         }
+        // every golden side-b row reranked for golden side-a row 0 (distances from the golden codes): the top 10
+        byte[] goldenCodes = g.npy("codes.npy").bytes();
+        int rows = sb.length / (head.m * head.d);
+        int codeBytes = g.bundle.codeBytes();
+        int[] ids = new int[rows];
+        int[] distances = new int[rows];
+        for (int r = 0; r < rows; r++) {
+            ids[r] = r;
+            distances[r] = Codes.hamming(Codes.toWords(Arrays.copyOfRange(goldenCodes, 0, codeBytes)),
+                Codes.toWords(Arrays.copyOfRange(goldenCodes, r * codeBytes, (r + 1) * codeBytes)));
+        }
+        double[] rankKeys = new double[rows];
+        int[] top = head.rerank(GoldenPairs.row(sa, 0, head.n * head.d), ids, distances, sb, 10, rankKeys);
+        StringBuilder topIds = new StringBuilder();
+        StringBuilder topKeys = new StringBuilder();
+        for (int i = 0; i < top.length; i++) {
+            topIds.append(i > 0 ? "," : "").append(ids[top[i]]);
+            topKeys.append(i > 0 ? "," : "").append(String.format(java.util.Locale.ROOT, "%.6f", rankKeys[top[i]]));
+        }
+        System.out.println("rerank_top10=" + topIds);
+        System.out.println("rerank_top10_keys=" + topKeys);
         if (head.blend != null && g.bundle.has("golden/dipair_blend_keys.npy")) {
             byte[] codes = g.npy("codes.npy").bytes();
             int cb = g.bundle.codeBytes();
