@@ -59,14 +59,15 @@ def copy_page(out: Path) -> None:
 def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, precision: str | None = None,
           dipair_states: bool | None = None) -> dict:
     """Write the site to `out`; returns catalog.json's content. `dipair_states` (default: whether the bundle has a
-    DiPair head) caches the catalog's token states, with which the page reranks its Hamming shortlist."""
+    DiPair head with int8 state outputs) caches the catalog's token states, with which the page reranks its Hamming
+    shortlist."""
     from ondevice.runtime import Bundle
 
     bundle = Bundle.load(bundle_dir, precision=precision)  # verifies every checksum before anything is copied
     if not sentences:
         raise OndeviceError("no sentences: the catalog needs at least one")
-    if dipair_states is None:
-        dipair_states = "dipair" in bundle.manifest
+    if dipair_states is None:  # a DiPair bundle exported without int8 state outputs has nothing compact to cache
+        dipair_states = "dipair" in bundle.manifest and bundle.dipair().int8_outputs
     out = Path(out)
     copy_page(out)
     copy_bundle_files(bundle, out / "assets" / "bundle", BUNDLE_FILES, OPTIONAL)
