@@ -260,18 +260,7 @@ public final class DiPairHead {
         if (blend != null) {
             return blend.keyOfDistance(logits[0], distance);
         }
-        if (!"classes".equals(kind)) {
-            return logits[0];
-        }
-        double max = Double.NEGATIVE_INFINITY;
-        for (float x : logits) {
-            max = Math.max(max, x);
-        }
-        double sum = 0;
-        for (float x : logits) {
-            sum += Math.exp(x - max);
-        }
-        return Math.exp(logits[outputs > 1 ? 1 : 0] - max) / sum;
+        return "classes".equals(kind) ? PairHead.secondClass(logits) : logits[0];
     }
 
     /**

@@ -116,6 +116,11 @@ public final class PairHead {
         if ("binary".equals(kind)) {
             return 1.0 / (1.0 + Math.exp(-logits[0]));
         }
+        return secondClass(logits);
+    }
+
+    /** The softmax probability of the second class (of the only one for a single output), in double. */
+    static double secondClass(float[] logits) {
         double max = Double.NEGATIVE_INFINITY;
         for (float x : logits) {
             max = Math.max(max, x);
@@ -124,7 +129,7 @@ public final class PairHead {
         for (float x : logits) {
             sum += Math.exp(x - max);
         }
-        return Math.exp(logits[outputs > 1 ? 1 : 0] - max) / sum;
+        return Math.exp(logits[logits.length > 1 ? 1 : 0] - max) / sum;
     }
 
     /** Binary tasks: whether the pair is positive (logit above the dev-tuned threshold). */
