@@ -538,6 +538,7 @@ def _setting_key(config: dict) -> str:
     run started from another checkout names it through another link)."""
     key = {k: v for k, v in config.items() if k not in ("seed", "threads")}
     key["data"] = os.path.realpath(config.get("data", ""))
+    key.setdefault("loss", "bce")  # runs from before --loss trained with BCE
     if "student" in config:
         key["student"] = _student_setting(config["student"], config.get("seed"))
     return json.dumps(key, sort_keys=True)

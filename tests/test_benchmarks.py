@@ -495,6 +495,7 @@ def test_dipair_runs_from_each_seeds_dse_encoder_are_seeds_of_one_setting(tmp_pa
     assert len({pairs._setting_key(config(s)) for s in (0, 1, 2)}) == 1
     assert len({pairs._setting_key(config(0)), pairs._setting_key(config(1, student_seed=0))}) == 2
     assert len({pairs._setting_key(config(0)), pairs._setting_key(config(1, loss="mse"))}) == 2
+    assert pairs._setting_key(config(0)) == pairs._setting_key(config(1, loss="bce"))  # a config from before --loss
     plain = [{"task": "qqp", "data": str(tmp_path), "student": "runs/student", "seed": s} for s in (0, 1)]
     assert len({pairs._setting_key(c) for c in plain}) == 1
     assert pairs._setting_key(plain[0]) != pairs._setting_key({**plain[0], "student": "runs/other"})
