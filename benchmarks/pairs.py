@@ -621,10 +621,11 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     settings = {_setting_key(r["config"]) for r in rows}
     seeds = len(rows) > 1 and len(settings) == 1
     if seeds or len(dse) > 1:
-        # each DiPair seed against the DSE run of the same seed, where both were given
-        dse_seeds = [json.loads((Path(d["run"]) / "dse_config.json").read_text()).get("seed") for d in dse]
-        paired = paired_by_seed([(r["config"].get("seed"), r["test"][head]) for r in rows],
-                                [(sd, d["test"][head]) for sd, d in zip(dse_seeds, dse)]) if seeds else None
+        paired = None
+        if seeds:  # each DiPair seed against the DSE run of the same seed, where both were given
+            dse_seeds = [json.loads((Path(d["run"]) / "dse_config.json").read_text()).get("seed") for d in dse]
+            paired = paired_by_seed([(r["config"].get("seed"), r["test"][head]) for r in rows],
+                                    [(sd, d["test"][head]) for sd, d in zip(dse_seeds, dse)])
         out["summary"] = dipair_summary(head, [r["test"][head] for r in rows] if seeds else [],
                                         [d["test"][head] for d in dse], out.get("cross_encoder", {}).get(head), paired)
         if a.blend and spec.kind != "classes":

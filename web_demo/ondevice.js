@@ -735,8 +735,7 @@ export class DiPairHead extends ScoredHead {
     const qa = stateValues(statesA, n * d, "side-a states");
     const a = new Float32Array(count * n * d);
     for (let i = 0; i < count; i++) a.set(qa, i * n * d);
-    const b = statesB instanceof Int8Array ? Float32Array.from(statesB, (q) => q / 127) : statesB;
-    if (b.length !== count * m * d) throw new OndeviceError(`side-b states must hold ${count} x ${m} x ${d} values`);
+    const b = stateValues(statesB, count * m * d, "side-b states");
     const T = this.ort.Tensor;
     const out = await this.session.run({ states_a: new T("float32", a, [count, n, d]), states_b: new T("float32", b, [count, m, d]) });
     return out.logits.data;

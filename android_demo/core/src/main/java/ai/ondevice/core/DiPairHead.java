@@ -265,8 +265,8 @@ public final class DiPairHead {
 
     /**
      * Reranks a Hamming shortlist: catalog rows {@code ids} with their Hamming {@code distances} to the query, every
-     * catalog item's cached side-b states in {@code states} (item i at {@code i * m * d}: float32, or int8 through
-     * {@link #dequantize}), by {@link #rankKey}, best first, equal keys to the smaller id. Returns indices into
+     * catalog item's cached side-b states in {@code states} (item i at {@code i * m * d}, float32; an int8 cache as
+     * q / 127), by {@link #rankKey}, best first, equal keys to the smaller id. Returns indices into
      * {@code ids} (at most k); {@code keys}, when not null (length ids.length), receives each one's key.
      */
     public int[] rerank(float[] queryStatesA, int[] ids, int[] distances, float[] states, int k, double[] keys) {
@@ -293,15 +293,6 @@ public final class DiPairHead {
         int[] out = new int[Math.min(k, ids.length)];
         for (int i = 0; i < out.length; i++) {
             out[i] = order[i];
-        }
-        return out;
-    }
-
-    /** int8 cached states (q = round(127 x), what a catalog stores) as float32 values q / 127. */
-    public static float[] dequantize(byte[] q) {
-        float[] out = new float[q.length];
-        for (int i = 0; i < q.length; i++) {
-            out[i] = q[i] / 127f;
         }
         return out;
     }

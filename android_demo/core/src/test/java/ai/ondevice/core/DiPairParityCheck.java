@@ -27,15 +27,15 @@ public final class DiPairParityCheck {
             g.compare(got, ref, p * head.outputs);
         }
         // every golden side-b row reranked for golden side-a row 0 (distances from the golden codes): the top 10
-        byte[] goldenCodes = g.npy("codes.npy").bytes();
+        byte[] codes = g.npy("codes.npy").bytes();
         int rows = sb.length / (head.m * head.d);
-        int codeBytes = g.bundle.codeBytes();
+        int cb = g.bundle.codeBytes();
         int[] ids = new int[rows];
         int[] distances = new int[rows];
         for (int r = 0; r < rows; r++) {
             ids[r] = r;
-            distances[r] = Codes.hamming(Codes.toWords(Arrays.copyOfRange(goldenCodes, 0, codeBytes)),
-                Codes.toWords(Arrays.copyOfRange(goldenCodes, r * codeBytes, (r + 1) * codeBytes)));
+            distances[r] = Codes.hamming(Codes.toWords(Arrays.copyOfRange(codes, 0, cb)),
+                Codes.toWords(Arrays.copyOfRange(codes, r * cb, (r + 1) * cb)));
         }
         double[] rankKeys = new double[rows];
         int[] top = head.rerank(GoldenPairs.row(sa, 0, head.n * head.d), ids, distances, sb, 10, rankKeys);
@@ -48,8 +48,6 @@ public final class DiPairParityCheck {
         System.out.println("rerank_top10=" + topIds);
         System.out.println("rerank_top10_keys=" + topKeys);
         if (head.blend != null && g.bundle.has("golden/dipair_blend_keys.npy")) {
-            byte[] codes = g.npy("codes.npy").bytes();
-            int cb = g.bundle.codeBytes();
             float[] keys = g.npy("dipair_blend_keys.npy").floats();
             double blendWorst = 0;
             for (int p = 0; p < g.a.length; p++) {
