@@ -147,15 +147,25 @@ _PARALLEL_MIN_BYTES: list[int] = []
 
 
 def parallel_min_bytes() -> int:
-    """Work per thread (code bytes x queries) below which an extra thread does not pay: measured or the default."""
+    """Work per thread (code bytes x queries) below which an extra thread does not pay: measured or the default.
+
+    A calibration counts only on the machine that made it (same CPU and thread count): ~/.cache outlives a VM whose
+    CPU changes between sessions, and another CPU's crossover can be 10x off."""
     if not _PARALLEL_MIN_BYTES:
         value = DEFAULT_PARALLEL_MIN_BYTES
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             data = json.loads(calibration_file().read_text())
-            if int(data["parallel_min_bytes"]) > 0:
+            if int(data["parallel_min_bytes"]) > 0 and data["machine"] == machine_identity():
                 value = int(data["parallel_min_bytes"])
         _PARALLEL_MIN_BYTES.append(value)
     return _PARALLEL_MIN_BYTES[0]
+
+
+def machine_identity() -> dict:
+    """What a calibration depends on: the CPU (vendor, family, model, caches) and the threads a search may use."""
+    from ondevice.results import cpu_details, cpu_model
+
+    return {"cpu_model": cpu_model(), "cpu": cpu_details(), "threads": default_threads()}
 
 
 def plan_threads(n: int, nbytes: int, nq: int = 1, threads: int | None = None) -> int:
@@ -516,43 +526,58 @@ def _range_numpy(codes, queries, radius, ids):
 # ---------------------------------------------------------------------------------------------- calibration
 
 
-def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes: int = 64 << 20) -> dict:
+def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes: int = 64 << 20,
+              seed: int = 0, progress=None) -> dict:
     """Measure where a second thread starts to pay on this machine (single query, k=10) and store it.
 
-    Databases from 64 KB to `max_bytes` are searched serially and with default_threads() threads; the first of two
-    sizes in a row where threads are at least 10% faster (75th percentile of `repeats` calls), halved, becomes
-    `parallel_min_bytes` (the work each thread needs); without one, `max_bytes`.
-    Returns the measurements; with save=True writes them to calibration_file() for every later process.
+    Databases from 64 KB to `max_bytes` are searched on one thread and on default_threads() threads (forced: the
+    current crossover must not decide which kernel runs, or a calibration could only ever confirm the one before);
+    the first of two sizes in a row where threads are at least 10% faster (75th percentile of `repeats` calls, each
+    the next of 16 random queries), halved, becomes `parallel_min_bytes` (the work each thread needs); without one,
+    `max_bytes`. `progress(row)` is called after each size. Returns the measurements; with save=True writes them
+    (with machine_identity()) to calibration_file() for every later process on this machine.
     """
     import statistics
     import time
 
     threads = default_threads()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     rows = []
     crossover = None
     size = 64 << 10
-    while size <= max_bytes:
-        codes = rng.integers(0, 256, (size // nbytes, nbytes), dtype=np.uint8)
-        query = codes[:1].copy()
-        timings = {}
-        for t in (1, threads):
-            knn(codes, query, 10, threads=t)
-            samples = []
-            for _ in range(max(2, repeats)):  # quantiles need two samples
-                t0 = time.perf_counter()
-                knn(codes, query, 10, threads=t)
-                samples.append(time.perf_counter() - t0)
-            # the 75th percentile, not the median: on a shared machine a thread pool's cost is in its tail
-            timings[t] = statistics.quantiles(samples, n=4)[2]
-        rows.append({"bytes": size, "serial_s": timings[1], "threaded_s": timings[threads]})
-        wins = threads > 1 and timings[threads] <= 0.9 * timings[1]
-        if wins and crossover is not None:
-            break  # two sizes in a row: a real crossover, not one lucky measurement
-        crossover = size if wins else None
-        size *= 2
-    result = {"threads": threads, "nbytes": nbytes, "crossover_bytes": crossover,
-              "parallel_min_bytes": (crossover // 2) if crossover else max_bytes, "measurements": rows}
+    before = list(_PARALLEL_MIN_BYTES)
+    _PARALLEL_MIN_BYTES[:] = [1]  # every size gets `threads` chunks (plan_threads still caps them at n // LANES)
+    try:
+        while size <= max_bytes:
+            codes = rng.integers(0, 256, (size // nbytes, nbytes), dtype=np.uint8)
+            # distinct queries: one repeated query lets the CPU learn that search's branches
+            queries = rng.integers(0, 256, (16, nbytes), dtype=np.uint8)
+            timings = {}
+            for t in (1, threads):
+                knn(codes, queries[:1], 10, threads=t)
+                samples = []
+                for r in range(max(2, repeats)):  # quantiles need two samples
+                    q = queries[r % 16 : r % 16 + 1]
+                    t0 = time.perf_counter()
+                    knn(codes, q, 10, threads=t)
+                    samples.append(time.perf_counter() - t0)
+                # the 75th percentile, not the median: on a shared machine a thread pool's cost is in its tail
+                timings[t] = statistics.quantiles(samples, n=4)[2]
+            row = {"bytes": size, "serial_s": timings[1], "threaded_s": timings[threads],
+                   "threaded_chunks": plan_threads(size // nbytes, nbytes, 1, threads)}
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+            wins = threads > 1 and timings[threads] <= 0.9 * timings[1]
+            if wins and crossover is not None:
+                break  # two sizes in a row: a real crossover, not one lucky measurement
+            crossover = size if wins else None
+            size *= 2
+    finally:
+        _PARALLEL_MIN_BYTES[:] = before
+    result = {"threads": threads, "nbytes": nbytes, "crossover_bytes": crossover, "seed": seed,
+              "parallel_min_bytes": (crossover // 2) if crossover else max_bytes, "measurements": rows,
+              "machine": machine_identity()}
     if save:
         from ondevice.io import write_json
 

@@ -513,3 +513,27 @@ def test_cli_build_replaces_only_an_index(tmp_path, capsys):
     assert weights.read_bytes() == b"weights" and sorted(p.name for p in bundle.iterdir()) == ["manifest.json"]
     assert main([*build, "--out", str(tmp_path / "a.odx")]) == 0
     assert main([*build, "--out", str(tmp_path / "a.odx")]) == 0  # an earlier index is replaced
+
+
+def test_cli_calibrate_stores_the_crossover_for_later_processes(tmp_path, capsys, monkeypatch):
+    """`ondevice index calibrate` measures every size on 1 and all threads, prints them, and stores the result where
+    every later search on this machine reads it; --dry-run stores nothing; bad settings are one line, exit 2."""
+    from ondevice.kernels import hamming
+
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path))
+    monkeypatch.setattr(hamming, "_PARALLEL_MIN_BYTES", [])
+    argv = ["index", "calibrate", "--bits", "64", "--max-mb", "0.125", "--repeats", "2", "--seed", "3"]
+    assert main([*argv, "--dry-run"]) == 0
+    assert not hamming.calibration_file().exists()
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    saved = json.loads(hamming.calibration_file().read_text())
+    assert saved["nbytes"] == 8 and saved["seed"] == 3 and [r["bytes"] for r in saved["measurements"]][0] == 65536
+    assert f"parallel_min_bytes = {saved['parallel_min_bytes']:,}" in out and "stored in" in out
+    assert err.count(" KB: 1 thread ") == 2 * len(saved["measurements"])  # the dry run and the stored run
+    assert hamming.parallel_min_bytes() == saved["parallel_min_bytes"]
+    for bad, message in ((["--bits", "12"], "--bits must be a multiple of 8"), (["--repeats", "1"], "--repeats"),
+                         (["--max-mb", "0.01"], "--max-mb must be at least")):
+        assert main(["index", "calibrate", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err

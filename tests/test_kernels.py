@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numba
 import numpy as np
 import pytest
@@ -428,6 +430,41 @@ def test_thread_plan_and_calibration(tmp_path, monkeypatch):
     result = H.calibrate(repeats=1, max_bytes=1 << 17)
     assert H.calibration_file().is_file() and result["measurements"][0]["bytes"] == 1 << 16
     assert H.parallel_min_bytes() == result["parallel_min_bytes"] > 0
+    assert result["machine"] == H.machine_identity()
+
+
+def test_calibration_forces_the_threads_it_measures(tmp_path, monkeypatch):
+    """calibrate() times every size on all threads even where the current crossover would keep it serial (else a
+    calibration could only confirm the one before), and leaves that crossover as it found it."""
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path))
+    monkeypatch.setattr(H, "_PARALLEL_MIN_BYTES", [64 << 20])  # larger than any size measured below
+    threads = H.default_threads()
+    used = []
+    real = H.knn
+    monkeypatch.setattr(H, "knn", lambda codes, q, k, threads=None: used.append(
+        H.plan_threads(len(codes), codes.shape[1], len(q), threads)) or real(codes, q, k, threads=threads))
+    result = H.calibrate(repeats=2, max_bytes=1 << 17, save=False)
+    assert [r["bytes"] for r in result["measurements"]] == [1 << 16, 1 << 17][: len(result["measurements"])]
+    assert {r["threaded_chunks"] for r in result["measurements"]} == {threads}
+    assert set(used) == {1, threads}  # the serial and the threaded kernels both ran
+    assert H._PARALLEL_MIN_BYTES == [64 << 20]
+
+
+def test_a_calibration_from_another_machine_is_ignored(tmp_path, monkeypatch):
+    """~/.cache outlives a VM whose CPU changes: a crossover measured on another CPU or thread count is not used."""
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path))
+    path = H.calibration_file()
+    path.parent.mkdir(parents=True)
+    here = H.machine_identity()
+    for machine, want in ((here, 12345), ({**here, "cpu_model": "Another CPU"}, H.DEFAULT_PARALLEL_MIN_BYTES),
+                          ({**here, "threads": here["threads"] + 1}, H.DEFAULT_PARALLEL_MIN_BYTES),
+                          (None, H.DEFAULT_PARALLEL_MIN_BYTES)):
+        data = {"parallel_min_bytes": 12345}
+        if machine is not None:
+            data["machine"] = machine
+        path.write_text(json.dumps(data))
+        monkeypatch.setattr(H, "_PARALLEL_MIN_BYTES", [])
+        assert H.parallel_min_bytes() == want
 
 
 def test_numpy_path_matches_kernels():

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ondevice.bits import MAX_BITS
 
-HELP = "build, search, serve and inspect an exact Hamming index (subcommands: build, search, serve, info)"
+HELP = ("build, search, serve and inspect an exact Hamming index; measure where a second search thread pays "
+        "(subcommands: build, search, serve, info, calibrate)")
 
 
 VERIFY_AUTO_BYTES = 64 << 20  # search checksums mapped index files up to this size itself (~30 ms at worst)
@@ -90,6 +91,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     i.add_argument("--verify", action="store_true", help="check the sha256 of all codes and ids")
     add_seed(i)
     i.set_defaults(_index=_info)
+
+    c = sub.add_parser("calibrate", formatter_class=fmt,
+                       help="measure this machine's thread crossover for searches and store it for every later process")
+    c.add_argument("--bits", type=int, default=256, help="code width the measurement searches")
+    c.add_argument("--max-mb", type=float, default=64.0, help="largest database measured (MB of codes)")
+    c.add_argument("--repeats", type=int, default=15, help="timed searches per size and thread count")
+    c.add_argument("--dry-run", action="store_true", help="measure and print, but do not store the result")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random codes and queries searched")
+    c.set_defaults(_index=_calibrate)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -392,6 +402,39 @@ def _info(a: argparse.Namespace) -> int:
     print(f"  encoder: {enc.describe() if enc else 'not recorded'}")
     print("  data: sha256 of codes and ids verified" if a.verify else
           "  data: header and ids checked; codes NOT checksummed (add --verify to read and check every byte)")
+    return 0
+
+
+def _calibrate(a: argparse.Namespace) -> int:
+    from ondevice.errors import OndeviceError
+    from ondevice.kernels import hamming
+
+    if a.bits < 8 or a.bits % 8 or a.bits > MAX_BITS:
+        raise OndeviceError(f"--bits must be a multiple of 8 from 8 to {MAX_BITS}, got {a.bits}")
+    if a.repeats < 2:
+        raise OndeviceError(f"--repeats must be >= 2 (a percentile needs two timings), got {a.repeats}")
+    max_bytes = int(a.max_mb * (1 << 20))
+    if max_bytes < 64 << 10:
+        raise OndeviceError(f"--max-mb must be at least 0.0625 (64 KB, the smallest size measured), got {a.max_mb}")
+    threads = hamming.default_threads()
+    print(f"searching {a.bits}-bit codes on 1 and {threads} threads (75th percentile of {a.repeats} searches):",
+          file=sys.stderr)
+
+    def show(row: dict) -> None:
+        print(f"  {row['bytes'] / 1024:>9,.0f} KB: 1 thread {row['serial_s'] * 1e6:8.1f} us, {row['threaded_chunks']} "
+              f"threads {row['threaded_s'] * 1e6:8.1f} us", file=sys.stderr)
+
+    result = hamming.calibrate(nbytes=a.bits // 8, repeats=a.repeats, save=not a.dry_run, max_bytes=max_bytes,
+                               seed=a.seed, progress=show)
+    where = "not stored (--dry-run)" if a.dry_run else f"stored in {hamming.calibration_file()}"
+    if threads < 2:
+        print(f"one thread only (NUMBA_NUM_THREADS={threads}): searches stay serial; {where}")
+    elif result["crossover_bytes"] is None:
+        print(f"a second thread never paid up to {a.max_mb:g} MB: parallel_min_bytes = "
+              f"{result['parallel_min_bytes']:,}; {where}")
+    else:
+        print(f"threads pay from {result['crossover_bytes']:,} bytes of work: parallel_min_bytes = "
+              f"{result['parallel_min_bytes']:,} (one thread per that much work); {where}")
     return 0
 
 
