@@ -528,9 +528,10 @@ def test_cli_calibrate_stores_the_crossover_for_later_processes(tmp_path, capsys
     assert main(argv) == 0
     out, err = capsys.readouterr()
     saved = json.loads(hamming.calibration_file().read_text())
-    assert saved["nbytes"] == 8 and saved["seed"] == 3 and [r["bytes"] for r in saved["measurements"]][0] == 65536
+    assert saved["nbytes"] == 8 and saved["seed"] == 3
+    assert [r["bytes"] for r in saved["measurements"]] == [65536, 131072]  # both sizes up to --max-mb, always
     assert f"parallel_min_bytes = {saved['parallel_min_bytes']:,}" in out and "stored in" in out
-    assert err.count(" KB: 1 thread ") == 2 * len(saved["measurements"])  # the dry run and the stored run
+    assert err.count(" KB: 1 thread ") == 4  # two sizes, the dry run and the stored run
     assert hamming.parallel_min_bytes() == saved["parallel_min_bytes"]
     for bad, message in ((["--bits", "12"], "--bits must be a multiple of 8"), (["--repeats", "1"], "--repeats"),
                          (["--max-mb", "0.01"], "--max-mb must be at least")):
