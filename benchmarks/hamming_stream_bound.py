@@ -13,6 +13,10 @@ built from the search's own intrinsics (kernels/intrinsics.py):
   blocks' masks ORed together and kept, no branch: the least work that still decides every row;
 - `test+branch`: the same with a branch on each 32 rows' mask, as the search's scan loop has (never taken here:
   the threshold is -1);
+- `call floor`: a Numba function taking the search kernel's arguments that scans nothing (with one parallel loop
+  over the chunks when the search has several): the dispatch and thread launch every call from Python pays;
+- `kernel`: the search's own Numba entry point (what hamming.knn's fast path calls), called directly with its
+  scratch and result arrays made once: the search without its Python wrapper;
 - `ondevice`: hamming.knn(codes, query, 10, threads=...), a different query each call.
 
 Each round times every loop in turn (a burst of --budget seconds, median call); a cell is the median over rounds.
@@ -64,6 +68,40 @@ def _loop(nwords: int, parallel: bool, branch: bool):
     return loop
 
 
+def _floor(parallel: bool):
+    """A Numba function with the search entry point's arguments that scans nothing: one (parallel) pass over the
+    chunks writing one id each, so the call, its argument dispatch and the thread launch are all that is left."""
+    from numba import njit, prange
+
+    @njit(parallel=parallel, cache=False)
+    def floor(codes, queries, k, ids, strict, nchunks, scratch, out_d, out_i):
+        for c in prange(nchunks):
+            out_i[0, c % out_i.shape[1]] = c
+        return 0
+
+    return floor
+
+
+def _kernel_call(hamming, codes, threads: int, k: int):
+    """hamming.knn's fast-path kernel for one query over `codes` (the thread plan knn would use), as a function of
+    the query, with its scratch and result arrays made once; the matching call floor; the chunks; the result arrays."""
+    from ondevice.kernels import _scan
+
+    n, nb = codes.shape
+    chunks = hamming.plan_threads(n, nb, 1, threads)
+    kern = hamming._kernels(nb, hamming.resolve_path(None))
+    out_d, out_i = np.empty((1, k), np.int32), np.empty((1, k), np.int64)
+    no_ids = np.empty(0, np.int64)
+    floor = _floor(chunks > 1)
+    if chunks == 1:
+        scratch = np.empty(2 + k * 2 + kern.query_words + 1 + kern.serial_temp + 2 * k + 64, np.int64)
+        return (lambda q: kern.one(codes, q, k, scratch, out_d, out_i),
+                lambda q: floor(codes, q, k, no_ids, 1, 1, scratch, out_d, out_i), chunks, (out_d, out_i))
+    scratch = np.empty(chunks + 1 + _scan.scratch_words(nb, kern.tile_rows, chunks, 1, k), np.int64)
+    return (lambda q: kern.few_par(codes, q, k, no_ids, 1, chunks, scratch, out_d, out_i),
+            lambda q: floor(codes, q, k, no_ids, 1, chunks, scratch, out_d, out_i), chunks, (out_d, out_i))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
@@ -92,10 +130,18 @@ def main(argv: list[str] | None = None) -> int:
         qp = np.tile(qwords, rows8_query_words(nwords) // nwords)  # the query's words repeated over 8 lanes
         test, test_branch = _loop(nwords, threads > 1, False), _loop(nwords, threads > 1, True)
         numba.set_num_threads(threads)
-        turn = itertools.cycle(queries)
+        turn, kturn, fturn = itertools.cycle(queries), itertools.cycle(queries), itertools.cycle(queries)
+        kernel, floor, chunks, out = _kernel_call(hamming, codes, threads, 10)
+        for q in queries[:3]:  # the kernel called directly is the search: same top 10 as hamming.knn, or no timing
+            kernel(q)
+            want = hamming.knn(codes, q, 10, threads=threads)
+            if not (np.array_equal(out[0], want[0]) and np.array_equal(out[1], want[1])):
+                raise SystemExit(f"the kernel called directly disagrees with hamming.knn at {n} x {bits} bits")
         calls = {"read": lambda w=words: read_sum(w),  # every name bound now: the calls run in this iteration only
                  "test": lambda c=codes, t=threads, f=test, q=qp: f(c, q, -1, t),
                  "test+branch": lambda c=codes, t=threads, f=test_branch, q=qp: f(c, q, -1, t),
+                 "call floor": lambda f=floor, nxt=fturn.__next__: f(nxt()),
+                 "kernel": lambda f=kernel, nxt=kturn.__next__: f(nxt()),
                  "ondevice": lambda c=codes, t=threads, nxt=turn.__next__: hamming.knn(c, nxt(), 10, threads=t)}
         for call in calls.values():  # compile and warm up
             call()
@@ -109,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                     times.append(time.perf_counter() - t0)
                 samples[name].append(statistics.median(times) * 1e3)
         ms = {name: statistics.median(v) for name, v in samples.items()}
-        row = {"n": n, "bits": bits, "threads": threads, "ms": ms, "round_ms": samples,
+        row = {"n": n, "bits": bits, "threads": threads, "chunks": chunks, "ms": ms, "round_ms": samples,
                "read_share": {name: ms["read"] / v for name, v in ms.items() if name != "read"}}
         rows.append(row)
         print(f"{n:>10,} x {bits:>3} bits, {threads} thread(s): read {ms['read']:.4f} ms; "

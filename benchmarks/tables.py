@@ -467,12 +467,17 @@ def hamming_ab(*paths: str) -> str:
 def hamming_stream_bound(path: str) -> str:
     """Bare test loops vs the read sum vs the search (benchmarks/hamming_stream_bound.py), shares of the read bound."""
     rows = _load(path)["results"]["rows"]
-    lines = [_run_line(path), "", "| codes | bits | threads | read sum | test (no branch) | test + branch | ondevice knn |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    split = "kernel" in rows[0]["ms"]  # runs from 2026-11-29 17:30 also time the call floor and the bare kernel
+    extra = ("call floor", "kernel") if split else ()
+    lines = [_run_line(path), "", "| codes | bits | threads | read sum | test (no branch) | test + branch | "
+             + ("call floor | kernel alone | " if split else "") + "ondevice knn |",
+             "|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra) + "---:|"]
     for r in rows:
         ms, share = r["ms"], r["read_share"]
-        lines.append(f"| {r['n']:,} | {r['bits']} | {r['threads']} | {ms['read']:.4f} ms | "
-                     + " | ".join(f"{ms[k]:.4f} ms ({share[k]:.0%})" for k in ("test", "test+branch", "ondevice")) + " |")
+        cells = [f"{ms[k]:.4f} ms ({share[k]:.0%})" for k in ("test", "test+branch")]
+        cells += [f"{ms['call floor'] * 1e3:.1f} us"] if split else []
+        cells += [f"{ms[k]:.4f} ms ({share[k]:.0%})" for k in ("kernel", "ondevice") if k in ms]
+        lines.append(f"| {r['n']:,} | {r['bits']} | {r['threads']} | {ms['read']:.4f} ms | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

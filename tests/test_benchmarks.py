@@ -158,7 +158,8 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         rows = json.loads(found.read_text())["results"]["rows"]
         assert {(r["bits"], r["threads"]) for r in rows} == {(64, 1), (64, 2), (256, 1), (256, 2)}
         for r in rows:
-            assert set(r["ms"]) == {"read", "test", "test+branch", "ondevice"} and all(v > 0 for v in r["ms"].values())
+            assert set(r["ms"]) == {"read", "test", "test+branch", "call floor", "kernel", "ondevice"}
+            assert all(v > 0 for v in r["ms"].values()) and r["chunks"] == 1  # 4,000 codes: serial at any threads
             assert all(len(v) == 2 for v in r["round_ms"].values())
     if name == "cli_search":  # warm runs load every kernel from Numba's disk cache: none compiles again
         import json
