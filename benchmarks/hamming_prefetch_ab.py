@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         codes_all = codes_all[: max(a.sizes) * nb].reshape(max(a.sizes), nb)
         queries = [rng.integers(0, 256, (1, nb), dtype=np.uint8) for _ in range(64)]
         builds = {}
+        need = 0  # scratch words (beyond the chunk bounds) the hungriest build needs
         names = ("PREFETCH_BYTES", "PREFETCH_PARALLEL_BYTES", "PREFETCH_PARALLEL_MAX_WORDS", *settings)
         saved = {name: getattr(_scan, name) for name in names}
         for dist, *values in itertools.product(a.distances, *settings.values()):  # read when the kernels are built
@@ -83,20 +84,21 @@ def main(argv: list[str] | None = None) -> int:
             name = ", ".join(["default" if dist < 0 else f"{dist} B"] + [f"{n}={v}" for n, v in zip(settings, values)])
             try:
                 builds[name] = _scan.Kernels(nb, 0)  # each build has its own machine code (and kernel names)
+                # the scratch layout follows the settings too (e.g. long passes' buffers): the largest fits every build
+                need = max(need, 1 + _scan.scratch_words(nb, builds[name].tile_rows, a.threads, 1, a.k))
             finally:
                 for key, value in saved.items():
                     setattr(_scan, key, value)
-        tile = max(b.tile_rows for b in builds.values())  # scratch for the largest layout fits every build
         for n in sorted(a.sizes):
             codes = codes_all[:n]
             ids = np.empty(0, np.int64)
             if a.threads == 1:  # the serial build, as a one-thread search calls it
-                scratch = np.empty(2 + _scan.scratch_words(nb, tile, 1, 1, a.k), np.int64)
+                scratch = np.empty(1 + need, np.int64)
 
                 def search(kern, q, out, codes=codes, scratch=scratch):
                     kern.one(codes, q, a.k, scratch, *out)
             else:
-                scratch = np.empty(a.threads + 1 + _scan.scratch_words(nb, tile, a.threads, 1, a.k), np.int64)
+                scratch = np.empty(a.threads + need, np.int64)
 
                 def search(kern, q, out, codes=codes, ids=ids, scratch=scratch):
                     kern.few_par(codes, q, a.k, ids, 1, a.threads, scratch, *out)
