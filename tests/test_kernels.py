@@ -236,20 +236,21 @@ def test_rows8_counted_first_tile(monkeypatch, count_words):
                     np.testing.assert_array_equal(i, ri, err_msg=f"nb={nb} k={k} chunks={chunks}")
 
 
-@pytest.mark.parametrize("pass_tiles", [1, 4])
-def test_rows8_long_passes(monkeypatch, pass_tiles):
-    """Passes of several tiles (X4_PASS_TILES, X4_PASS_TILES_PARALLEL; 64-bit codes) collect a whole pass's candidates
-    in their own buffers: exact against brute force, serial and parallel, where every row is a candidate (all codes
-    equal, or each row closer than the last, ids out of order so ties stay in) and on dense codes; 256-bit codes keep
-    one-tile passes."""
+@pytest.mark.parametrize(("pass_tiles", "count_words"), [(1, 1), (4, 1), (4, 4)])
+def test_rows8_long_passes(monkeypatch, pass_tiles, count_words):
+    """Passes of several tiles (X4_PASS_TILES, X4_PASS_TILES_PARALLEL) collect a whole pass's candidates in their own
+    buffers: exact against brute force, serial and parallel, where every row is a candidate (all codes equal, or each
+    row closer than the last, ids out of order so ties stay in) and on dense codes; only widths whose first tile is
+    counted (COUNT_FIRST_MAX_WORDS: 64-bit codes, or up to 256 bits as on the Zen 4) take long passes."""
     from ondevice.kernels import _scan
 
     monkeypatch.setattr(_scan, "X4_PASS_TILES", pass_tiles)
     monkeypatch.setattr(_scan, "X4_PASS_TILES_PARALLEL", pass_tiles)
-    rng = np.random.default_rng(23 + pass_tiles)
+    monkeypatch.setattr(_scan, "COUNT_FIRST_MAX_WORDS", count_words)
+    rng = np.random.default_rng(23 + pass_tiles + count_words)
     for nb in (8, 32):
         kern = _scan.Kernels(nb, 0)  # a fresh build with the patched setting (its own kernel names)
-        long_passes = pass_tiles > 1 and nb == 8  # 64-bit codes only: their first tile is counted
+        long_passes = pass_tiles > 1 and nb // 8 <= count_words  # only where the first tile is counted
         assert ("_pass" in kern.few_par.py_func.__name__) is long_passes
         assert ("_pass" in kern.one_ids.py_func.__name__) is long_passes
         tile = kern.tile_rows
