@@ -8,6 +8,11 @@ Same machine, same process tree, side by side: each round times the browser page
 top-10 over the site's catalog in the page (ondevice.js, 32-bit words) and in Python (Numba kernel, 1 thread).
 Figures are medians over rounds of per-round p50s. Page timings use performance.now(), which is precise to 5 us
 here because the server sends cross-origin isolation headers. Chromium is Debian's, driven by Playwright.
+
+A site built from a DiPair bundle (catalog token states cached) is also timed as the page searches it: encode, the
+Hamming top 100, and the DiPair rerank of those 100 (the head graph in one onnxruntime-web call), against the same
+three steps in Python (`DiPairScorer` on the bundle, 1 thread), for --rerank-queries catalog sentences as queries;
+each round also counts the queries whose reranked top 10 equals Python's.
 """
 
 from __future__ import annotations
@@ -65,6 +70,37 @@ PAGE_SEARCH = """([rows, warmup]) => {
 }"""
 
 
+PAGE_RERANK = """async ([texts, warmup]) => {
+  const { search } = window.ondeviceDemo;
+  for (let i = 0; i < warmup; i++) await search(texts[i % texts.length]);
+  const out = [];
+  for (const t of texts) {
+    const r = await search(t);
+    out.push({ encode: r.encodeMs, search: r.searchMs, rerank: r.rerankMs, ids: Array.from(r.ids),
+               keys: Array.from(r.keys) });
+  }
+  return out;
+}"""
+
+SHORTLIST = 100  # the page's (web_demo/app.js)
+
+
+def python_rerank(dp, codes: np.ndarray, states: np.ndarray, text: str) -> tuple[list[int], np.ndarray, dict]:
+    """The page's DiPair search in Python, one step at a time: (top-10 rows, their keys, milliseconds per step)."""
+    from ondevice.kernels.hamming import knn
+
+    t0 = time.perf_counter()
+    qs, qc = dp.states_and_codes([text], "a")
+    t1 = time.perf_counter()
+    dist, rows = knn(codes, qc, SHORTLIST, threads=1)
+    t2 = time.perf_counter()
+    keys = dp.blend_keys(dp.logits(qs, states[rows[0]]), dist[0])
+    order = np.lexsort((rows[0], -keys))[:10]
+    t3 = time.perf_counter()
+    return rows[0][order].tolist(), keys[order], {"encode": (t1 - t0) * 1e3, "search": (t2 - t1) * 1e3,
+                                                  "rerank": (t3 - t2) * 1e3}
+
+
 def twenty_tokens(tokenizer) -> str:
     """A sentence of exactly 20 in-vocabulary word tokens (the same recipe as benchmarks/bundle.py)."""
     from ondevice.tokenizer import tokenize
@@ -117,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", choices=("fp32", "int8"), default=None)
     p.add_argument("--runs", type=int, default=300, help="timed encodes per round and runtime")
     p.add_argument("--search-queries", type=int, default=50, help="timed searches per round and runtime")
+    p.add_argument("--rerank-queries", type=int, default=50,
+                   help="DiPair sites: catalog sentences searched and reranked per round and runtime")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0, help="picks the catalog rows used as search queries")
     p.add_argument("--chromium", default=os.environ.get("ONDEVICE_CHROMIUM") or shutil.which("chromium"))
@@ -139,6 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     text = twenty_tokens(bundle.tokenizer)
     codes = np.load(a.site / "assets" / "catalog" / "codes.npy")
     rows = np.random.default_rng(a.seed).choice(len(codes), a.search_queries, replace=False).tolist()
+    states_file = a.site / "assets" / "catalog" / "dipair_states.npy"
+    dipair = states_file.is_file()
+    if dipair:
+        from ondevice.catalog import read_sentences
+
+        states = np.load(states_file)
+        sentences = read_sentences(a.site / "assets" / "catalog" / "sentences.jsonl")
+        pick = np.random.default_rng(a.seed + 1).choice(len(sentences), a.rerank_queries, replace=False)
+        rerank_texts = [sentences[i] for i in pick]
+        dp = bundle.dipair(threads=1)
     started = datetime.now(timezone.utc)
     load_start = os.getloadavg()
     rounds = []
@@ -178,6 +226,18 @@ def main(argv: list[str] | None = None) -> int:
                 "python_search_p50_ms": statistics.median(py_search),
                 "search_top10_identical_to_python": same,
             })
+            if dipair:
+                web = page.evaluate(PAGE_RERANK, [rerank_texts, 5])
+                for text in rerank_texts[:5]:
+                    python_rerank(dp, codes, states, text)
+                py = [python_rerank(dp, codes, states, text) for text in rerank_texts]
+                for step in ("encode", "search", "rerank"):
+                    rounds[-1][f"browser_dipair_{step}_p50_ms"] = statistics.median(w[step] for w in web)
+                    rounds[-1][f"python_dipair_{step}_p50_ms"] = statistics.median(p[2][step] for p in py)
+                rounds[-1]["browser_dipair_rerank_p99_ms"] = pct([w["rerank"] for w in web], 0.99)
+                rounds[-1]["dipair_top10_equal_queries"] = sum(w["ids"] == p[0] for w, p in zip(web, py))
+                rounds[-1]["dipair_key_max_abs_diff"] = max(float(np.max(np.abs(np.asarray(w["keys"]) - p[1])))
+                                                            for w, p in zip(web, py))
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                                  for k, v in rounds[-1].items()), flush=True)
         if a.screenshot:
@@ -192,7 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     def med(key: str) -> float:
         return statistics.median(x[key] for x in rounds)
 
-    summary = {k: med(k) for k in rounds[0] if k != "search_top10_identical_to_python"}
+    summary = {k: med(k) for k in rounds[0]
+               if k not in ("search_top10_identical_to_python", "dipair_top10_equal_queries", "dipair_key_max_abs_diff")}
+    if dipair:
+        summary["dipair_top10_equal_queries"] = min(x["dipair_top10_equal_queries"] for x in rounds)
+        summary["dipair_key_max_abs_diff"] = max(x["dipair_key_max_abs_diff"] for x in rounds)
+        summary["dipair_rerank_queries"] = a.rerank_queries
+        summary["dipair_shortlist"] = SHORTLIST
     summary["browser_vs_python_encode"] = summary["browser_encode_p50_ms"] / summary["python_encode_p50_ms"]
     summary["search_top10_identical_to_python"] = all(x["search_top10_identical_to_python"] for x in rounds)
     m = bundle.manifest
@@ -208,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                    "encoder_onnx_bytes": m["files"]["encoder.onnx"]["bytes"]},
         "catalog_codes": len(codes), "sentence": text, "sentence_tokens": 20, "runs_per_round": a.runs,
         "search_queries_per_round": a.search_queries, "rounds": rounds, "summary": summary,
+        "dipair": ({"shape": list(states.shape), "dtype": str(states.dtype), "task": m["dipair"]["task"],
+                    "rerank_queries": rerank_texts} if dipair else None),
     }
     a.out_dir.mkdir(parents=True, exist_ok=True)
     out = a.out_dir / f"web_demo_{started.strftime('%Y%m%d-%H%M%S')}.json"
