@@ -907,11 +907,45 @@ def pair_head_on_bundle(path: str, teacher_from: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def web_demo(path: str) -> str:
+    """The page (onnxruntime-web, wasm, 1 thread) against the Python runtime (1 thread), side by side
+    (benchmarks/web_demo.py): encode and Hamming top-10, and on a DiPair site the page's reranked search step by step."""
+    b = _load(path)
+    s, m = b["summary"], b["bundle"]
+    rows = [("encode p50, 20-token sentence", s["browser_encode_p50_ms"], s["browser_encode_p99_ms"],
+             s["python_encode_p50_ms"]),
+            ((f"Hamming top-10, {b['catalog_codes']:,} x {m['bits']}-bit codes, p50 of {b['search_queries_per_round']} "
+             "queries (catalog rows)"), s["browser_search_p50_ms"], s["browser_search_p99_ms"], s["python_search_p50_ms"])]
+    if b.get("dipair"):
+        n = s["dipair_rerank_queries"]
+        rows += [(f"DiPair search, p50 of {n} queries (catalog sentences): encode the query's token states",
+                  s["browser_dipair_encode_p50_ms"], None, s["python_dipair_encode_p50_ms"]),
+                 (f"... Hamming top {s['dipair_shortlist']}", s["browser_dipair_search_p50_ms"], None,
+                  s["python_dipair_search_p50_ms"]),
+                 (f"... rerank of those {s['dipair_shortlist']} by the DiPair head + Hamming blend",
+                  s["browser_dipair_rerank_p50_ms"], s["browser_dipair_rerank_p99_ms"], s["python_dipair_rerank_p50_ms"])]
+    lines = ["| | browser, wasm 1 thread | Python runtime, 1 thread | browser / Python |", "|---|---:|---:|---:|"]
+    for what, web, p99, py in rows:
+        web_cell = f"{web:.3f} ms" + (f" (p99 {p99:.2f})" if p99 is not None else "")
+        lines.append(f"| {what} | {web_cell} | {py:.3f} ms | {web / py:.1f}x |")
+    identical = "equalled" if s["search_top10_identical_to_python"] else "did NOT equal"
+    note = (f"The page's Hamming top-10 {identical} the kernel's for every timed query in every round.")
+    if b.get("dipair"):
+        d = b["dipair"]
+        note += (f" DiPair ({d['task']}, catalog states {d['dtype']} {' x '.join(map(str, d['shape']))}): the page's "
+                 f"reranked top 10 (rows and order) equalled Python's for at least {s['dipair_top10_equal_queries']} "
+                 f"of the {n} queries in each round, rank keys within {s['dipair_key_max_abs_diff']:.1e}.")
+    lines += ["", note, "", (f"`{Path(path).name}` ({m['precision']} bundle, {b['date'][:10]}, commit {b['commit'][:7]}, "
+                             f"{b['cpu_model']}, {len(b['rounds'])} rounds, medians of per-round p50s, load average "
+                             f"{b['load_average_start'][0]:.2f} at start; {b['note']})")]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid, devices, hamming_ab, hamming_stream_bound)}
+    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo)}
 
 
 def render(text: str) -> str:

@@ -539,3 +539,26 @@ def test_browser_reranks_search_with_a_dipair_head(browser, dipair_bundle, tmp_p
     del info["files"]["dipair_states.npy"]
     (catalog / "catalog.json").write_text(json.dumps(info))
     assert "catalog.json does not list dipair_states.npy" in fails()
+
+
+def test_web_demo_benchmark_times_a_dipair_sites_rerank(dipair_bundle, tmp_path):
+    """benchmarks/web_demo.py on a DiPair site also times the page's reranked search step by step against Python's,
+    compares the two top-10s, and writes it all to its results file (tiny settings)."""
+    from ondevice.catalog import read_sentences
+
+    _, root = dipair_bundle
+    site = tmp_path / "site"
+    sentences = read_sentences(root / "int8" / "golden" / "sentences.jsonl")[:120]
+    _tool("make_catalog").build(root, sentences, site, precision="int8")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "web_demo.py"), "--site", str(site), "--bundle",
+                          str(root), "--precision", "int8", "--runs", "3", "--rounds", "1", "--search-queries", "3",
+                          "--rerank-queries", "4", "--out-dir", str(tmp_path / "out"), "--chromium", _chromium()],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (found,) = (tmp_path / "out").glob("web_demo_*.json")
+    result = json.loads(found.read_text())
+    s = result["summary"]
+    steps = [f"{side}_dipair_{step}_p50_ms" for side in ("browser", "python") for step in ("encode", "search", "rerank")]
+    assert all(s[k] > 0 for k in steps) and s["dipair_rerank_queries"] == 4 and s["dipair_shortlist"] == 100
+    assert 0 <= s["dipair_top10_equal_queries"] <= 4 and s["dipair_key_max_abs_diff"] < 1e-3
+    assert result["dipair"]["shape"] == [120, 5, 8] and len(result["dipair"]["rerank_queries"]) == 4
