@@ -228,21 +228,30 @@ def _reference_rerank(run, bundle) -> tuple[list[int], np.ndarray]:
 JAVAC, JAVA = shutil.which("javac"), shutil.which("java")
 
 
-@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
-def test_java_dipair_head_parity(dipair_env, tmp_path):
-    import re
+@pytest.fixture(scope="module")
+def java_core(tmp_path_factory):
+    """android_demo/core (main and test sources) compiled for Java 8."""
     import subprocess
     from pathlib import Path
 
-    run, root = dipair_env
+    out = tmp_path_factory.mktemp("java-core")
     core = Path(__file__).resolve().parents[1] / "android_demo" / "core"
     sources = [str(p) for p in (core / "src").rglob("*.java")]
     res = subprocess.run(check=False, args=[JAVAC, "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all", "-Xlint:-options",
-                                            "-Werror", "-encoding", "UTF-8", "-d", str(tmp_path / "c"), *sources],
+                                            "-Werror", "-encoding", "UTF-8", "-d", str(out), *sources],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
+    return out
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_dipair_head_parity(dipair_env, java_core, tmp_path):
+    import re
+    import subprocess
+
+    run, root = dipair_env
     for precision in ("fp32", "int8"):  # both ship fp32 dipair_head.safetensors; golden logits are the fp32 graph's
-        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(java_core),
                                                 "ai.ondevice.core.DiPairParityCheck", str(root / precision), "--max-abs-diff", "1e-4"],
                              capture_output=True, text=True, timeout=300)
         values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
@@ -260,9 +269,87 @@ def test_java_dipair_head_parity(dipair_env, tmp_path):
     m = json.loads((bad / "manifest.json").read_text())
     m["dipair"]["blend"]["bits"] = 128
     (bad / "manifest.json").write_text(json.dumps(m))
-    out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(tmp_path / "c"),
+    out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(java_core),
                                             "ai.ondevice.core.DiPairParityCheck", str(bad)], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "dipair.blend" in out.stderr
+
+
+@pytest.mark.skipif(not (JAVAC and JAVA), reason="javac/java not on PATH")
+def test_java_catalog_rerank_equals_numpy(dipair_env, java_core, tmp_path):
+    """The Android app's DiPair search on the JVM: the core's Catalog verifies every catalog file against catalog.json,
+    and the Hamming top 100 of a query reranked over the catalog's int8 states (dequantized row by row) equals the
+    numpy head's (fp32 weights) over the same states, with the bundle's blend; a tampered states file and a
+    catalog.json without checksums are refused in one line, exit 2."""
+    import importlib.util
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from ondevice.export.golden import hamming_topk
+
+    from ondevice.catalog import read_sentences
+    from ondevice.pairs.blend import Blend
+
+    spec = importlib.util.spec_from_file_location(
+        "android_make_catalog", Path(__file__).resolve().parents[1] / "android_demo" / "tools" / "make_catalog.py")
+    android_tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(android_tool)
+    run, root = dipair_env
+    bundle = Bundle.load(root / "int8")
+    sentences = read_sentences(root / "int8" / "golden" / "sentences.jsonl")[:300]
+    info = android_tool.build(root, sentences, tmp_path / "assets", precision="int8")  # states cached by default
+    assert info["dipair_states"]["shape"] == [300, bundle.dipair().m, bundle.dipair().d]
+    bundle_dir, catalog = tmp_path / "assets" / "bundle", tmp_path / "assets" / "catalog"
+    assert (bundle_dir / "dipair_head.safetensors").is_file() and not (bundle_dir / "golden").exists()
+
+    def check(cat, query: str) -> tuple[subprocess.CompletedProcess, np.ndarray, np.ndarray]:
+        qs, qc = bundle.dipair().states_and_codes([query], "a")
+        np.save(tmp_path / "qa.npy", np.ascontiguousarray(qs[0], np.float32))
+        np.save(tmp_path / "qc.npy", qc[0])
+        out = subprocess.run(check=False, args=[JAVA, "-XX:TieredStopAtLevel=1", "-cp", str(java_core),
+                                                "ai.ondevice.core.CatalogRerankCheck", str(bundle_dir), str(cat),
+                                                str(tmp_path / "qa.npy"), str(tmp_path / "qc.npy"), "100"],
+                             capture_output=True, text=True, timeout=300)
+        return out, qs, qc
+
+    cfg, w = load_head_weights(run)
+    block = json.loads((bundle_dir / "manifest.json").read_text())["dipair"]
+    states = np.load(catalog / "dipair_states.npy").astype(np.float32) / 127
+    for query in (sentences[3], sentences[40] + " " + sentences[41], "an unrelated question?"):
+        out, qs, qc = check(catalog, query)
+        values = dict(re.findall(r"^(\w+)=(\S+)", out.stdout, flags=re.MULTILINE))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert int(values["count"]) == 300 and int(values["dipair_states"]) == states.size
+        dist, rows = hamming_topk(qc, np.load(catalog / "codes.npy"), 100)
+        logits = head_forward_numpy(cfg, w, np.repeat(qs[:1], 100, 0), states[rows[0]])[:, 0]
+        keys = Blend.from_dict(block["blend"], "test").keys(logits, -dist[0]) if block.get("blend") else logits
+        order = np.lexsort((rows[0], -keys))[:10]
+        got = [int(x) for x in values["rerank_top10"].split(",")]
+        got_keys = np.array([float(x) for x in values["rerank_top10_keys"].split(",")])
+        np.testing.assert_allclose(got_keys, keys[order], atol=1e-4)
+        # the same rows in the same order, but where two keys tie within float rounding
+        assert all(g == r or abs(k - keys[order][i]) < 1e-4 for i, (g, r, k) in
+                   enumerate(zip(got, rows[0][order], got_keys))), query
+        # the comparison of the query with the top row: the task score of its logit and its key (the app's compare)
+        top1 = int(np.flatnonzero(rows[0] == got[0])[0])
+        want_score = bundle.dipair().transform(logits[top1 : top1 + 1, None].astype(np.float32))[0]
+        assert float(values["top1_score"]) == pytest.approx(float(want_score), abs=1e-4)
+        assert float(values["top1_key"]) == pytest.approx(float(keys[top1]), abs=1e-4)
+    bad = tmp_path / "bad"
+    shutil.copytree(catalog, bad)
+    raw = bytearray((bad / "dipair_states.npy").read_bytes())
+    raw[-1] ^= 1
+    (bad / "dipair_states.npy").write_bytes(bytes(raw))
+    out, _, _ = check(bad, sentences[3])
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "dipair_states.npy does not match catalog.json" in out.stderr
+    info = json.loads((catalog / "catalog.json").read_text())
+    del info["files"]
+    shutil.rmtree(bad)
+    shutil.copytree(catalog, bad)
+    (bad / "catalog.json").write_text(json.dumps(info))
+    out, _, _ = check(bad, sentences[3])
+    assert out.returncode == 2 and "lists no file checksums" in out.stderr
 
 
 def test_bad_bits_fail_before_the_run_is_loaded(tmp_path):

@@ -128,7 +128,7 @@ public class MainActivity extends AppCompatActivity {
                     if (loaded.java == null) {
                         javaChoice.setText(R.string.encoder_java_unavailable);
                     }
-                    pairSection.setVisibility(loaded.pairHead != null ? View.VISIBLE : View.GONE);
+                    pairSection.setVisibility(loaded.canCompare() ? View.VISIBLE : View.GONE);
                     setBusy(false);
                     query.requestFocus();
                 }
@@ -162,8 +162,13 @@ public class MainActivity extends AppCompatActivity {
                         @Override
                         public void run() {
                             results.show(r.hits, current.bundle.bits());
-                            latency.setText(String.format(Locale.ROOT, getString(R.string.latency_format), r.encoder,
-                                    r.encodeMs, r.tokens, r.searchMs, current.catalog.size()));
+                            String shown = String.format(Locale.ROOT, getString(R.string.latency_format), r.encoder,
+                                    r.encodeMs, r.tokens, r.searchMs, current.catalog.size());
+                            if (r.rerankMs >= 0) {
+                                shown += String.format(Locale.ROOT, getString(R.string.rerank_format),
+                                        SearchEngine.SHORTLIST, r.rerankMs);
+                            }
+                            latency.setText(shown);
                             setBusy(false);
                         }
                     });
@@ -184,7 +189,7 @@ public class MainActivity extends AppCompatActivity {
     private void compare() {
         final String a = pairA.getText().toString();
         final String b = pairB.getText().toString();
-        if (engine == null || engine.pairHead == null) {
+        if (engine == null || !engine.canCompare()) {
             return;
         }
         hideKeyboard();
@@ -216,7 +221,7 @@ public class MainActivity extends AppCompatActivity {
     private void setBusy(boolean busy) {
         progress.setVisibility(busy ? View.VISIBLE : View.GONE);
         searchButton.setEnabled(!busy && engine != null);
-        compareButton.setEnabled(!busy && engine != null && engine.pairHead != null);
+        compareButton.setEnabled(!busy && engine != null && engine.canCompare());
     }
 
     private void hideKeyboard() {

@@ -19,10 +19,24 @@ import ai.ondevice.core.Tokenizer;
 /**
  * Encodes with the bundle's encoder.onnx through ONNX Runtime for Android. The graph takes
  * {@code ids} int64 [batch, tokens] (right-padded with 0) and {@code lengths} int64 [batch], and returns
- * {@code embedding} float32 [batch, dim] and {@code code} uint8 [batch, code_bytes]. Tokenization is the core's
- * {@link Tokenizer}, identical to Python's.
+ * {@code embedding} float32 [batch, dim] and {@code code} uint8 [batch, code_bytes]; a DiPair bundle's graph also
+ * returns {@code token_states_a} float32 [batch, N, D] and {@code token_states_b} [batch, M, D], what its head
+ * scores ({@link #encodeWithStates}). Tokenization is the core's {@link Tokenizer}, identical to Python's.
  */
 final class OnnxEncoder implements Encoder {
+    /** A text's encoding and its DiPair token states as side a (N x D) and side b (M x D) of a pair, row-major. */
+    static final class StatesEncoding {
+        final Encoding encoding;
+        final float[] statesA;
+        final float[] statesB;
+
+        StatesEncoding(Encoding encoding, float[] statesA, float[] statesB) {
+            this.encoding = encoding;
+            this.statesA = statesA;
+            this.statesB = statesB;
+        }
+    }
+
     private final OrtEnvironment env;
     private final OrtSession session;
     private final Tokenizer tokenizer;
@@ -49,6 +63,15 @@ final class OnnxEncoder implements Encoder {
 
     @Override
     public Encoding encode(String text) {
+        return run(text, false).encoding;
+    }
+
+    /** {@link #encode} plus the text's DiPair token states (a DiPair bundle's graph only). */
+    StatesEncoding encodeWithStates(String text) {
+        return run(text, true);
+    }
+
+    private StatesEncoding run(String text, boolean states) {
         int[] ids = tokenizer.ids(text);
         long[] ids64 = new long[ids.length];
         for (int i = 0; i < ids.length; i++) {
@@ -70,7 +93,12 @@ final class OnnxEncoder implements Encoder {
             embedding.get(e);
             byte[] c = new byte[codeBytes];
             code.get(c);
-            return new Encoding(ids, e, c);
+            Encoding encoding = new Encoding(ids, e, c);
+            if (!states) {
+                return new StatesEncoding(encoding, null, null);
+            }
+            return new StatesEncoding(encoding, floats(output(result, "token_states_a")),
+                    floats(output(result, "token_states_b")));
         } catch (OrtException e) {
             throw new IllegalStateException("encoder.onnx failed: " + e.getMessage(), e);
         } finally {
@@ -84,6 +112,13 @@ final class OnnxEncoder implements Encoder {
                 idsTensor.close();
             }
         }
+    }
+
+    private static float[] floats(OnnxTensor tensor) {
+        FloatBuffer buffer = tensor.getFloatBuffer();
+        float[] out = new float[buffer.remaining()];
+        buffer.get(out);
+        return out;
     }
 
     private static OnnxTensor output(OrtSession.Result result, String name) {

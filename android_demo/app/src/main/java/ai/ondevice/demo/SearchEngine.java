@@ -8,6 +8,8 @@ import java.util.List;
 import java.util.Locale;
 
 import ai.ondevice.core.Bundle;
+import ai.ondevice.core.Catalog;
+import ai.ondevice.core.DiPairHead;
 import ai.ondevice.core.Encoder;
 import ai.ondevice.core.HammingIndex;
 import ai.ondevice.core.JavaEncoder;
@@ -17,12 +19,15 @@ import ai.ondevice.core.Tokenizer;
 /**
  * Everything the screen needs, loaded once off the main thread: the verified bundle, an ONNX Runtime encoder,
  * the optional pure-Java encoder (if the bundle was exported with --with-weights), the optional pair head (if the
- * bundle has one, like the shipped bundle's duplicate-question head) and the catalog's index.
- * Search is: text -> tokenizer -> encoder -> packed code -> Hamming top-k over the catalog.
+ * bundle has one, like the shipped bundle's duplicate-question head) or DiPair head (`ondevice pairs dipair-export`),
+ * and the verified catalog.
+ * Search is: text -> tokenizer -> encoder -> packed code -> Hamming top-k over the catalog; with a DiPair head and a
+ * catalog of cached token states, the Hamming top {@link #SHORTLIST} reranked by the head (+ Hamming blend).
  */
 final class SearchEngine implements AutoCloseable {
     static final String BUNDLE_DIR = "bundle";
     static final String CATALOG_DIR = "catalog";
+    static final int SHORTLIST = 100; // Hamming candidates the DiPair head reranks (as the web page)
 
     /** One result row. */
     static final class Hit {
@@ -43,13 +48,15 @@ final class SearchEngine implements AutoCloseable {
         final int tokens;
         final double encodeMs;
         final double searchMs;
+        final double rerankMs; // -1 when the Hamming order was kept
         final String encoder;
 
-        Result(List<Hit> hits, int tokens, double encodeMs, double searchMs, String encoder) {
+        Result(List<Hit> hits, int tokens, double encodeMs, double searchMs, double rerankMs, String encoder) {
             this.hits = hits;
             this.tokens = tokens;
             this.encodeMs = encodeMs;
             this.searchMs = searchMs;
+            this.rerankMs = rerankMs;
             this.encoder = encoder;
         }
     }
@@ -71,17 +78,20 @@ final class SearchEngine implements AutoCloseable {
 
     final Bundle bundle;
     final Catalog catalog;
-    final Encoder onnx;
+    final OnnxEncoder onnx;
     final Encoder java; // null when the bundle has no student.safetensors
     final PairHead pairHead; // null when the bundle has no pair head (or the app was built without its weights)
+    final DiPairHead dipair; // null when the bundle has no DiPair head (or the app was built without its weights)
     final double loadMs;
 
-    private SearchEngine(Bundle bundle, Catalog catalog, Encoder onnx, Encoder java, PairHead pairHead, double loadMs) {
+    private SearchEngine(Bundle bundle, Catalog catalog, OnnxEncoder onnx, Encoder java, PairHead pairHead,
+                         DiPairHead dipair, double loadMs) {
         this.bundle = bundle;
         this.catalog = catalog;
         this.onnx = onnx;
         this.java = java;
         this.pairHead = pairHead;
+        this.dipair = dipair;
         this.loadMs = loadMs;
     }
 
@@ -94,19 +104,42 @@ final class SearchEngine implements AutoCloseable {
         Bundle bundle = Bundle.open(bundleAssets, false);
         Tokenizer tokenizer = bundle.tokenizer();
         int threads = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors() / 2));
-        Encoder onnx = new OnnxEncoder(bundle, tokenizer, threads);
+        OnnxEncoder onnx = new OnnxEncoder(bundle, tokenizer, threads);
         Encoder java = bundle.has("student.safetensors") && bundleAssets.exists("student.safetensors")
                 ? JavaEncoder.fromBundle(bundle) : null;
         Object pairs = bundle.manifest().get("pairs");
         PairHead pairHead = pairs instanceof java.util.Map && bundleAssets.exists("pair_head.safetensors")
                 ? PairHead.load(bundle) : null;
+        Object dipairBlock = bundle.manifest().get("dipair");
+        DiPairHead dipair = dipairBlock instanceof java.util.Map && bundleAssets.exists("dipair_head.safetensors")
+                ? DiPairHead.load(bundle) : null;
+        // every catalog file is checked against catalog.json (size + SHA-256) as it is read
         Catalog catalog = Catalog.load(new AssetSource(context.getAssets(), CATALOG_DIR), bundle);
-        return new SearchEngine(bundle, catalog, onnx, java, pairHead, (System.nanoTime() - t0) / 1e6);
+        return new SearchEngine(bundle, catalog, onnx, java, pairHead, dipair, (System.nanoTime() - t0) / 1e6);
     }
 
-    /** Both sentences through the ONNX encoder, then the pair head: its task score, rank key and (binary) decision. */
+    /** Whether two sentences can be compared: the bundle has a pair head or a DiPair head. */
+    boolean canCompare() {
+        return pairHead != null || dipair != null;
+    }
+
+    /** Whether searches rerank the Hamming shortlist by the DiPair head (its head, and the catalog's cached states). */
+    boolean reranks() {
+        return dipair != null && catalog.dipairStates != null;
+    }
+
+    /** Both sentences through the ONNX encoder, then the pair (or DiPair) head: task score, rank key, decision. */
     PairResult compare(String a, String b) {
         long t0 = System.nanoTime();
+        if (pairHead == null) { // a DiPair head: side a's states of the first text, side b's of the second
+            OnnxEncoder.StatesEncoding ea = onnx.encodeWithStates(a);
+            OnnxEncoder.StatesEncoding eb = onnx.encodeWithStates(b);
+            float[] logits = dipair.logits(ea.statesA, eb.statesB);
+            int distance = hamming(ea.encoding.code, eb.encoding.code);
+            Boolean decision = "binary".equals(dipair.kind) ? dipair.decide(logits, distance) : null;
+            return new PairResult(dipair.score(logits), dipair.key(logits, distance), decision,
+                    (System.nanoTime() - t0) / 1e6);
+        }
         float[] u = onnx.encode(a).embedding;
         float[] v = onnx.encode(b).embedding;
         float[] logits = pairHead.logits(u, v);
@@ -115,22 +148,43 @@ final class SearchEngine implements AutoCloseable {
     }
 
     Result search(String text, boolean useJava, int k) {
+        boolean rerank = reranks() && !(useJava && java != null); // token states come from the ONNX graph
         Encoder encoder = useJava && java != null ? java : onnx;
         long t0 = System.nanoTime();
-        Encoder.Encoding e = encoder.encode(text);
+        OnnxEncoder.StatesEncoding s = rerank ? onnx.encodeWithStates(text) : null;
+        Encoder.Encoding e = rerank ? s.encoding : encoder.encode(text);
         long t1 = System.nanoTime();
-        HammingIndex.Hits hits = catalog.index.topK(e.code, k);
+        HammingIndex.Hits hits = catalog.index.topK(e.code, rerank ? SHORTLIST : k);
         long t2 = System.nanoTime();
-        List<Hit> out = new ArrayList<Hit>(hits.size());
-        for (int i = 0; i < hits.size(); i++) {
-            out.add(new Hit(hits.ids[i], hits.distances[i], catalog.sentences.get(hits.ids[i])));
+        int[] order = null;
+        double[] keys = null;
+        if (rerank) {
+            keys = new double[hits.size()];
+            order = dipair.rerank(s.statesA, hits.ids, hits.distances, catalog.dipairStates, k, keys);
         }
-        return new Result(out, e.ids.length, (t1 - t0) / 1e6, (t2 - t1) / 1e6, encoder.name());
+        long t3 = System.nanoTime();
+        int shown = order != null ? order.length : hits.size();
+        List<Hit> out = new ArrayList<Hit>(shown);
+        for (int i = 0; i < shown; i++) {
+            int j = order != null ? order[i] : i;
+            out.add(new Hit(hits.ids[j], hits.distances[j], catalog.sentences.get(hits.ids[j])));
+        }
+        return new Result(out, e.ids.length, (t1 - t0) / 1e6, (t2 - t1) / 1e6, rerank ? (t3 - t2) / 1e6 : -1,
+                rerank ? onnx.name() : encoder.name());
+    }
+
+    private static int hamming(byte[] a, byte[] b) {
+        int d = 0;
+        for (int i = 0; i < a.length; i++) {
+            d += Integer.bitCount((a[i] ^ b[i]) & 0xff);
+        }
+        return d;
     }
 
     String describe() {
-        return String.format(Locale.ROOT, "%d-d, %d-bit codes, %s · catalog %,d sentences · loaded in %.0f ms",
-                bundle.dim(), bundle.bits(), bundle.precision(), catalog.size(), loadMs);
+        return String.format(Locale.ROOT, "%d-d, %d-bit codes, %s · catalog %,d sentences%s · loaded in %.0f ms",
+                bundle.dim(), bundle.bits(), bundle.precision(), catalog.size(),
+                reranks() ? String.format(Locale.ROOT, " · top %d reranked by the DiPair head", SHORTLIST) : "", loadMs);
     }
 
     @Override

@@ -32,12 +32,13 @@ public final class DiPairHead {
     private final float[][][] w; // per layer: q.w, q.b, k.w, k.b, v.w, v.b, o.w, o.b, ln1.g, ln1.b, ff1.w, ff1.b, ff2.w, ff2.b, ln2.g, ln2.b
     private final float[] outW;
     private final float[] outB;
+    private final TaskOutput task;
     private static final double MASK_NEG = -1e4;
     private static final double LN_EPS = 1e-5;
     private static final String[] NAMES = {"q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias", "o.weight",
         "o.bias", "ln1.weight", "ln1.bias", "ff1.weight", "ff1.bias", "ff2.weight", "ff2.bias", "ln2.weight", "ln2.bias"};
 
-    private DiPairHead(int[] dims, String kind, float[] embedAdd, float[][][] w, float[] outW, float[] outB, float[][] compare,
+    private DiPairHead(int[] dims, TaskOutput task, float[] embedAdd, float[][][] w, float[] outW, float[] outB, float[][] compare,
                        PairBlend blend) {
         this.n = dims[0];
         this.m = dims[1];
@@ -49,7 +50,8 @@ public final class DiPairHead {
         this.pooled = compare != null;
         this.compareW = compare == null ? null : compare[0];
         this.compareB = compare == null ? null : compare[1];
-        this.kind = kind;
+        this.kind = task.kind;
+        this.task = task;
         this.blend = blend;
         this.embedAdd = embedAdd;
         this.w = w;
@@ -117,7 +119,7 @@ public final class DiPairHead {
         int outputs = dims[6];
         float[] outW = st.get("out.weight", file).requireShape(file, outputs, d).floats();
         float[] outB = st.get("out.bias", file).requireShape(file, outputs).floats();
-        return new DiPairHead(dims, Json.getString(block, "task_type", "manifest.json dipair"), embedAdd, w, outW, outB, compare,
+        return new DiPairHead(dims, TaskOutput.of(block, "manifest.json dipair"), embedAdd, w, outW, outB, compare,
             PairBlend.of(block, "dipair", bundle));
     }
 
@@ -254,6 +256,23 @@ public final class DiPairHead {
         return out;
     }
 
+    /** The task score of logits: regression on the gold scale, binary probability, or the second class's probability. */
+    public double score(float[] logits) {
+        return task.score(logits);
+    }
+
+    /** The blended key of a pair's logits and Hamming distance where the bundle has a blend, else the first logit
+     * (web_demo's {@code DiPairHead.key}). */
+    public double key(float[] logits, int distance) {
+        return blend == null ? logits[0] : blend.keyOfDistance(logits[0], distance);
+    }
+
+    /** Binary tasks: the blended key above its dev threshold where the bundle has a blend, else the first logit above
+     * the head's threshold (web_demo's {@code DiPairHead.decision}). */
+    public boolean decide(float[] logits, int distance) {
+        return task.decide(logits, key(logits, distance), blend);
+    }
+
     /** The rank key of a pair's logits and Hamming distance: the blend where the bundle has one, else the probability
      * of the second class for classes and the first logit otherwise (Python's {@code rerank} order). */
     public double rankKey(float[] logits, int distance) {
@@ -270,15 +289,36 @@ public final class DiPairHead {
      * {@code ids} (at most k); {@code keys}, when not null (length ids.length), receives each one's key.
      */
     public int[] rerank(float[] queryStatesA, int[] ids, int[] distances, float[] states, int k, double[] keys) {
+        return rerank(queryStatesA, ids, distances, states, null, k, keys);
+    }
+
+    /**
+     * {@link #rerank(float[], int[], int[], float[], int, double[])} over an int8 cache as a catalog stores it
+     * ({@code dipair_states.npy}, {@link Catalog#dipairStates}: item i's m x d values at {@code i * m * d}), each row
+     * dequantized as q / 127 when it is scored, so the cache stays m x d bytes per item in memory.
+     */
+    public int[] rerank(float[] queryStatesA, int[] ids, int[] distances, byte[] int8States, int k, double[] keys) {
+        return rerank(queryStatesA, ids, distances, null, int8States, k, keys);
+    }
+
+    private int[] rerank(float[] queryStatesA, int[] ids, int[] distances, float[] states, byte[] int8States, int k,
+                         double[] keys) {
         final int per = m * d;
         final double[] key = keys != null ? keys : new double[ids.length];
+        final long cached = states != null ? states.length : int8States.length;
         Integer[] order = new Integer[ids.length];
         float[] row = new float[per];
         for (int i = 0; i < ids.length; i++) {
-            if (ids[i] < 0 || (long) (ids[i] + 1) * per > states.length) {
+            if (ids[i] < 0 || (long) (ids[i] + 1) * per > cached) {
                 throw new IllegalArgumentException("catalog row " + ids[i] + " has no cached states");
             }
-            System.arraycopy(states, ids[i] * per, row, 0, per);
+            if (states != null) {
+                System.arraycopy(states, ids[i] * per, row, 0, per);
+            } else {
+                for (int j = 0, at = ids[i] * per; j < per; j++) {
+                    row[j] = int8States[at + j] / 127f;
+                }
+            }
             key[i] = rankKey(logits(queryStatesA, row), distances[i]);
             order[i] = i;
         }

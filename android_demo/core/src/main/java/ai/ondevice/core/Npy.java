@@ -8,7 +8,7 @@ import java.util.List;
 
 /**
  * Reads .npy arrays (format versions 1.0, 2.0 and 3.0; C order; little-endian or single-byte dtypes):
- * float32 {@code <f4}, int64 {@code <i8}, int32 {@code <i4} and uint8 {@code |u1}.
+ * float32 {@code <f4}, int64 {@code <i8}, int32 {@code <i4}, uint8 {@code |u1} and int8 {@code |i1}.
  */
 public final class Npy {
     public final String dtype;
@@ -85,6 +85,14 @@ public final class Npy {
         return out;
     }
 
+    /** An int8 array's values, as Java's signed bytes. */
+    public byte[] int8() {
+        requireDtype("|i1");
+        byte[] out = new byte[(int) numel()];
+        data.duplicate().get(out);
+        return out;
+    }
+
     /** Parses .npy bytes; {@code what} names the file in error messages. */
     public static Npy parse(byte[] bytes, String what) {
         if (bytes.length < 10 || (bytes[0] & 0xff) != 0x93 || !"NUMPY".equals(new String(bytes, 1, 5, StandardCharsets.US_ASCII))) {
@@ -116,16 +124,18 @@ public final class Npy {
         descr = unquote(descr);
         if ("<u1".equals(descr)) {
             descr = "|u1";
+        } else if ("<i1".equals(descr)) {
+            descr = "|i1";
         }
         int itemSize;
         if ("<f4".equals(descr) || "<i4".equals(descr)) {
             itemSize = 4;
         } else if ("<i8".equals(descr)) {
             itemSize = 8;
-        } else if ("|u1".equals(descr)) {
+        } else if ("|u1".equals(descr) || "|i1".equals(descr)) {
             itemSize = 1;
         } else {
-            throw new BundleException(what + " has unsupported dtype " + descr + " (expected <f4, <i4, <i8 or |u1)");
+            throw new BundleException(what + " has unsupported dtype " + descr + " (expected <f4, <i4, <i8, |u1 or |i1)");
         }
         int[] shape = parseShape(shapeText, what);
         long numel = 1;

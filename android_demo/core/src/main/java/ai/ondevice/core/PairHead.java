@@ -20,28 +20,20 @@ public final class PairHead {
     private final float[] b1;
     private final float[] w2; // [outputs][hidden]
     private final float[] b2;
-    private final double scale;
-    private final double offset;
-    private final double threshold;
+    private final TaskOutput task;
 
-    private PairHead(int dim, int hidden, int outputs, String kind, float[] w1, float[] b1, float[] w2, float[] b2,
-                     double scale, double offset, double threshold, PairBlend blend) {
+    private PairHead(int dim, int hidden, int outputs, TaskOutput task, float[] w1, float[] b1, float[] w2, float[] b2,
+                     PairBlend blend) {
         this.dim = dim;
         this.blend = blend;
         this.hidden = hidden;
         this.outputs = outputs;
-        this.kind = kind;
+        this.kind = task.kind;
+        this.task = task;
         this.w1 = w1;
         this.b1 = b1;
         this.w2 = w2;
         this.b2 = b2;
-        this.scale = scale;
-        this.offset = offset;
-        this.threshold = threshold;
-    }
-
-    private static double number(Object v, double fallback) {
-        return v instanceof Number ? ((Number) v).doubleValue() : fallback;
     }
 
     /** Loads the pair head of {@code bundle}; fails with a BundleException if the bundle has none. */
@@ -70,9 +62,9 @@ public final class PairHead {
         float[] b1 = st.get("hidden.bias", file).requireShape(file, hidden).floats();
         float[] w2 = st.get("out.weight", file).requireShape(file, outputs, hidden).floats();
         float[] b2 = st.get("out.bias", file).requireShape(file, outputs).floats();
-        Map<String, Object> t = Json.getObject(block, "output_transform", "manifest.json pairs");
-        return new PairHead(dim, hidden, outputs, kind, w1, b1, w2, b2, number(t.get("scale"), 1.0),
-                number(t.get("offset"), 0.0), number(block.get("threshold"), 0.0), PairBlend.of(block, "pairs", bundle));
+        Json.getObject(block, "output_transform", "manifest.json pairs"); // DSE exports always write it
+        return new PairHead(dim, hidden, outputs, TaskOutput.of(block, "manifest.json pairs"), w1, b1, w2, b2,
+                PairBlend.of(block, "pairs", bundle));
     }
 
     /** Head logits (length {@code outputs}) of one pair of embeddings. */
@@ -110,13 +102,7 @@ public final class PairHead {
 
     /** The task score of logits: regression on the gold scale, binary probability, or the second class's probability. */
     public double score(float[] logits) {
-        if ("regression".equals(kind)) {
-            return logits[0] * scale + offset;
-        }
-        if ("binary".equals(kind)) {
-            return 1.0 / (1.0 + Math.exp(-logits[0]));
-        }
-        return secondClass(logits);
+        return task.score(logits);
     }
 
     /** The softmax probability of the second class (of the only one for a single output), in double. */
@@ -134,7 +120,7 @@ public final class PairHead {
 
     /** Binary tasks: whether the pair is positive (logit above the dev-tuned threshold). */
     public boolean positive(float[] logits) {
-        return logits[0] > threshold;
+        return task.positive(logits);
     }
 
     /** The rank key of a pair: the blend of the first logit with the embeddings' cosine where the bundle has one,
@@ -146,10 +132,7 @@ public final class PairHead {
     /** Binary tasks: the decision an app makes, the blended key above its dev threshold where the bundle has a
      * blend, else {@link #positive} (Python's {@code pair_decisions}). */
     public boolean decide(float[] logits, float[] u, float[] v) {
-        if (!"binary".equals(kind)) {
-            throw new IllegalStateException("decisions are for binary tasks; this head is " + kind);
-        }
-        return blend != null && !Double.isNaN(blend.threshold) ? key(logits, u, v) > blend.threshold : positive(logits);
+        return task.decide(logits, key(logits, u, v), blend);
     }
 
     /** Rows of {@code candidates} with the k highest scores for {@code query}, best first, ties by smaller row. */

@@ -250,10 +250,11 @@ public final class CoreTests {
                 assertBundleError(() -> Bundle.open(FileSource.directory(dir)), "is missing"); // golden/ left out
                 Bundle b = Bundle.open(FileSource.directory(dir), false);
                 JavaEncoder enc = JavaEncoder.fromBundle(b);
-                Npy codes = Npy.parse(Files.readAllBytes(new File(assetsDir, "catalog/codes.npy").toPath()), "codes.npy");
-                HammingIndex index = new HammingIndex(codes.bytes(), b.codeBytes());
-                List<String> sentences = ParityCheck.readSentencesFile(new File(assetsDir, "catalog/sentences.jsonl"));
-                assertEq(codes.rows(), sentences.size());
+                Catalog catalog = Catalog.load(FileSource.directory(new File(assetsDir, "catalog")), b); // as the app
+                HammingIndex index = catalog.index;
+                List<String> sentences = catalog.sentences;
+                assertEq(ParityCheck.readSentencesFile(new File(assetsDir, "catalog/sentences.jsonl")), sentences);
+                assertTrue(catalog.dipairStates == null, "no DiPair states in a plain bundle's catalog");
                 int exact = 0;
                 int n = Math.min(50, sentences.size());
                 for (int i = 0; i < n; i++) {
@@ -262,6 +263,16 @@ public final class CoreTests {
                     exact += index.distance(Codes.toWords(enc.encode(sentences.get(i)).code), i) == 0 ? 1 : 0;
                 }
                 assertTrue(exact >= n - 1, "Java codes equal the catalog's Python codes for " + exact + "/" + n);
+            });
+            check("app assets: a modified catalog file is refused", () -> {
+                Bundle b = Bundle.open(FileSource.directory(new File(assetsDir, "bundle")), false);
+                withCopy(new File(assetsDir, "catalog"), dir -> {
+                    File f = new File(dir, "codes.npy");
+                    byte[] raw = Files.readAllBytes(f.toPath());
+                    raw[raw.length - 1] ^= 1;
+                    Files.write(f.toPath(), raw);
+                    assertBundleError(() -> Catalog.load(FileSource.directory(dir), b), "codes.npy does not match catalog.json");
+                });
             });
         }
 
