@@ -94,7 +94,7 @@ def _kernel_call(hamming, codes, threads: int, k: int):
     no_ids = np.empty(0, np.int64)
     floor = _floor(chunks > 1)
     if chunks == 1:
-        scratch = np.empty(2 + k * 2 + kern.query_words + 1 + kern.serial_temp + 2 * k + 64, np.int64)
+        scratch = np.empty(2 + _scan.scratch_words(nb, kern.tile_rows, 1, 1, k), np.int64)
         return (lambda q: kern.one(codes, q, k, scratch, out_d, out_i),
                 lambda q: floor(codes, q, k, no_ids, 1, 1, scratch, out_d, out_i), chunks, (out_d, out_i))
     scratch = np.empty(chunks + 1 + _scan.scratch_words(nb, kern.tile_rows, chunks, 1, k), np.int64)

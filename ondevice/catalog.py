@@ -76,6 +76,12 @@ def _write_npy(path: Path, array: np.ndarray) -> None:
         np.lib.format.write_array(fh, array, version=(1, 0), allow_pickle=False)
 
 
+def caches_dipair_states(bundle: Bundle) -> bool:
+    """The apps' default for `write_catalog(dipair_states=...)`: a DiPair bundle with int8 state outputs (one exported
+    without them has nothing compact to cache)."""
+    return "dipair" in bundle.manifest and bundle.dipair().int8_outputs
+
+
 def write_catalog(bundle: Bundle, sentences: Sequence[str], out: str | Path, dipair_states: bool = False) -> dict[str, Any]:
     """Encode `sentences` with `bundle` and write the catalog folder `out`; returns catalog.json's content.
 

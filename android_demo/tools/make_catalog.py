@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ondevice.catalog import copy_bundle_files, read_sentences, write_catalog
+from ondevice.catalog import caches_dipair_states, copy_bundle_files, read_sentences, write_catalog
 from ondevice.errors import OndeviceError
 
 APP_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt", "binarizer.json", "binarizer.safetensors")
@@ -46,8 +46,8 @@ def build(bundle_dir: Path, sentences: list[str], assets: Path, precision: str |
     bundle = Bundle.load(bundle_dir, precision=precision)  # verifies every checksum
     if not sentences:
         raise OndeviceError("no sentences: the catalog needs at least one")
-    if dipair_states is None:  # a DiPair bundle exported without int8 state outputs has nothing compact to cache
-        dipair_states = "dipair" in bundle.manifest and bundle.dipair().int8_outputs
+    if dipair_states is None:
+        dipair_states = caches_dipair_states(bundle)
     copy_bundle_files(bundle, Path(assets) / "bundle", APP_FILES, OPTIONAL)
     return write_catalog(bundle, sentences, Path(assets) / "catalog", dipair_states=dipair_states)
 

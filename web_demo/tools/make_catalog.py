@@ -25,7 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ondevice.catalog import copy_bundle_files, read_sentences, write_catalog
+from ondevice.catalog import caches_dipair_states, copy_bundle_files, read_sentences, write_catalog
 from ondevice.errors import OndeviceError
 
 WEB = Path(__file__).resolve().parents[1]
@@ -66,8 +66,8 @@ def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, preci
     bundle = Bundle.load(bundle_dir, precision=precision)  # verifies every checksum before anything is copied
     if not sentences:
         raise OndeviceError("no sentences: the catalog needs at least one")
-    if dipair_states is None:  # a DiPair bundle exported without int8 state outputs has nothing compact to cache
-        dipair_states = "dipair" in bundle.manifest and bundle.dipair().int8_outputs
+    if dipair_states is None:
+        dipair_states = caches_dipair_states(bundle)
     out = Path(out)
     copy_page(out)
     copy_bundle_files(bundle, out / "assets" / "bundle", BUNDLE_FILES, OPTIONAL)

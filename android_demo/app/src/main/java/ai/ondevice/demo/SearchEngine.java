@@ -9,6 +9,7 @@ import java.util.Locale;
 
 import ai.ondevice.core.Bundle;
 import ai.ondevice.core.Catalog;
+import ai.ondevice.core.Codes;
 import ai.ondevice.core.DiPairHead;
 import ai.ondevice.core.Encoder;
 import ai.ondevice.core.HammingIndex;
@@ -135,7 +136,7 @@ final class SearchEngine implements AutoCloseable {
             OnnxEncoder.StatesEncoding ea = onnx.encodeWithStates(a);
             OnnxEncoder.StatesEncoding eb = onnx.encodeWithStates(b);
             float[] logits = dipair.logits(ea.statesA, eb.statesB);
-            int distance = hamming(ea.encoding.code, eb.encoding.code);
+            int distance = Codes.hamming(Codes.toWords(ea.encoding.code), Codes.toWords(eb.encoding.code));
             Boolean decision = "binary".equals(dipair.kind) ? dipair.decide(logits, distance) : null;
             return new PairResult(dipair.score(logits), dipair.key(logits, distance), decision,
                     (System.nanoTime() - t0) / 1e6);
@@ -171,14 +172,6 @@ final class SearchEngine implements AutoCloseable {
         }
         return new Result(out, e.ids.length, (t1 - t0) / 1e6, (t2 - t1) / 1e6, rerank ? (t3 - t2) / 1e6 : -1,
                 rerank ? onnx.name() : encoder.name());
-    }
-
-    private static int hamming(byte[] a, byte[] b) {
-        int d = 0;
-        for (int i = 0; i < a.length; i++) {
-            d += Integer.bitCount((a[i] ^ b[i]) & 0xff);
-        }
-        return d;
     }
 
     String describe() {

@@ -276,10 +276,7 @@ public final class DiPairHead {
     /** The rank key of a pair's logits and Hamming distance: the blend where the bundle has one, else the probability
      * of the second class for classes and the first logit otherwise (Python's {@code rerank} order). */
     public double rankKey(float[] logits, int distance) {
-        if (blend != null) {
-            return blend.keyOfDistance(logits[0], distance);
-        }
-        return "classes".equals(kind) ? PairHead.secondClass(logits) : logits[0];
+        return blend == null && "classes".equals(kind) ? PairHead.secondClass(logits) : key(logits, distance);
     }
 
     /**

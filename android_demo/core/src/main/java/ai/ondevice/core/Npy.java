@@ -80,14 +80,16 @@ public final class Npy {
 
     public byte[] bytes() {
         requireDtype("|u1", "<u1");
-        byte[] out = new byte[(int) numel()];
-        data.duplicate().get(out);
-        return out;
+        return rawBytes();
     }
 
     /** An int8 array's values, as Java's signed bytes. */
     public byte[] int8() {
         requireDtype("|i1");
+        return rawBytes();
+    }
+
+    private byte[] rawBytes() {
         byte[] out = new byte[(int) numel()];
         data.duplicate().get(out);
         return out;
