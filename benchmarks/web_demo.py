@@ -94,7 +94,9 @@ def python_rerank(dp, codes: np.ndarray, states: np.ndarray, text: str) -> tuple
     t1 = time.perf_counter()
     dist, rows = knn(codes, qc, SHORTLIST, threads=1)
     t2 = time.perf_counter()
-    keys = dp.blend_keys(dp.logits(qs, states[rows[0]]), dist[0])
+    logits = dp.logits(qs, states[rows[0]])
+    # the page's key: the head + Hamming blend where the bundle has one, else the head's rank key
+    keys = dp.blend_keys(logits, dist[0]) if dp.blend is not None else dp.rank_key(logits)
     order = np.lexsort((rows[0], -keys))[:10]
     t3 = time.perf_counter()
     return rows[0][order].tolist(), keys[order], {"encode": (t1 - t0) * 1e3, "search": (t2 - t1) * 1e3,
