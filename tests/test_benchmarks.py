@@ -45,6 +45,8 @@ TINY = {
               "--ce-pairs", "8", "--repeats", "1", "--pooled-slot"],
     # needs the tiny pair fixtures: test_pairs_suite_runs_with_tiny_models below runs it end to end
     "pairs_suite": ["--help"],
+    # needs the tiny pair fixtures: test_pairs_token_probe_runs_with_tiny_models below runs it end to end
+    "pairs_token_probe": ["--help"],
     "jvm_core": ["--quick"],
     # needs a CUDA GPU (it compares the GPU with the CPU); the gpu-marked tests of tests/test_devices.py train what it times
     "devices": ["--help"],
@@ -500,3 +502,87 @@ def test_dipair_runs_from_each_seeds_dse_encoder_are_seeds_of_one_setting(tmp_pa
     plain = [{"task": "qqp", "data": str(tmp_path), "student": "runs/student", "seed": s} for s in (0, 1)]
     assert len({pairs._setting_key(c) for c in plain}) == 1
     assert pairs._setting_key(plain[0]) != pairs._setting_key({**plain[0], "student": "runs/other"})
+
+
+def test_pairs_token_probe_runs_with_tiny_models(pair_env, tiny_teacher, tmp_path):
+    """`benchmarks/pairs_token_probe.py` end to end: every source x variant x seed trained, and the summary's token gain
+    is each seed's tokens - pooled test score."""
+    bench, env = _bench_copy(tmp_path)
+    args = ["--task", "stsb", "--data", str(pair_env.data), "--student", str(pair_env.student), "--teacher",
+            str(pair_env.teacher()), "--teacher-tokens", str(tiny_teacher), "--sources", "student,teacher", "--seeds", "0,1",
+            "--epochs", "1", "--n", "4", "--m", "3", "--d", "8", "--augment-random", "20", "--augment-neighbors", "0",
+            "--augment-edits", "0", "--quiet"]
+    res = _bench_run(bench, env, "pairs_token_probe", args)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (path,) = (bench / "results").glob("pairs-token-probe-stsb-*.json")
+    out = json.loads(path.read_text())
+    assert {(r["source"], r["variant"], r["seed"]) for r in out["runs"]} == {
+        (s, v, seed) for s in ("student", "teacher") for v in ("pooled", "tokens") for seed in (0, 1)}
+    assert {r["token_width"] for r in out["runs"] if r["source"] == "teacher"} == {16}  # the tiny BERT's hidden size
+    for source, summary in out["summary"].items():
+        score = {(r["variant"], r["seed"]): r["test"]["spearman"] for r in out["runs"] if r["source"] == source}
+        assert summary["token_gain_test"] == pytest.approx([score["tokens", s] - score["pooled", s] for s in (0, 1)])
+
+
+def test_token_probe_features_are_the_encoders_own_outputs(pair_env, tiny_teacher, tmp_path, monkeypatch):
+    """Teacher rows: its pooled vector and the wordpieces after [CLS] (zero from [SEP] on), the same from the cache;
+    student rows: its sentence vectors and BiLSTM outputs, zero past each sentence's length."""
+    import torch
+
+    from ondevice.pairs.dipair import encoder_outputs
+    from ondevice.student import Student
+    from ondevice.teacher import Teacher
+    from ondevice.tokenizer import pad_ids
+
+    monkeypatch.setenv("ONDEVICE_CACHE", str(tmp_path / "cache"))
+    probe = _script("pairs_token_probe")
+    texts = ["The cat sat on the mat.", "A dog?", "The cat sat on the mat and the dog sat on the cat today."]
+    vec, tok, lens = probe.teacher_features(str(tiny_teacher), texts, 5, progress=False)
+    teacher = Teacher(str(tiny_teacher))
+    assert vec == pytest.approx(teacher.encode(texts), abs=2e-3)
+    enc = teacher.tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = teacher.model(**enc).last_hidden_state.numpy()
+    pieces = enc["attention_mask"].sum(1).numpy() - 2
+    assert lens.tolist() == np.minimum(pieces, 5).tolist() and lens.tolist() != pieces.tolist()
+    for i, k in enumerate(lens):
+        assert tok[i, :k].astype(np.float32) == pytest.approx(hidden[i, 1:1 + k], abs=2e-2)
+        assert not tok[i, k:].any()
+    again = probe.teacher_features(str(tiny_teacher), texts, 5, progress=False)
+    assert all(np.array_equal(x, y) for x, y in zip((vec, tok, lens), again))
+    assert list((tmp_path / "cache" / "teacher_tokens").glob("*/vectors.npy"))
+
+    svec, stok, slens = probe.student_features(str(pair_env.student), texts, 4)
+    student = Student.load(pair_env.student)
+    assert svec == pytest.approx(student.encode(texts), abs=1e-5)
+    x, ln = pad_ids([student.tokenizer.ids(t) for t in texts])
+    with torch.inference_mode():
+        _, out = encoder_outputs(student.model, torch.from_numpy(x), torch.from_numpy(ln))
+    assert slens.tolist() == np.minimum(ln, 4).tolist()
+    for i, k in enumerate(slens):
+        assert stok[i, :k].astype(np.float32) == pytest.approx(out[i, :k].numpy(), abs=2e-3)
+
+
+def test_token_probe_pooled_head_ignores_the_token_states():
+    """The `pooled` head reads the comparison slot only: other token states leave it unchanged, unlike `tokens`."""
+    from types import SimpleNamespace
+
+    from ondevice.pairs.data import task_spec
+
+    probe = _script("pairs_token_probe")
+    rng = np.random.default_rng(0)
+    n_texts, width = 40, 6
+    vec = rng.normal(size=(n_texts, 5)).astype(np.float32)
+    tok = rng.normal(size=(n_texts, 3, width)).astype(np.float16)
+    lens = rng.integers(1, 4, n_texts)
+    pa, pb = rng.integers(0, n_texts, 64), rng.integers(0, n_texts, 64)
+    targets = rng.normal(size=(64, 1)).astype(np.float32)
+    dev = (pa[:20], pb[:20], rng.normal(size=20))
+    test = (pa[20:40], pb[20:40], rng.normal(size=20))
+    args = SimpleNamespace(n=4, m=4, d=8, layers=1, lr=1e-2, epochs=1, batch_size=16)
+    spec = task_spec("stsb")
+    other = (vec, rng.normal(size=tok.shape).astype(np.float16), lens)
+    for tokens, same in ((False, True), (True, False)):
+        first = probe.train_head((vec, tok, lens), pa, pb, targets, dev, test, spec, args, 0, tokens)
+        second = probe.train_head(other, pa, pb, targets, dev, test, spec, args, 0, tokens)
+        assert (first["test"] == second["test"]) is same
