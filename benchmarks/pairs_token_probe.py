@@ -167,6 +167,11 @@ def train_head(feats, pa, pb, targets, dev, test, spec, args, seed: int, tokens:
     return {**best, "log": log}
 
 
+def _spread(x: list[float]) -> dict:
+    """Mean and sample std (None for one value), as benchmarks/pairs.py writes spreads."""
+    return {"mean": float(np.mean(x)), "std": float(np.std(x, ddof=1)) if len(x) > 1 else None}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="qqp")
@@ -246,10 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         per_dev = {v: [r["dev"][spec.metric] for r in results if r["source"] == source and r["variant"] == v]
                    for v in ("pooled", "tokens")}
         gain = [t - p for t, p in zip(per["tokens"], per["pooled"])]
-        summary[source] = {"test": {v: {"mean": float(np.mean(x)), "std": float(np.std(x, ddof=1)) if len(x) > 1 else 0.0}
-                                    for v, x in per.items()},
-                           "dev": {v: {"mean": float(np.mean(x)), "std": float(np.std(x, ddof=1)) if len(x) > 1 else 0.0}
-                                   for v, x in per_dev.items()},
+        summary[source] = {"test": {v: _spread(x) for v, x in per.items()}, "dev": {v: _spread(x) for v, x in per_dev.items()},
                            "token_gain_test": gain, "token_gain_test_mean": float(np.mean(gain))}
     _write({**meta, "task": args.task, "metric": spec.metric, "settings": vars(args), "train_pairs": len(train),
             "augment_pairs": len(aug), "sentences": len(texts), "teacher": teacher.identity, "runs": results,

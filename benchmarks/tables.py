@@ -941,11 +941,42 @@ def web_demo(path: str) -> str:
     return "\n".join(lines)
 
 
+def token_probe(*paths: str) -> str:
+    """benchmarks/pairs_token_probe.py: frozen features, a head over the pooled comparison alone against the same head
+    with token states, per source (mean ± sample std over head seeds, and tokens - pooled paired by seed)."""
+    lines = [("| features (frozen) | N / M slots | token width | dev: pooled / tokens | test: pooled / tokens | "
+             "tokens - pooled, test (per seed) |"), "|---|---|---:|---|---|---|"]
+    names = {"student": "SRA student: BiLSTM outputs + sentence vector",
+             "teacher": "bi-encoder teacher: wordpieces after [CLS] + mean-pooled vector"}
+    foot = []
+    for path in paths:
+        b = _load(path)
+        st = b["settings"]
+        for source, sm in b["summary"].items():
+            width = next(r["token_width"] for r in b["runs"] if r["source"] == source)
+            name = names.get(source, f"`{'/'.join(Path(source).parts[-3:])}`: BiLSTM outputs + sentence vector")
+            gains = ", ".join(f"{g:+.2f}" for g in sm["token_gain_test"])
+            lines.append(f"| {name} | {st['n']} / {st['m']} | {width} | {_mean_std(sm['dev']['pooled'])} / "
+                         f"{_mean_std(sm['dev']['tokens'])} | {_mean_std(sm['test']['pooled'])} / {_mean_std(sm['test']['tokens'])} | "
+                         f"**{sm['token_gain_test_mean']:+.2f}** ({gains}) |")
+        foot.append(f"`{Path(path).name}` (commit {b['commit'][:7]}, {b['date'][:10]}, {b['cpu_model']})")
+    b = _load(paths[0])
+    st = b["settings"]
+    lines += ["", (f"{b['task']}: {b['metric']} x100, {len(st['seeds'].split(','))} head seeds each; {b['train_pairs']:,} "
+                   f"labelled + {b['augment_pairs']:,} transfer pairs ({st['augment_random']:,} random + "
+                   f"{st['augment_neighbors']} neighbour(s)/sentence + {st['augment_edits']} edited copies/pair, data seed "
+                   f"{st['data_seed']}) scored by `{', '.join(_view_names(st['teacher']))}`; projections + a "
+                   f"{st['layers']}-layer head (D {st['d']}) trained {st['epochs']} epochs, the dev-best epoch's test score; "
+                   "slot 0 of each side is its projected sentence vector, the comparison slot reads the two; "
+                   "`pooled` leaves every token slot empty. " + "; ".join(foot) + ".")]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo)}
+    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe)}
 
 
 def render(text: str) -> str:

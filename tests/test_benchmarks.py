@@ -522,6 +522,10 @@ def test_pairs_token_probe_runs_with_tiny_models(pair_env, tiny_teacher, tmp_pat
     for source, summary in out["summary"].items():
         score = {(r["variant"], r["seed"]): r["test"]["spearman"] for r in out["runs"] if r["source"] == source}
         assert summary["token_gain_test"] == pytest.approx([score["tokens", s] - score["pooled", s] for s in (0, 1)])
+    rows = [line for line in _script("tables").token_probe(str(path)).splitlines() if line.startswith("| ") and "/ 3 |" in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| SRA student: BiLSTM outputs + sentence vector",
+                                                 "| bi-encoder teacher: wordpieces after [CLS] + mean-pooled vector"]
+    assert all(f"**{out['summary'][s]['token_gain_test_mean']:+.2f}**" in r for s, r in zip(("student", "teacher"), rows))
 
 
 def test_token_probe_features_are_the_encoders_own_outputs(pair_env, tiny_teacher, tmp_path, monkeypatch):
