@@ -119,16 +119,13 @@ def train_head(feats, pa, pb, targets, dev, test, spec, args, seed: int, tokens:
     import torch
 
     from ondevice.pairs.dipair import build_head, build_projection, build_vector_projection, side_states
-    from ondevice.pairs.dipair_train import soft_label_loss
+    from ondevice.pairs.dipair_train import DiPairConfig, soft_label_loss
     from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
     from ondevice.pairs.train import _batches
 
     vec, tok, lens = feats
-    cfg = SimpleNamespace(n=args.n, m=args.m, d=args.d, layers=args.layers, heads=1, ffn=256, select="first",
-                          pooled_slot=True)
-    from ondevice.pairs.dipair_train import DiPairConfig
-
-    head_cfg = DiPairConfig.head_config(cfg, tok.shape[2], spec, vec.shape[1])
+    run = DiPairConfig(task=spec.name, data="", student="", teacher="", n=args.n, m=args.m, d=args.d, layers=args.layers)
+    head_cfg = run.head_config(tok.shape[2], spec, vec.shape[1])  # the runs' head: 1 attention head, FFN 256, first N
     torch.manual_seed(seed)
     proj, vproj, head = build_projection(head_cfg), build_vector_projection(head_cfg), build_head(head_cfg)
     params = [*proj.parameters(), *vproj.parameters(), *head.parameters()]
@@ -175,7 +172,7 @@ def _spread(x: list[float]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="qqp")
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--data", default=None, help="shared data folder ($ONDEVICE_DATA or ../shared/data)")
     ap.add_argument("--split-seed", type=int, default=0)
     ap.add_argument("--student", required=True, help="SRA student: builds the transfer set (and is source `student`)")
     ap.add_argument("--teacher", required=True, help="pair teacher(s) whose logits are the targets (as `--teacher`)")
@@ -196,6 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    if args.data is None:
+        from ondevice.corpus import default_data_dir
+
+        args.data = str(default_data_dir())
 
     import torch
 
