@@ -25,7 +25,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -33,19 +32,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pairs import _meta, _write
+from pairs import _meta, _spread, _write
 
 
-def _transfer(args, student):
-    """Train pairs + the transfer set exactly as `ondevice pairs dipair` builds it (same flags, same seed)."""
-    from ondevice.pairs.augment import transfer_set
-    from ondevice.pairs.data import load_pairs
+def run_config(args):
+    """The `ondevice pairs dipair` settings the probe mirrors: head shape, stage 1 (--lr, --epochs, --batch-size) and
+    transfer set (seed --data-seed)."""
+    from ondevice.pairs.dipair_train import DiPairConfig
 
-    train = load_pairs(args.task, "train", args.data, args.split_seed)
-    cfg = SimpleNamespace(augment_random=args.augment_random, augment_neighbors=args.augment_neighbors,
-                          augment_bits=256, seed=args.data_seed, augment_edits=args.augment_edits)
-    aug = transfer_set(train, student.encode, cfg)
-    return train, aug
+    return DiPairConfig(task=args.task, data=args.data, student=args.student, teacher=args.teacher, n=args.n, m=args.m,
+                        d=args.d, layers=args.layers, augment_random=args.augment_random,
+                        augment_neighbors=args.augment_neighbors, augment_edits=args.augment_edits,
+                        seed=args.data_seed, split_seed=args.split_seed, lr1=args.lr, stage1_epochs=args.epochs,
+                        batch_size=args.batch_size)
 
 
 def student_features(directory: str, texts: list[str], n_tokens: int, batch: int = 256):
@@ -114,22 +113,22 @@ def teacher_features(path: str, texts: list[str], n_tokens: int, progress: bool 
     return vec, tok, np.minimum(np.asarray(wordpieces, np.int64), n_tokens)
 
 
-def train_head(feats, pa, pb, targets, dev, test, spec, args, seed: int, tokens: bool) -> dict:
-    """Projections + DiPair head on frozen features; the dev-best epoch's dev and test metrics (binary: dev threshold)."""
+def train_head(feats, pa, pb, targets, dev, test, spec, run, seed: int, tokens: bool) -> dict:
+    """Projections + DiPair head of `run` (a DiPairConfig) trained as its stage 1 on frozen features, with head seed
+    `seed`; the dev-best epoch's dev and test metrics (binary: dev threshold)."""
     import torch
 
     from ondevice.pairs.dipair import build_head, build_projection, build_vector_projection, side_states
-    from ondevice.pairs.dipair_train import DiPairConfig, soft_label_loss
+    from ondevice.pairs.dipair_train import soft_label_loss
     from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
     from ondevice.pairs.train import _batches
 
     vec, tok, lens = feats
-    run = DiPairConfig(task=spec.name, data="", student="", teacher="", n=args.n, m=args.m, d=args.d, layers=args.layers)
-    head_cfg = run.head_config(tok.shape[2], spec, vec.shape[1])  # the runs' head: 1 attention head, FFN 256, first N
+    head_cfg = run.head_config(tok.shape[2], spec, vec.shape[1])
     torch.manual_seed(seed)
     proj, vproj, head = build_projection(head_cfg), build_vector_projection(head_cfg), build_head(head_cfg)
     params = [*proj.parameters(), *vproj.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=args.lr)
+    opt = torch.optim.Adam(params, lr=run.lr1)
     lens_used = lens if tokens else np.zeros_like(lens)
 
     def side(rows, slots):
@@ -141,16 +140,16 @@ def train_head(feats, pa, pb, targets, dev, test, spec, args, seed: int, tokens:
         out = []
         with torch.inference_mode():
             for s in range(0, len(a_rows), 1024):
-                out.append(head(side(a_rows[s:s + 1024], args.n), side(b_rows[s:s + 1024], args.m)).numpy())
+                out.append(head(side(a_rows[s:s + 1024], run.n), side(b_rows[s:s + 1024], run.m)).numpy())
         return np.concatenate(out)
 
     target_t = torch.from_numpy(targets)
     best, log = None, []
-    for epoch in range(args.epochs):
+    for epoch in range(run.stage1_epochs):
         head.train()
         losses = []
-        for rows in _batches(len(pa), args.batch_size, seed * 1000003 + epoch):
-            loss = soft_label_loss(head(side(pa[rows], args.n), side(pb[rows], args.m)), target_t[rows], spec.kind, 1.0)
+        for rows in _batches(len(pa), run.batch_size, seed * 1000003 + epoch):
+            loss = soft_label_loss(head(side(pa[rows], run.n), side(pb[rows], run.m)), target_t[rows], spec.kind, 1.0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -162,11 +161,6 @@ def train_head(feats, pa, pb, targets, dev, test, spec, args, seed: int, tokens:
             best = {"epoch": epoch + 1, "dev_score": headline(spec, metrics), "dev": metrics,
                     "test": evaluate_scores(spec, logits(*test[:2]), test[2], threshold)}
     return {**best, "log": log}
-
-
-def _spread(x: list[float]) -> dict:
-    """Mean and sample std (None for one value), as benchmarks/pairs.py writes spreads."""
-    return {"mean": float(np.mean(x)), "std": float(np.std(x, ddof=1)) if len(x) > 1 else None}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -200,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    from ondevice.pairs.augment import transfer_set
     from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
     from ondevice.pairs.views import open_teacher
@@ -209,7 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     meta = _meta(sys.argv[1:] if argv is None else argv, args.threads)
     spec = task_spec(args.task)
     student = Student.load(args.student)
-    train, aug = _transfer(args, student)
+    train = load_pairs(args.task, "train", args.data, args.split_seed)
+    run = run_config(args)
+    aug = transfer_set(train, student.encode, run)  # as `ondevice pairs dipair` builds it
     teacher = open_teacher(args.teacher, spec.name, args.data, args.split_seed, "cpu", not args.quiet)
     targets = np.concatenate([teacher_logits(teacher, train.a, train.b, progress=not args.quiet),
                               teacher_logits(teacher, aug.a, aug.b, progress=not args.quiet)]).astype(np.float32)
@@ -225,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     pa, pb = rows(a), rows(b)
     dev_rows = (rows(dev.a), rows(dev.b), dev.gold)
     test_rows = (rows(test.a), rows(test.b), test.gold)
-    tokens_needed = max(args.n, args.m) - 1
+    tokens_needed = max(run.n, run.m) - 1
     seeds = [int(s) for s in args.seeds.split(",")]
     results = []
     for source in args.sources.split(","):
@@ -239,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         for variant in ("pooled", "tokens"):
             for seed in seeds:
                 started = time.time()
-                r = train_head(feats, pa, pb, targets, dev_rows, test_rows, spec, args, seed, variant == "tokens")
+                r = train_head(feats, pa, pb, targets, dev_rows, test_rows, spec, run, seed, variant == "tokens")
                 r.update(source=source, variant=variant, seed=seed, train_s=round(time.time() - started, 1),
                          feature_s=round(feature_s, 1), token_width=int(feats[1].shape[2]))
                 results.append(r)
@@ -247,12 +244,10 @@ def main(argv: list[str] | None = None) -> None:
                       f"(epoch {r['epoch']}, {r['train_s']} s)", flush=True)
     summary = {}
     for source in args.sources.split(","):
-        per = {v: [r["test"][spec.metric] for r in results if r["source"] == source and r["variant"] == v]
-               for v in ("pooled", "tokens")}
-        per_dev = {v: [r["dev"][spec.metric] for r in results if r["source"] == source and r["variant"] == v]
-                   for v in ("pooled", "tokens")}
-        gain = [t - p for t, p in zip(per["tokens"], per["pooled"])]
-        summary[source] = {"test": {v: _spread(x) for v, x in per.items()}, "dev": {v: _spread(x) for v, x in per_dev.items()},
+        scores = {split: {v: [r[split][spec.metric] for r in results if r["source"] == source and r["variant"] == v]
+                          for v in ("pooled", "tokens")} for split in ("dev", "test")}
+        gain = [t - p for t, p in zip(scores["test"]["tokens"], scores["test"]["pooled"])]
+        summary[source] = {**{split: {v: _spread(x) for v, x in per.items()} for split, per in scores.items()},
                            "token_gain_test": gain, "token_gain_test_mean": float(np.mean(gain))}
     _write({**meta, "task": args.task, "metric": spec.metric, "settings": vars(args), "train_pairs": len(train),
             "augment_pairs": len(aug), "sentences": len(texts), "teacher": teacher.identity, "runs": results,

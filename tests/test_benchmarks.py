@@ -569,9 +569,8 @@ def test_token_probe_features_are_the_encoders_own_outputs(pair_env, tiny_teache
 
 def test_token_probe_pooled_head_ignores_the_token_states():
     """The `pooled` head reads the comparison slot only: other token states leave it unchanged, unlike `tokens`."""
-    from types import SimpleNamespace
-
     from ondevice.pairs.data import task_spec
+    from ondevice.pairs.dipair_train import DiPairConfig
 
     probe = _script("pairs_token_probe")
     rng = np.random.default_rng(0)
@@ -583,10 +582,11 @@ def test_token_probe_pooled_head_ignores_the_token_states():
     targets = rng.normal(size=(64, 1)).astype(np.float32)
     dev = (pa[:20], pb[:20], rng.normal(size=20))
     test = (pa[20:40], pb[20:40], rng.normal(size=20))
-    args = SimpleNamespace(n=4, m=4, d=8, layers=1, lr=1e-2, epochs=1, batch_size=16)
+    run = DiPairConfig(task="stsb", data="", student="", teacher="", n=4, m=4, d=8, layers=1, lr1=1e-2, stage1_epochs=1,
+                       batch_size=16)
     spec = task_spec("stsb")
     other = (vec, rng.normal(size=tok.shape).astype(np.float16), lens)
     for tokens, same in ((False, True), (True, False)):
-        first = probe.train_head((vec, tok, lens), pa, pb, targets, dev, test, spec, args, 0, tokens)
-        second = probe.train_head(other, pa, pb, targets, dev, test, spec, args, 0, tokens)
+        first = probe.train_head((vec, tok, lens), pa, pb, targets, dev, test, spec, run, 0, tokens)
+        second = probe.train_head(other, pa, pb, targets, dev, test, spec, run, 0, tokens)
         assert (first["test"] == second["test"]) is same
