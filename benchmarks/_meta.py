@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from ondevice.results import results_dir, start_run
+from ondevice.results import results_dir, stamped, start_run
 
 
 def run_metadata(threads: int) -> dict:
@@ -24,9 +24,8 @@ def run_metadata(threads: int) -> dict:
 
 def results_path(name: str) -> Path:
     """<results dir>/<name>-<UTC time>.json, a name no earlier run has."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    root = results_dir()
-    path, n = root / f"{name}-{stamp}.json", 1
+    root, stem = results_dir(), stamped(name)
+    path, n = root / f"{stem}.json", 1
     while path.exists():
-        path, n = root / f"{name}-{stamp}-{n}.json", n + 1
+        path, n = root / f"{stem}-{n}.json", n + 1
     return path

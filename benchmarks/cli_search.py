@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import numpy as np
 
-    from ondevice.results import cpu_model, create_new
+    from ondevice.results import cpu_model, create_new, stamped
 
     tmp = Path(tempfile.mkdtemp(prefix="ondevice-cli-bench-"))
     rng = np.random.default_rng(0)
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
            "command": " ".join(["python", "benchmarks/cli_search.py", *argv]), "cpu_model": cpu_model(),
            "cpus": os.cpu_count(), "load_average": load, "n": a.n, "bits": a.bits,
            "python_startup_ms": python_ms, "numba_cache_files": cache_files, "settings": results}
-    path = create_new(a.out_dir, f"cli_search-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}",
+    path = create_new(a.out_dir, stamped("cli_search"),
                       json.dumps(out, indent=1) + "\n")
     print(f"(python -c pass: {python_ms:.0f} ms; Numba cache files: {cache_files['after_fill']} after the fill run, "
           f"{cache_files['added_by_warm_runs']} added by the warm runs)\nresults: {path}")

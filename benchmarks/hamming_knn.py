@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from ondevice.results import cpu_details, cpu_model
+from ondevice.results import cpu_details, cpu_model, create_new, stamped
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
@@ -555,9 +555,7 @@ def main(argv: list[str] | None = None) -> int:
               "cells": median_cells(round_cells), "round_cells": round_cells}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = out_dir / f"hamming_grid-{stamp}.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    out = create_new(out_dir, stamped("hamming_grid"), json.dumps(result, indent=1) + "\n")
     print(report([result]))
     if a.plot:
         plot([result], out.with_suffix(".png"))

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice import layouts
-from ondevice.results import create_new, results_dir, start_run
+from ondevice.results import create_new, results_dir, stamped, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,9 +64,8 @@ def _meta(argv: list[str], threads: int | None) -> dict:
 def _write(result: dict, kind: str) -> Path:
     """One flat results file per run (tables.py reads this layout), never overwriting an earlier one."""
     result["load_average_end"] = os.getloadavg()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     text = json.dumps(result, indent=2, sort_keys=True, default=float) + "\n"
-    path = create_new(results_dir(), f"pairs-{kind}-{result.get('task', 'all')}-{stamp}", text)
+    path = create_new(results_dir(), stamped(f"pairs_{kind}_{result.get('task', 'all')}"), text)
     print(f"wrote {os.path.relpath(path, ROOT)}")
     return path
 

@@ -3,7 +3,7 @@
     python benchmarks/plots.py      # docs/results/hamming_scaling.png, docs/results/bundle_latency.png,
                                     # docs/results/hamming_grid.png
 
-Hamming search time against catalog size comes from benchmarks/results/hamming_knn.json (ondevice vs FAISS,
+Hamming search time against catalog size comes from benchmarks/results/hamming_knn-20261122T025021Z.json (ondevice vs FAISS,
 256-bit codes, 2 threads); bundle latency against sentence length from the newest bundle_*.json; the device-sized
 grid (time vs catalog size per width, ondevice vs FAISS vs numpy, 1 and 2 threads) from the hamming_grid-*.json runs
 that BENCHMARKS.md's `hamming_grid` table cites.
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    print(hamming_scaling(a.results / "hamming_knn.json", a.out / "hamming_scaling.png"))
+    print(hamming_scaling(a.results / "hamming_knn-20261122T025021Z.json", a.out / "hamming_scaling.png"))
     if grid_runs():
         print(hamming_grid(grid_runs(), a.out / "hamming_grid.png"))
     bundles = sorted(a.results.glob("bundle_2*.json"))

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.results import create_new, stamped
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "web_demo" / "tools"))
 
@@ -280,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rerank_queries": rerank_texts} if dipair else None),
     }
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    out = a.out_dir / f"web_demo_{started.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = create_new(a.out_dir, stamped("web_demo"), json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     print(f"wrote {out}")
     return 0

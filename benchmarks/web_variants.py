@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice.results import create_new, stamped
+
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web_demo"
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -139,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     result["load_average_end"] = os.getloadavg()
     result["commit"], result["dirty"] = git_state()
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    out = a.out_dir / f"web_variants_{started.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = create_new(a.out_dir, stamped("web_variants"), json.dumps(result, indent=2) + "\n")
     for n, v in result["variants"].items():
         print(f"{n:26s} {v['encoder_onnx_bytes'] / 1e6:6.2f} MB  cos {v['mean_cosine_vs_fp32']:.5f}  "
               f"bits {v['bit_agreement_vs_fp32']:.4f}  top10 {v['top10_overlap_vs_fp32']:.3f}  "

@@ -36,10 +36,10 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 # Software prefetch ahead of single-query scans, in bytes (0 = off: the hardware prefetcher alone), for the serial
 # (one thread) and the parallel builds. Which is faster depends on the CPU, so the default follows vendor and family:
 # - AMD family 25 with AVX-512 (Zen 4; the EPYC VM of 2026-11-23 and -26): off. 2 KB ahead was slower than none at
-#   1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123-120929.json vs
+#   1M x 1024/2048 bits and 100k x 2048 bits (grids benchmarks/results/hamming_grid-20261123T120929Z.json vs
 #   -121946.json), and 512-2,048 bytes ahead slower at 1M x 64 bits (2026-11-26).
 # - AMD family 25 without AVX-512 (Zen 3; the EPYC model 1 VM of 2026-11-28): 4 KB ahead, both builds, every width.
-#   In-process A/B of 0/2/4/8 KB (hamming_prefetch_ab_20261128-020355Z.json at one thread, -014700Z at two): 4 KB
+#   In-process A/B of 0/2/4/8 KB (hamming_prefetch_ab-20261128T020355Z.json at one thread, -014700Z at two): 4 KB
 #   ran 7-29% faster than none in every 1M/10M-code cell but the two L3-resident two-thread ones (1M x 64 bits 2%
 #   slower; 1M x 256 bits level, a noisy cell), and within 5% of the best distance in all others (one thread: 10M x 64
 #   bits from 70% of the read bound to 85%; two threads: 10M x 2048 bits from 80% to 90%).
@@ -52,7 +52,7 @@ TILE_BYTES = 16 * 1024  # database bytes scanned by the whole batch before movin
 #   20261127-120702Z.json 0/4/8/16 KB, -120845Z 0/8 KB): 8 KB took 64- and 256-bit codes from 68-84% of the read
 #   bound to 78-95% at 1M and 10M codes in both runs, left 1M x 1024 / 2048 bits level, and cost 10M x 1024 bits 6-7
 #   points (10M x 2048 bits: +15 in one run, -5 in the other), so wider codes scan without it at two threads. The
-#   grid with this rule (hamming_grid-20261127-121747.json): every 10M-code cell at 90-97% of the read bound.
+#   grid with this rule (hamming_grid-20261127T121747Z.json): every 10M-code cell at 90-97% of the read bound.
 # - Intel: 4 KB ahead (2026-11-23 Xeon VM: 512 bytes took 1M x 2048-bit scans from 59% to 90% of the read bound;
 #   2026-11-24 Xeon family 6 model 207: 4 KB beat 512 bytes in every 100k-10M-code cell at 1 and 2 threads).
 # ONDEVICE_PREFETCH_BYTES overrides both builds at every width. The distance is a compile-time constant of each

@@ -4,7 +4,7 @@ Every benchmark (and `ondevice demo`) calls `start_run()` before measuring and `
 
     meta = start_run(threads=2)                    # commit, date, command line, versions, CPU, load average
     ...measure...
-    path = write_result("bundle", {"rows": rows}, meta)   # benchmarks/results/bundle_20261122-201501Z.json
+    path = write_result("bundle", {"rows": rows}, meta)   # benchmarks/results/bundle-20261122T201501Z.json
 
 The tables in README.md / BENCHMARKS.md are rendered from these files (benchmarks/tables.py), and a test
 checks that the documents match, so a number without a file, or a stale one, fails the test suite.
@@ -138,16 +138,27 @@ def start_run(threads: int | None = None, argv: list[str] | None = None, **setti
     }
 
 
+NAME = re.compile(r"[a-z0-9_]+")  # a results file is <name>-<YYYYMMDDTHHMMSSZ>[-N].json, name in these characters
+FILE = re.compile(r"(?P<name>[a-z0-9_]+)-(?P<stamp>\d{8}T\d{6}Z)(?:-(?P<attempt>\d+))?\.(?P<ext>json|png|log|md|time\.log)")
+
+
+def stamped(name: str) -> str:
+    """`<name>-<UTC time>`: the one naming scheme of results files (dashes in `name` become underscores)."""
+    name = name.replace("-", "_").lower()
+    if not NAME.fullmatch(name):
+        raise ValueError(f"results name {name!r}: use lowercase letters, digits and underscores")
+    return f"{name}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+
+
 def write_result(name: str, results: Any, meta: dict[str, Any], root: str | os.PathLike | None = None) -> Path:
-    """Write {"meta", "results"} to <root>/<name>_<UTC time>.json; an existing file is never replaced."""
+    """Write {"meta", "results"} to <root>/<name>-<UTC time>.json; an existing file is never replaced."""
     meta = dict(meta)
     meta["finished"] = _now()
     meta["seconds"] = round(time.time() - meta.pop("started", time.time()), 1)
     meta["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     folder = Path(root) if root is not None else results_dir()
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%SZ")
     text = json.dumps({"meta": meta, "results": results}, indent=2, default=_default) + "\n"
-    return create_new(folder, f"{name}_{stamp}", text)
+    return create_new(folder, stamped(name), text)
 
 
 def create_new(folder: str | os.PathLike, stem: str, text: str) -> Path:
@@ -168,12 +179,9 @@ def create_new(folder: str | os.PathLike, stem: str, text: str) -> Path:
 def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
     """Every results file of `name` (oldest first by file name) with its parsed content."""
     folder = Path(root) if root is not None else results_dir()
-    def order(p: Path) -> tuple[str, int]:  # name_<stamp>Z.json, then name_<stamp>Z-1.json, ...
-        stamp, _, attempt = p.stem[len(name) + 1 :].partition("Z-")
-        return stamp.rstrip("Z"), int(attempt or 0)
-
-    paths = sorted((p for p in folder.glob(f"{name}_*.json") if re.fullmatch(r"\d{8}-\d{6}Z(-\d+)?", p.stem[len(name) + 1 :])),
-                   key=order)
+    matches = [(p, FILE.fullmatch(p.name)) for p in folder.glob(f"{name}-*.json")]
+    found = [(p, m) for p, m in matches if m and m["name"] == name]
+    paths = [p for p, m in sorted(found, key=lambda pm: (pm[1]["stamp"], int(pm[1]["attempt"] or 0)))]
     from ondevice.io import read_json
 
     return [(p, read_json(p, "results file")) for p in paths]

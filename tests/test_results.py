@@ -46,3 +46,12 @@ def test_create_new_never_replaces_a_file(tmp_path) -> None:
     assert [p.name for p in paths] == ["pairs-x-stsb-20260101T000000Z.json", "pairs-x-stsb-20260101T000000Z-1.json",
                                        "pairs-x-stsb-20260101T000000Z-2.json"]
     assert [p.read_text() for p in paths] == ["0\n", "1\n", "2\n"]
+
+
+def test_every_committed_results_file_follows_the_one_naming_scheme() -> None:
+    """<name>-<YYYYMMDDTHHMMSSZ>[-N].<ext>, name in [a-z0-9_]: what `stamped` writes, so one glob finds a benchmark's runs."""
+    from ondevice.results import FILE, stamped
+
+    bad = sorted(p.name for p in (ROOT / "benchmarks" / "results").iterdir() if not FILE.fullmatch(p.name))
+    assert not bad, f"results files outside the naming scheme: {bad[:10]}"
+    assert FILE.fullmatch(stamped("pairs-dipair-quality-stsb") + ".json")["name"] == "pairs_dipair_quality_stsb"
