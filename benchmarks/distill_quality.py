@@ -125,7 +125,7 @@ def main(argv=None) -> int:
 
         bundle = Bundle.load(bundle_dir, threads=a.threads)
         encoders["student int8 bundle"] = bundle
-    encoders["model2vec"] = Model2Vec(model2vec_model(teacher.info.path, a.m2v_dims))
+    encoders["model2vec"] = Model2Vec(model2vec_model(teacher.path, a.m2v_dims))
     encoders["glove-50 average"] = glove_average_encoder()
 
     scores = {}

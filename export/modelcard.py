@@ -15,12 +15,20 @@ def _table(rows: dict) -> list[str]:
     return out
 
 
+def teacher_name(teacher: dict) -> str:
+    """The teacher's model name (older manifests: the last part of its recorded path), never its architecture."""
+    name = teacher.get("name") or str(teacher.get("path") or "").rstrip("/").split("/")[-1]
+    if name in ("model", ""):  # the packaged MiniLM's folder inside its package
+        name = "all-MiniLM-L6-v2" if "minilm" in str(teacher.get("path", "")).lower() else (name or "a teacher")
+    return name
+
+
 def model_card(manifest: dict) -> str:
     """Markdown model card: what the bundle computes, its I/O, provenance, checks and file checksums."""
     s, b = manifest["student"], manifest["binarizer"]
     lines = [
         f"# ondevice sentence encoder ({manifest['precision']})", "",
-        (f"A BiLSTM student distilled from `{manifest['teacher'].get('model_type', 'a teacher')}` "
+        (f"A BiLSTM student distilled from `{teacher_name(manifest['teacher'])}` "
          f"({manifest['teacher'].get('hidden_size', '?')}-d) that maps a sentence to a {manifest['dim']}-d float "
          f"embedding and a {manifest['bits']}-bit binary code ({manifest['code_bytes']} bytes, bit order "
          f"`{manifest['bit_order']}`: bit j is bit j % 8 of byte j // 8). Compare codes by Hamming distance."), "",

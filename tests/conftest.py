@@ -34,12 +34,18 @@ def pytest_sessionstart(session) -> None:
                                 "(javac, java >= 11) and `make install`'s Python extras, or run `make test-fast`")
 
 
+# A skip reason starting with this is allowed under ONDEVICE_STRICT=1: a test of an optional extra that `make test`
+# does not install (the 386 MB all-mpnet-base-v2), run where a user fetched it.
+OPTIONAL = "optional extra absent:"
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Under ONDEVICE_STRICT=1 a skipped test fails the run (skips are for subsets run on purpose)."""
     if os.environ.get("ONDEVICE_STRICT") != "1":
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = reporter.stats.get("skipped", []) if reporter else []
+    skipped = [r for r in (reporter.stats.get("skipped", []) if reporter else [])
+               if OPTIONAL not in str(getattr(r, "longrepr", ""))]
     if skipped and session.exitstatus == 0:
         reporter.write_line(f"ONDEVICE_STRICT=1: {len(skipped)} tests were skipped; every test must run here", red=True)
         session.exitstatus = 1
