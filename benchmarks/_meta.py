@@ -6,7 +6,6 @@ flat layout (`commit`, `date`, `machine`, ... beside the results), which `benchm
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 from ondevice.results import results_dir, stamped, start_run

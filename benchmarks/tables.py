@@ -975,11 +975,88 @@ def token_probe(*paths: str) -> str:
     return "\n".join(lines)
 
 
+_CLI_BARE = "(default: %(default)s)"  # what ondevice.cli gives an option declared without help
+
+
+def _cli_default(action) -> str:
+    """An option's default as the reference shows it: blank where --help shows none or it depends on the machine."""
+    import argparse
+
+    d, text = action.default, action.help or ""
+    if d is None or d is False or d == "" or d == argparse.SUPPRESS or ("default" in text and text != _CLI_BARE):
+        return ""
+    if isinstance(d, str) and Path(d).is_absolute():  # resolved from $ONDEVICE_DATA or the checkout: the help says
+        return ""
+    return f"`{d}`"
+
+
+def _cli_help(action) -> str:
+    """An option's help as --help prints it (argparse's %(...)s filled in), as one table cell."""
+    if action.help == _CLI_BARE:  # an option declared without help: the default column says it all
+        return ""
+    text = " ".join((action.help or "").split())
+    if "%(" in text:
+        text = text % {**vars(action), "default": action.default}
+    return text.replace("|", "\\|")
+
+
+def _cli_option(action) -> str:
+    """The flags of an option (with its choices), or a positional argument's name."""
+    if not action.option_strings:
+        return f"`{action.metavar or action.dest.upper()}`"
+    flags = ", ".join(f"`{f}`" for f in action.option_strings)
+    if action.choices:
+        flags += " {" + ", ".join(str(c) for c in action.choices) + "}"
+    return flags
+
+
+def _cli_parser_table(parser) -> list[str]:
+    import argparse
+
+    rows = [a for a in parser._actions
+            if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.help != argparse.SUPPRESS]
+    if not rows:
+        return []
+    lines = ["| option | default | what it does |", "|---|---|---|"]
+    lines += [f"| {_cli_option(a)} | {_cli_default(a)} | {_cli_help(a)} |" for a in rows]
+    return lines
+
+
+def cli_reference(*groups: str) -> str:
+    """Every `ondevice` command and sub-command with its one-line help and its options (flags, choices, default,
+    help), from the argparse parsers themselves. `groups`: command names, or `core` (every command but `pairs`);
+    none: all of them."""
+    import argparse
+
+    from ondevice.cli import _commands, build_parser
+
+    names = [n for n in _commands() if not groups or n in groups or ("core" in groups and n != "pairs")]
+    lines = ["| command | what it does |", "|---|---|"]
+    lines += [f"| [`ondevice {n}`](#ondevice-{n}) | {_commands()[n].HELP.replace('|', chr(92) + '|')} |" for n in names]
+    for name in names:
+        root = build_parser(name)  # builds only this command's arguments (and imports only what they need)
+        sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+        lines += ["", f"## `ondevice {name}`", "", _commands()[name].HELP]
+        table = _cli_parser_table(parser)
+        if table:
+            lines += [""] + table
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {c.dest: c.help for c in action._choices_actions}
+                for child_name, child in action.choices.items():
+                    lines += ["", f"### `ondevice {name} {child_name}`", "", helps.get(child_name) or ""]
+                    table = _cli_parser_table(child)
+                    if table:
+                        lines += [""] + table
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe)}
+    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe, cli_reference)}
 
 
 def render(text: str) -> str:

