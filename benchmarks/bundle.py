@@ -1,4 +1,4 @@
-"""Issue 5 benchmark: bundle size (fp32 / int8, and what dominates it), 1-thread single-sentence latency and batch
+"""Bundle benchmark: bundle size (fp32 / int8, and what dominates it), 1-thread single-sentence latency and batch
 throughput of the int8 and fp32 bundles, the student in torch, and the teacher exported to ONNX as a reference.
 
     nice .venv/bin/python benchmarks/bundle.py            # trained student if present, else a random one

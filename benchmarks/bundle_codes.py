@@ -1,4 +1,4 @@
-"""Issue 19: what the int8 bundle's float16 projection and range anchors do to its size and its codes.
+"""What the int8 bundle's float16 projection and range anchors do to its size and its codes.
 
     nice .venv/bin/python benchmarks/bundle_codes.py --student RUN/student --binarizer RUN/student-binarizer
 

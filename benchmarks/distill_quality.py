@@ -10,6 +10,10 @@ teacher's cosine top-10 that each encoder's cosine top-10 recovers (1000 seeded 
 Speed on the same STS-B sentences and threads, interleaved repeats, medians: the teacher in torch, ONNX Runtime
 fp32 and int8 (with the int8 teacher's cosine to fp32), the student in torch and as the int8 bundle, model2vec.
 Targets: student >= 0.90 x teacher on STS-B test and SICK-R, >= model2vec + 5 points on both, retrieval >= 50%.
+
+Teachers side by side (e.g. all-MiniLM-L6-v2 against all-mpnet-base-v2): `--compare-teacher mpnet` adds that
+teacher, model2vec distilled from it and its ONNX speeds; `--compare-student NAME=DIR` adds other students (e.g. one
+distilled from it). SNLI retrieval is then also scored against each compared teacher's top 10.
 The results file is `benchmarks/results/distill_quality-<UTC time>.json` (one per run).
 """
 
@@ -20,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +101,10 @@ def main(argv=None) -> int:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--m2v-dims", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare-teacher", action="append", default=[], metavar="SPEC",
+                   help="another teacher (name or model dir) as rows of its own, with model2vec distilled from it")
+    p.add_argument("--compare-student", action="append", default=[], metavar="NAME=DIR",
+                   help="another student dir as a row named NAME")
     a = p.parse_args(argv)
 
     import torch
@@ -127,6 +136,16 @@ def main(argv=None) -> int:
         encoders["student int8 bundle"] = bundle
     encoders["model2vec"] = Model2Vec(model2vec_model(teacher.path, a.m2v_dims))
     encoders["glove-50 average"] = glove_average_encoder()
+    compared = {}
+    for spec in a.compare_teacher:
+        other = Teacher(spec, threads=a.threads)
+        name = other.info.name or Path(spec).name
+        compared[name] = other
+        encoders[f"teacher {name}"] = CachedTeacher(other)
+        encoders[f"model2vec from {name}"] = Model2Vec(model2vec_model(other.path, a.m2v_dims))
+    for item in a.compare_student:
+        name, _, folder = item.partition("=")
+        encoders[f"student {name}"] = Student.load(Path(folder))
 
     scores = {}
     for name, enc in encoders.items():
@@ -138,17 +157,27 @@ def main(argv=None) -> int:
     for name, row in scores.items():
         row["retrieval_top10_vs_teacher"] = overlap[name]
     print("retrieval", overlap, flush=True)
+    for other in compared:
+        vs = retrieval_overlap(encoders, a.data, f"teacher {other}", a.queries, 10, a.seed)
+        for name, row in scores.items():
+            row[f"retrieval_top10_vs_{other}"] = vs[name]
+        print(f"retrieval vs {other}", vs, flush=True)
 
     # Speed: the same sentences, threads and batch sizes for all, interleaved repeats.
     pairs = read_stsb(a.data, "test")
     texts = list(dict.fromkeys(pairs.a + pairs.b))[: a.speed_sentences]
     timed = {"teacher torch": lambda x: teacher.encode_torch(x, batch_size=32)}
-    for backend in ("onnx", "onnx-int8"):
-        t = Teacher(teacher.info.path, pooling=teacher.info.pooling, backend=backend, threads=a.threads)
-        timed[f"teacher {backend}"] = lambda x, t=t: t.encode(x, batch_size=32)
-        if backend == "onnx-int8":
-            v8, v32 = t.encode(texts), teacher.encode_torch(texts)
-            int8_cos = (v8 * v32).sum(1) / np.linalg.norm(v8, axis=1) / np.linalg.norm(v32, axis=1)
+    int8_cosines = {}
+    for label, base in [("teacher", teacher), *((f"teacher {n}", t) for n, t in compared.items())]:
+        if base is not teacher:
+            timed[f"{label} torch"] = lambda x, b=base: b.encode_torch(x, batch_size=32)
+        for backend in ("onnx", "onnx-int8"):
+            t = Teacher(base.info.path, pooling=base.info.pooling, backend=backend, threads=a.threads)
+            timed[f"{label} {backend}"] = lambda x, t=t: t.encode(x, batch_size=32)
+            if backend == "onnx-int8":
+                v8, v32 = t.encode(texts), base.encode_torch(texts)
+                cos = (v8 * v32).sum(1) / np.linalg.norm(v8, axis=1) / np.linalg.norm(v32, axis=1)
+                int8_cosines[label] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
     timed["student torch"] = lambda x: student.encode(x, batch_size=256)
     if "student int8 bundle" in encoders:
         timed["student int8 bundle"] = lambda x: bundle.encode(x, batch_size=64)
@@ -174,7 +203,10 @@ def main(argv=None) -> int:
         "student_minus_model2vec": {k: round(s[k] - m[k], 2) for k in ("stsb_test", "sickr_test")},
         "sentences_per_second": sps, "speed_sentences": len(texts),
         "speed_ratio_vs_teacher_torch": {k: round(v / sps["teacher torch"], 2) for k, v in sps.items()},
-        "int8_teacher_cosine_to_fp32": {"mean": round(float(int8_cos.mean()), 5), "min": round(float(int8_cos.min()), 5)},
+        "int8_teacher_cosine_to_fp32": int8_cosines["teacher"],
+        "int8_cosine_to_fp32": int8_cosines,
+        "compared_teachers": {n: asdict(t.info) for n, t in compared.items()},
+        "compared_students": dict(item.partition("=")[::2] for item in a.compare_student),
         "student_parameters": student.num_parameters(), "student_parameters_without_embeddings": student.num_parameters(embeddings=False),
         "retrieval": {"catalog": "unique SNLI dev+test sentences", "queries": a.queries, "k": 10, "seed": a.seed},
     }
@@ -187,9 +219,13 @@ def main(argv=None) -> int:
 
 def markdown(result: dict) -> str:
     """The README table of one run."""
-    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---|---|---|---|"]
+    others = [k.removeprefix("retrieval_top10_vs_") for k in next(iter(result["scores_x100"].values()))
+              if k.startswith("retrieval_top10_vs_") and k != "retrieval_top10_vs_teacher"]
+    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |"
+             + "".join(f" vs {o} (%) |" for o in others), "|---|---|---|---|---|" + "---|" * len(others)]
     for name, s in result["scores_x100"].items():
-        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} | {s['retrieval_top10_vs_teacher']:.2f} |")
+        lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} | "
+                     f"{s['retrieval_top10_vs_teacher']:.2f} |" + "".join(f" {s[f'retrieval_top10_vs_{o}']:.2f} |" for o in others))
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@
 
 Both builds of kernels/_scan.py's serial `blocks` kernel run in one process on the same codes, in turns, and must
 give identical results; each timing is the process CPU time of one call (less sensitive than wall time to other
-load on a shared machine), median of --repeats. Issue 14: a database block should be read once per group of queries.
+load on a shared machine), median of --repeats. The question: should a database block be read once per group of queries?
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ probe gave 33-81 GB/s across one hour), so a distance is judged here against the
 every build of kernels/_scan.py's kernels (one per distance and setting, at any code width) and a plain parallel
 sum of the same bytes (the read bound) take turns, each round a new query, the same queries for every build, and
 all builds must return the same top k. A cell is the median over rounds of each build's median call (wall time).
-Issue 14: which distance, for which catalogs, at two threads. `--set NAME=V1,V2` builds the kernels once per
+Which distance, for which catalogs, at two threads. `--set NAME=V1,V2` builds the kernels once per
 value of a kernels/_scan.py setting read at build time (several --set: every combination), e.g.
 COUNT_FIRST_MAX_WORDS; `--distances -1` keeps the CPU's default distance; `--threads 1` times the serial kernels
 (the one-thread search) instead of the parallel ones.

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/hamming_stream_bound.py                     # 1M x 64 and 256 bits, 1 and 2 threads
     .venv/bin/python benchmarks/hamming_stream_bound.py --sizes 100000 1000000 10000000 --bits 64
 
-Issue 14 asks a one-query scan from 1M codes for >= 90% of the read bound (a plain parallel sum of the same bytes).
+The target: a one-query scan from 1M codes for >= 90% of the read bound (a plain parallel sum of the same bytes).
 Where the catalog sits in L3 the sum reads faster than a core can XOR, popcount and compare, so this benchmark
 times, over the same codes and with the same thread count, loops that do only the work every exact scan must do,
 built from the search's own intrinsics (kernels/intrinsics.py):

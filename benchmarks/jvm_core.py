@@ -4,7 +4,7 @@ Compiles android_demo/core with javac, runs its `Benchmark` main (a default-size
 embedding 50, hidden 256, output 384, 2048-bit codes; one thread) and stores what it printed, parsed, as a
 results file. The JVM's read-bandwidth bound is measured in the same run, in turns with the top-10: a sum of the
 same 3.2M longs the index scans (one and four accumulators; the faster counts), and the file records the top-10's
-CPU time over it (issue 14's target: within 2x).
+CPU time over it (the target: within 2x).
 
     nice .venv/bin/python benchmarks/jvm_core.py            # --quick: fewer repeats (smoke run)
 """

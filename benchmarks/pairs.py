@@ -1,4 +1,4 @@
-"""Pair models benchmark (issue 13): quality on the test split and on-device speed; one results JSON per run.
+"""Pair models benchmark: quality on the test split and on-device speed; one results JSON per run.
 
 Quality (per task): the cross-encoder teacher vs the DSE student (every trained alpha; the dev-chosen one is the
 headline) vs the plain SRA student with cosine vs the bi-encoder teacher (all-MiniLM-L6-v2) with cosine.
@@ -8,20 +8,20 @@ before (SRA student) and after pair fine-tuning (the DSE run's encoder).
 
     python benchmarks/pairs.py quality --task stsb --teacher T --run R --student S
 
-Speed (run it through /work/bg/quiet): pairs/s of the cross-encoder (torch, batch 32) vs the bundle's pair head
+Speed (run it on an otherwise idle machine): pairs/s of the cross-encoder (torch, batch 32) vs the bundle's pair head
 (onnxruntime, fp32 and int8, precomputed vectors); one query against an N-sentence catalog (wiki sentences
 encoded by the int8 bundle): encode + exhaustive head vs encode + Hamming top-1000 + head rerank, recall@10 of the
 latter against the former; the cross-encoder's time for the same query is N / its pairs/s (extrapolated).
 
     python benchmarks/pairs.py speed --teacher T --bundle B --catalog 100000 --threads 1
 
-Seeds (DvBERT, paper 001, vs DSE): for every seed, a DSE student (alphas picked on dev) and a DvBERT student
+Seeds (DvBERT (Cheng, 2021) vs DSE): for every seed, a DSE student (alphas picked on dev) and a DvBERT student
 (K teacher views, teacher annealing) from the same SRA student; test metrics per seed, mean, sample std, min, max,
 and the per-seed DvBERT - DSE difference.
 
     python benchmarks/pairs.py seeds --task stsb --student S --teachers T0,T1,T0:ba --workdir W --seeds 0,1,2,3,4
 
-DiPair (issue 16): `dipair-speed` (head pairs/s vs the cross-encoder, head and cache sizes; through /work/bg/quiet)
+DiPair: `dipair-speed` (head pairs/s vs the cross-encoder, head and cache sizes; on an idle machine)
 and `dipair-quality` (test metrics of one or more DiPair runs: several runs with different --n/--m/--d/--select are
 the ablation table; vs the cross-encoder and a DSE run; SRA cosine before/after).
 
@@ -375,7 +375,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
         chosen = dse_dir / sel["chosen_dir"]
         rows["dse"][seed] = {"test": PairStudent.load(chosen).evaluate(test), "dev": sel["dev"][f"{sel['chosen_alpha']:g}"],
                              "chosen_alpha": sel["chosen_alpha"],
-                             # every alpha's test figures too: paper 000's alpha comparison is on them
+                             # every alpha's test figures too: DSE's paper compares alphas on them
                              "alphas_test": {f"{x:g}": PairStudent.load(dse_dir / f"alpha-{x:g}").evaluate(test) for x in alphas}}
         dv_dir = work / f"dvbert-seed{seed}"
         vcfg = DvBERTConfig(teachers=views, anneal=a.anneal, head=a.head, seed=seed, **{**common, **dv_augment})

@@ -1,4 +1,4 @@
-"""Token-state probe (issue 16): does a DiPair head gain from token states over the pooled comparison alone?
+"""Token-state probe: does a DiPair head gain from token states over the pooled comparison alone?
 
 Every feature source is frozen, and only the projections and the head train (DiPair's stage 1), on the same
 teacher-scored transfer set the QQP runs use. Per source, two heads of the same shape:

@@ -6,7 +6,7 @@
 Hamming search time against catalog size comes from benchmarks/results/hamming_knn-20261122T025021Z.json (ondevice vs FAISS,
 256-bit codes, 2 threads); bundle latency against sentence length from the newest bundle_*.json; the device-sized
 grid (time vs catalog size per width, ondevice vs FAISS vs numpy, 1 and 2 threads) from the hamming_grid-*.json runs
-that BENCHMARKS.md's `hamming_grid` table cites.
+that the `hamming_grid` tables of docs/results/search.md cite.
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ def _save(fig, out: Path) -> Path:
 
 
 def grid_runs() -> list[Path]:
-    """The hamming_grid results files BENCHMARKS.md's grid tables are rendered from, oldest first (file names carry
+    """The hamming_grid results files docs/results/search.md's grid tables are rendered from, oldest first (file names carry
     the run's time): a newer run of a cell is drawn over older ones, so the plot shows the latest measurement."""
     import re
 
-    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "results" / "search.md").read_text(encoding="utf-8")
     files = {f for m in re.finditer(r"<!-- results: hamming_grid (?P<files>[^>]*?) -->", text)
              for f in m.group("files").split()}
     return [ROOT / f for f in sorted(files, key=lambda f: Path(f).name)]
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     print(hamming_scaling(a.results / "hamming_knn-20261122T025021Z.json", a.out / "hamming_scaling.png"))
     if grid_runs():
         print(hamming_grid(grid_runs(), a.out / "hamming_grid.png"))
-    bundles = sorted(a.results.glob("bundle_2*.json"))
+    bundles = sorted(a.results.glob("bundle-2*.json"))
     if bundles:
         print(bundle_latency(bundles[-1], a.out / "bundle_latency.png"))
     return 0

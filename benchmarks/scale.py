@@ -1,8 +1,8 @@
 """Scale-out benchmark: teacher labelling local vs Ray, sharded vs single Hamming search, projection to 100M/1B codes.
 
-    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part label            # labelling (about 3 minutes)
-    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part label --teacher-backend onnx-int8 --sentences 4096
-    /work/bg/quiet .venv/bin/python benchmarks/scale.py --part search           # search 1M and 10M codes
+    .venv/bin/python benchmarks/scale.py --part label            # labelling (about 3 minutes)
+    .venv/bin/python benchmarks/scale.py --part label --teacher-backend onnx-int8 --sentences 4096
+    .venv/bin/python benchmarks/scale.py --part search           # search 1M and 10M codes
     .venv/bin/python benchmarks/scale.py --part label --sentences 200 --repeats 1  # a quick look
 
 Labelling: the packaged teacher (torch) on the first --sentences Wikipedia sentences, each run into a fresh cache,

@@ -1,7 +1,7 @@
 """Web demo timings: encode p50 in Chromium (onnxruntime-web, wasm, 1 thread) vs the Python runtime, and search.
 
     .venv/bin/python web_demo/tools/make_catalog.py --bundle BUNDLE --sentences 100k.txt --out SITE
-    /work/bg/quiet .venv/bin/python benchmarks/web_demo.py --site SITE --bundle BUNDLE     # -> benchmarks/results/web_demo_<time>.json
+    .venv/bin/python benchmarks/web_demo.py --site SITE --bundle BUNDLE     # -> benchmarks/results/web_demo-<time>.json
 
 Same machine, same process tree, side by side: each round times the browser page and then the Python runtime
 (`Bundle.embed` on one sentence, onnxruntime with 1 intra-op thread) on the same 20-token sentence, and Hamming

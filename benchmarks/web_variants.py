@@ -1,6 +1,6 @@
 """Which encoder graph suits ONNX Runtime Web: fp32, int8 (DynamicQuantizeLSTM), or int8 embedding + float LSTM.
 
-    /work/bg/quiet .venv/bin/python benchmarks/web_variants.py --student S --binarizer B --sentences catalog.txt
+    .venv/bin/python benchmarks/web_variants.py --student S --binarizer B --sentences catalog.txt
         # -> benchmarks/results/web_variants_<time>.json
 
 Builds the three graphs from one student + binarizer with the exporter's own builders (`build_graph`,

@@ -131,11 +131,11 @@ ROWS8X4_MAX_WORDS = 4
 # all its distances) before any row is offered, so only rows within that bound enter the heap, and later tiles start
 # from the tile's exact k-th distance. Without it the first 256 rows all entered the heap and the second tile was
 # tested against the k-th distance of 256 rows; every row that enters costs a few unpredictable branches. On the AMD
-# EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/B, benchmarks/results/hamming_prefetch_ab_20261129-
-# 035713Z.json and -035749Z.json): 64-bit codes at one thread 7% / 12% / 2% faster at 30k / 100k / 1M codes, at two
+# EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/B, benchmarks/results/hamming_prefetch_ab-
+# 20261129T035713Z.json and -T035749Z.json): 64-bit codes at one thread 7% / 12% / 2% faster at 30k / 100k / 1M codes, at two
 # threads 10% / 5% at 30k / 1M and 1-3% slower (noise level) at 100k and 10M; 256-bit codes level or slower
 # (-033802Z), so 64-bit codes only. Counting is also what gives a width the long passes below, and with them 128- and
-# 256-bit codes gain too (same CPU, session 67; in-process A/Bs of COUNT_FIRST_MAX_WORDS 1 against 4, 9 rounds): one
+# 256-bit codes gain too (same CPU; in-process A/Bs of COUNT_FIRST_MAX_WORDS 1 against 4, 9 rounds): one
 # thread 3-12% faster from 30k to 10M codes (1M x 128 bits 0.2533 -> 0.2251 ms, 79% -> 89% of the read bound;
 # 30k x 128 bits level; -172758Z), two threads 2-13% faster from 100k codes, 30k level to 4% slower, 1M x 256 bits
 # level (-172833Z). So up to 256 bits on that CPU, 64-bit codes only elsewhere (not measured).
@@ -143,7 +143,7 @@ COUNT_FIRST_MAX_WORDS = 4 if _CPU[1] == 25 and _CPU[0] == "AuthenticAMD" and _CP
 # Tiles per candidate pass of the 32-rows-at-once scan of 64-bit codes (those whose first tile is counted) after the
 # first tile, in the serial (one-thread) and the parallel builds; candidates are offered after each pass, from
 # buffers sized for a whole pass. On the AMD EPYC family 25 model 17 (Zen 4, 2026-11-29; in-process A/Bs in
-# benchmarks/results/hamming_prefetch_ab_20261129-*.json): 8-tile passes took one-thread 1M x 64-bit scans from
+# benchmarks/results/hamming_prefetch_ab-20261129T*.json): 8-tile passes took one-thread 1M x 64-bit scans from
 # 73-75% of the read bound to 86-87% (-080342Z, -081009Z; 10M, 100k and 30k level); at two threads level (-080449Z),
 # so the parallel build keeps 1-tile passes. A first version that offered candidates early when a one-tile buffer
 # filled gained 83-85% at one thread but made two-thread scans 20-25% slower (-072457Z, -080153Z: the test in the

@@ -19,7 +19,7 @@ batch; the middle index is the pivot) and, by default ("gap"), each triplet's hi
 two cosines are: a triplet whose cosines nearly tie has a coin-flip label l, and with uniform weights those
 triplets dominated and made ae-sp worse than ae. lambda 2, "gap" and the "expected" relaxation were chosen on
 STS-B dev with 100k training vectors and 8 epochs (README "Autoencoder choices, measured"); the pair-scoring setting
-(input "whiten", select "holdout", lr 3e-4) later, on the shipped student, first with init "auto", then (session 52)
+(input "whiten", select "holdout", lr 3e-4) later, on the shipped student, first with init "auto", then
 "orthogonal", whose start leads the random one on STS-B dev at every width over 15 seeds (README "Orthogonal rows").
 
 Which epoch is exported (`AEConfig.select`): the last; the one whose codes keep the held-out vectors' similarity order

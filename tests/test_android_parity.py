@@ -1,4 +1,4 @@
-"""Issue 6: the Android demo's pure-Java core matches Python bit for bit on `ondevice export --golden` files.
+"""The Android demo's pure-Java core matches Python bit for bit on `ondevice export --golden` files.
 
 The test builds a tiny random student + binarizer, exports a bundle with golden files and the student's fp32
 weights, compiles android_demo/core with `javac` and runs two plain-Java mains (no JUnit, no Gradle):

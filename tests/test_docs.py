@@ -67,3 +67,62 @@ def test_links_to_files_reach_files() -> None:
                    if not t.startswith(("#", "http://", "https://", "mailto:"))}
         missing = sorted(t for t in targets if not (path.parent / t).exists())
         assert not missing, f"{doc} links to files that do not exist: {missing}"
+
+
+# --- The front door's rules: short pages, no lab-notebook words, no machine's paths -----------------------------
+
+# Records of a run on some machine (they keep the command line and paths as run); everything else is product.
+_RECORDS = re.compile(r"^(benchmarks/results/|docs/results/(.*/)?(report\.json|report\.md|unpacked\.json)$|tests/test_docs\.py$)")
+_BINARY = (".png", ".onnx", ".npy", ".safetensors", ".gz", ".jar", ".bin", ".zip", ".ico", ".jpg", ".webp", ".wasm")
+# "session 52", "round 1", "issue 16", "paper 003" name steps of our own work; another project's issue may be named
+_PROCESS = re.compile(r"(?<!numba )(?<!faiss )(?<!onnxruntime )(?<!pytorch )\b([Ss]ession|[Rr]ound|[Ii]ssue) #?\d+\b"
+                      r"|\b[Pp]aper 00\d\b")
+_MACHINE_PATH = re.compile(r"(?<![\w.])/(work|root|home/[a-z][\w-]*)/")
+
+
+def _tracked() -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+    if not out:  # not a git checkout (an exported source tree): every file but the build outputs
+        skip = {".venv", "node_modules", ".git", "build", "site"}
+        return [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file() and skip.isdisjoint(p.parts)]
+    return [f for f in out.splitlines() if (ROOT / f).is_file()]
+
+
+def test_readme_is_short_and_every_page_fits() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300 and len(readme.encode()) <= 30_000, "README.md: at most 300 lines, 30 KB"
+    pages = [f for f in _tracked() if f.endswith(".md")]
+    big = sorted(f"{f} ({(ROOT / f).stat().st_size:,} B)" for f in pages if (ROOT / f).stat().st_size > 40_000)
+    assert not big, f"Markdown pages over 40 KB: {big}"
+    long_lines = []
+    for f in pages:
+        prose = re.sub(r"```.*?```", "", (ROOT / f).read_text(encoding="utf-8"), flags=re.DOTALL)
+        prose = re.sub(r"<!-- results: [^>]*-->\n.*?<!-- /results -->", "", prose, flags=re.DOTALL)  # generated
+        long_lines += [f"{f}: {line[:60]}..." for line in prose.splitlines()
+                       if len(line) > 200 and not line.lstrip().startswith("|")]
+    assert not long_lines, f"prose lines over 200 characters: {long_lines[:10]}"
+
+
+def test_no_process_words_and_no_machine_paths() -> None:
+    found = []
+    for f in _tracked():
+        if _RECORDS.match(f) or f.endswith(_BINARY):
+            continue
+        try:
+            text = (ROOT / f).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if _PROCESS.search(line) or _MACHINE_PATH.search(line):
+                found.append(f"{f}:{n}: {line.strip()[:100]}")
+    assert not found, f"{len(found)} lines name our work process or a machine's path: {found[:15]}"
+
+
+def test_the_rules_catch_what_they_are_for() -> None:
+    assert _PROCESS.search("## QQP (session 67, 2026-11-29)") and _PROCESS.search("the issue 16 target")
+    assert _PROCESS.search("paper 004 §3.2") and _PROCESS.search("Round 1's student")
+    assert not _PROCESS.search("numba issue 10486") and not _PROCESS.search("rounded to 7 bits")
+    assert _MACHINE_PATH.search("/work/main/.venv/bin/python") and _MACHINE_PATH.search("see /root/.cache/x")
+    assert not _MACHINE_PATH.search("~/.cache/ondevice") and not _MACHINE_PATH.search("the work/ folder")

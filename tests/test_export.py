@@ -1,4 +1,4 @@
-"""Issue 5: `ondevice export`: ONNX / TorchScript parity with eager torch, int8 quality, golden files, manifest, CLI."""
+"""`ondevice export`: ONNX / TorchScript parity with eager torch, int8 quality, golden files, manifest, CLI."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_training_summary_names_a_continued_run_without_its_path(tmp_path):
     student = _student("max")
     (tmp_path / "distill_config.json").write_text(json.dumps(
         {"corpus": "wiki.txt.gz", "epochs": 1, "train_splits": "stsb,sick", "train_split_repeats": 3,
-         "init_from": "/home/someone/runs/v4-d100", "init_sha256": "ab" * 32}))
+         "init_from": "/mnt/elsewhere/runs/v4-d100", "init_sha256": "ab" * 32}))
     (tmp_path / "train_log.jsonl").write_text(json.dumps({"epoch": 1, "held_out_cosine": 0.8, "held_out_n": 5}) + "\n")
     s = training_summary(tmp_path, student)
     assert s["init_from"] == "v4-d100" and s["init_sha256"] == "ab" * 32 and "/home" not in json.dumps(s)

@@ -1,4 +1,4 @@
-"""Issue 12: hostile and careless inputs. Each class of finding is reproduced here and must now give one
+"""Hostile and careless inputs. Each class of finding is reproduced here and must now give one
 OndeviceError line (exit code 2 from the CLI), never a traceback, code execution, a file read from outside an
 artifact, or silently wrong vectors. Hypothesis drives the parsers and validators with arbitrary values."""
 

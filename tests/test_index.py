@@ -1,4 +1,4 @@
-"""Issue 3: HammingIndex (add/remove/search/range_search), its file format, FAISS interop and the CLI."""
+"""HammingIndex (add/remove/search/range_search), its file format, FAISS interop and the CLI."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def _forged(good: bytes, ids=None, flags=None, offsets=None) -> bytes:
 
 
 def test_loading_validates_ids_and_offsets(tmp_path):
-    """Issue 12 item 7: a valid crc and sha256 do not make impossible ids or offsets acceptable."""
+    """A valid crc and sha256 do not make impossible ids or offsets acceptable."""
     index = HammingIndex(64)
     index.add(random_codes(10, bits=64, seed=3))
     good = index.save(tmp_path / "good.odx").read_bytes()
@@ -269,7 +269,7 @@ def test_version_1_files_are_still_read(tmp_path):
 
 
 def test_encoder_identity_round_trip_and_checks(tmp_path):
-    """Issue 17 item 2: the index records which encoder made its codes; another binarizer is refused."""
+    """The index records which encoder made its codes; another binarizer is refused."""
     from ondevice.index import EncoderId, check_encoder
 
     enc = EncoderId("ab" * 32, "cd" * 32, "int8")

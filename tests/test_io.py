@@ -1,4 +1,4 @@
-"""Issue 17 item 7: atomic writes give files the mode a plain open() would (the umask), not mkstemp's 0600."""
+"""Atomic writes give files the mode a plain open() would (the umask), not mkstemp's 0600."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 3: the Hamming k-NN and range-search kernels agree exactly with a brute-force numpy reference."""
+"""The Hamming k-NN and range-search kernels agree exactly with a brute-force numpy reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 5: the torch-free runtime: Bundle.load verification, encode/codes/search, threads, bad bundles."""
+"""The torch-free runtime: Bundle.load verification, encode/codes/search, threads, bad bundles."""
 
 from __future__ import annotations
 
@@ -346,7 +346,7 @@ def test_int8_range_anchors_make_rows_independent(exported, tmp_path):
 
 
 def test_int8_codes_do_not_depend_on_batch_or_threads(exported):
-    """Issue 17 item 1: an int8 code is a function of its sentence alone (batch size, order, threads)."""
+    """An int8 code is a function of its sentence alone (batch size, order, threads)."""
     out = exported[2]
     texts = [" ".join(np.random.default_rng(i).choice(WORDS, size=1 + i % 9)) for i in range(60)] + TEXTS
     emb1, codes1 = _one_per_call(Bundle.load(out, precision="int8", threads=1), texts)
@@ -361,7 +361,7 @@ def test_int8_codes_do_not_depend_on_batch_or_threads(exported):
 
 
 def test_attach_index_checks_the_encoder(exported, tmp_path):
-    """Issue 17 item 2: an index knows its encoder; another binarizer is refused, another precision warned about."""
+    """An index knows its encoder; another binarizer is refused, another precision warned about."""
     from ondevice.index import EncoderId
 
     out = exported[2]
@@ -384,7 +384,7 @@ def test_attach_index_checks_the_encoder(exported, tmp_path):
 
 
 def test_cli_index_precision_and_encoder_checks(exported, tmp_path, capsys):
-    """Issue 17 items 2 and 5: the CLI says which half of a two-precision bundle it uses and checks the encoder."""
+    """The CLI says which half of a two-precision bundle it uses and checks the encoder."""
     from ondevice.cli import main
 
     out = exported[2]
@@ -407,7 +407,7 @@ def test_cli_index_precision_and_encoder_checks(exported, tmp_path, capsys):
 
 
 def test_with_weights_ships_weights_once(exported):
-    """Issue 17 item 6: a two-precision export keeps the fp32 weights in fp32/ only and says so."""
+    """A two-precision export keeps the fp32 weights in fp32/ only and says so."""
     out = exported[2]
     assert (out / "fp32" / "student.safetensors").is_file()
     assert not (out / "int8" / "student.safetensors").exists()

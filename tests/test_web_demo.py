@@ -1,4 +1,4 @@
-"""Issue 18: the web demo's JavaScript matches Python, in Node and in a real browser (Chromium via Playwright).
+"""The web demo's JavaScript matches Python, in Node and in a real browser (Chromium via Playwright).
 
 A tiny seeded student + binarizer is exported (fp32 and int8, golden files). Node runs web_demo/ondevice.js with
 onnxruntime-node and with onnxruntime-web's WebAssembly build; Playwright drives Debian's chromium on the page

@@ -177,7 +177,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_dipair(sub, fmt) -> None:
-    """`pairs dipair` and `pairs dipair-export` (issue 16)."""
+    """`pairs dipair` and `pairs dipair-export`."""
     from ondevice.pairs.dipair_train import DiPairConfig
 
     d = DiPairConfig(task="stsb", data="", student="", teacher="")

@@ -83,7 +83,7 @@ def f1_binary(y_true: np.ndarray, y_pred: np.ndarray, positive: int = 1) -> floa
 
 
 def above_mean(scores: np.ndarray) -> np.ndarray:
-    """1 where a pair's score is above the mean score over the set, else 0 (paper 003 §4.3 MRPC rule)."""
+    """1 where a pair's score is above the mean score over the set, else 0 (the MRPC rule of Shen et al., 2019, §4.3)."""
     scores = np.asarray(scores, dtype=np.float64)
     return (scores > scores.mean()).astype(np.int64)
 

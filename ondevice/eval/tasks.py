@@ -65,7 +65,7 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     Task("trec", "TREC", (f"{SENTEVAL}/TREC/train_5500.label", f"{SENTEVAL}/TREC/TREC_10.label"), "acc", "transfer"),
     Task("retrieval", "SNLI retrieval R@10", tuple(f"snli/{s}.{p}" for p in ("dev", "test") for s in ("s1", "s2")),
          "recall_vs_float", "retrieval"),
-    # Optional (not in the default set): QQP train subset (paper 004 §5.5 untuned protocol), SST-5.
+    # Optional (not in the default set): QQP train subset (the untuned protocol of Wu et al., 2020, §5.5), SST-5.
     Task("qqp", "QQP train subset", ("qqp/qqp_glue_train_subset_23k.tsv",), "acc", "paraphrase"),
     Task("sst5", "SST-5", tuple(f"{SENTEVAL}/SST/fine/sentiment-{s}" for s in ("train", "dev", "test")), "acc", "transfer"),
 ]}

@@ -8,9 +8,9 @@ Every kind seeded and deduplicated (unordered) against the training pairs and ea
 - optionally, extra unlabeled sentences (other tasks' train-split text, `--augment-tasks`, and a text file of the
   user's own, `--augment-text`): each paired with its nearest sentence among the training and extra ones, so the
   teacher labels hard pairs beyond the task's own few thousand sentences (DiPair's transfer set is retrieved
-  neighbours from unlabeled text, paper 002 Sec. 4.3);
+  neighbours from unlabeled text, DiPair, Chen et al., 2020, Sec. 4.3);
 - optionally, edited copies of the training pairs (`--augment-edits N`): both sentences of a pair with words
-  dropped or replaced, the text augmentation of Tang et al. (2019) that paper 002 names for small pair tasks. The
+  dropped or replaced, the text augmentation of Tang et al. (2019) that DiPair names for small pair tasks. The
   edited pair keeps the original's range of similarity, and the teacher scores what the edits changed: the
   word-level detail that a head reading token states can use and a pair of sentence vectors mostly cannot.
 """

@@ -1,6 +1,6 @@
 """A sentence encoder (bi-encoder) as a pair teacher view: the cosine of its two vectors, calibrated to the task.
 
-DvBERT (paper 001) distils several *different* teachers into one siamese student. Offline, the only pre-trained
+DvBERT (Cheng, 2021) distils several *different* teachers into one siamese student. Offline, the only pre-trained
 transformer is the packaged all-MiniLM-L6-v2, so every cross-encoder teacher is a seed of one recipe, and their
 ensemble is no better than its best member. The packaged bi-encoder itself is a different teacher: trained
 contrastively on a billion pairs rather than fine-tuned on the task, it ranks STS-B about as well as the

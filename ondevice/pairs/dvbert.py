@@ -1,4 +1,4 @@
-"""DvBERT students (Cheng, paper 001): a siamese student taught by K cross-encoder teachers with teacher annealing.
+"""DvBERT students (Cheng, 2021): a siamese student taught by K cross-encoder teachers with teacher annealing.
 
 The student is the SRA-distilled BiLSTM (as in DSE) with DvBERT's head `softmax(W [u, v, |u-v|] + b)` for binary
 and class tasks (binary: one logit, sigmoid, the same model as a 2-way softmax) and, by default, the DSE head for
@@ -13,7 +13,7 @@ rises from 0 at the first optimizer step to 1 at the last (Clark et al. 2019), `
 `constant:X` keeps X. D is linear in the target for BCE and cross-entropy, so this equals D against the mean
 teacher; for squared error the two differ by a constant, with the same gradients.
 
-The student is DSE's, and so is its transfer set (paper 000 Sec. 3.2, `ondevice.pairs.augment`): unlabeled pairs
+The student is DSE's, and so is its transfer set (DSE, Barkan et al., 2020, Sec. 3.2, `ondevice.pairs.augment`): unlabeled pairs
 made from the training sentences, scored by every teacher view. They have no gold label, so their target stays the
 teachers' (lambda = 0 for them); the same augmentation flags as a DSE run draw the same pairs.
 

@@ -1,4 +1,4 @@
-"""Paper 004 §3.2 single-sentence fine-tuning: an MLP (ReLU hidden layer) over the student vector, trained end to
+"""Single-sentence (Wu et al., 2020, §3.2) fine-tuning: an MLP (ReLU hidden layer) over the student vector, trained end to
 end with cross-entropy on a labeled task (SST-2); the dev-best epoch is kept.
 
 A run folder holds `student/` (fine-tuned encoder), `sentence_head.safetensors` + `sentence_head.json`,

@@ -1,5 +1,5 @@
 """DSE students: the SRA-distilled BiLSTM as a shared encoder + the pair head, trained end to end on teacher
-logits (of training and augmentation pairs) and gold labels (paper 000 Eq. 2), alpha picked on dev.
+logits (of training and augmentation pairs) and gold labels (DSE, Barkan et al., 2020, Eq. 2), alpha picked on dev.
 
 A run folder holds `student/` (the fine-tuned encoder, a normal student dir that `ondevice export` takes),
 `pair_head.safetensors` + `pair_head.json` (the dev-best epoch), `dse_config.json`, `train_log.jsonl` and
@@ -53,10 +53,10 @@ class DSEConfig:
     student: str  # SRA-distilled student dir (`ondevice distill`)
     teacher: str = ""  # teacher view(s), comma-separated (ondevice.pairs.views; several: their mean); only alpha 0 trains without
     alpha: float = 0.5
-    head_hidden: int = 256  # paper 004: task layer 256
+    head_hidden: int = 256  # SRA paper (Wu et al., 2020): task layer 256
     epochs: int = 4
     batch_size: int = 32
-    lr: float = 5e-4  # paper 004 picks from {2, 3, 5, 10} x 1e-4
+    lr: float = 5e-4  # the SRA paper picks from {2, 3, 5, 10} x 1e-4
     augment_random: int = 5000
     augment_neighbors: int = 1
     augment_bits: int = 256
