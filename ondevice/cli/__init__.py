@@ -67,13 +67,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ondevice {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    hidden = []
     for name, module in _commands().items():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter)
+        # a HIDDEN command (a migration) works as before but is not listed: argparse lists a sub-parser given help=
+        listed = {} if getattr(module, "HIDDEN", False) else {"help": module.HELP}
+        if not listed:
+            hidden.append(name)
+        p = sub.add_parser(name, description=module.HELP, formatter_class=HelpFormatter, **listed)
         if command is None or name == command:
             # building every subcommand would import torch-free but heavy modules (eval, binarize: ~0.2 s)
             module.add_arguments(p)
             _show_bare_defaults(p)
         p.set_defaults(_run=module.run)
+    parser.epilog = f"migrations, not listed above: {', '.join(hidden)} (ondevice COMMAND --help)" if hidden else None
     return parser
 
 

