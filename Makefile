@@ -58,7 +58,7 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks web_demo/tools
+	$(VENV)/bin/ruff check ondevice kernels export tests benchmarks recipes lab web_demo/tools
 
 # Re-render the README/BENCHMARKS tables from benchmarks/results/ (tests/test_docs.py checks they match).
 tables: $(STAMP)

@@ -18,11 +18,8 @@ import argparse
 import json
 import sys
 import tempfile
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from binarize_quality import bundle_vectors, fit_corpus, hamming_score
 
 from ondevice.binarize import Binarizer

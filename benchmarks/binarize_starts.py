@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from binarize_epochs import top10_recall
 from binarize_quality import BITS, bundle_vectors, fit_corpus, spearman100
 

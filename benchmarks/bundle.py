@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+# the same tables the docs render from the results file
+from tables import int8_products_table, latency_table, size_table
+
 from ondevice.corpus import default_data_dir
 from ondevice.io import cache_dir
 from ondevice.results import start_run, write_result
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-# the same tables the docs render from the results file
-from tables import int8_products_table, latency_table, size_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = cache_dir() / "bench" / "student-100k"
@@ -342,7 +341,7 @@ def _by_length(student, work: Path, a: argparse.Namespace) -> list[dict]:
 
 
 def report(r: dict) -> str:
-    """The markdown tables for BENCHMARKS.md."""
+    """The markdown tables of this run (docs/results/bundle.md renders them from the results file)."""
     lines = [(f"Student: {r['student']} (vocab {r['vocab']:,}), binarizer {r['bits']} bits; {r['cpu']} CPU cores, "
               f"load average {r['load_average']:.1f} at start; export of both bundles took {r['export_seconds']} s."), "",
              size_table(r)]

@@ -25,11 +25,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from _meta import results_path, run_metadata
 
 from ondevice.io import write_json
+from ondevice.results import results_path, run_metadata
 
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")

@@ -19,14 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _meta import results_path, run_metadata
-
 from ondevice import layouts
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import DistillConfig, distill
 from ondevice.eval import sts_spearman
 from ondevice.io import cache_dir, sha256_text, write_json
+from ondevice.results import results_path, run_metadata
 
 
 def parse_variant(text: str) -> dict:

@@ -29,9 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _meta import results_path, run_metadata
-
 from ondevice import layouts
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import DistillConfig, distill
@@ -40,6 +37,7 @@ from ondevice.eval.data import read_snli_sentences, read_stsb
 from ondevice.eval.metrics import recall_at_k
 from ondevice.eval.retrieval import sample_queries, topk
 from ondevice.io import cache_dir, write_json
+from ondevice.results import results_path, run_metadata
 from ondevice.student import Student
 from ondevice.teacher import Teacher, cached_vectors
 

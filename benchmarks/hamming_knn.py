@@ -73,7 +73,7 @@ def _meta(argv: list[str]) -> dict:
 # ------------------------------------------------------------------------------------------------ probes
 
 
-def _read_sum():
+def read_sum_kernel():
     """A Numba parallel sum of uint64 words: the plainest full read of a buffer (the read bound of a scan)."""
     import numpy as np
     from numba import njit, prange
@@ -95,7 +95,7 @@ def _probes(threads: list[int], repeats: int) -> dict:
     from numba import njit, prange
     from ondevice.kernels.intrinsics import row_distance
 
-    total = _read_sum()
+    total = read_sum_kernel()
 
     @njit(parallel=True, cache=False)
     def popcount_peak(buf, q, reps, nthreads):
@@ -159,7 +159,7 @@ def worker(cfg: dict) -> dict:
     import numpy as np
     from ondevice.kernels import hamming
 
-    read_sum = _read_sum()
+    read_sum = read_sum_kernel()
 
     bits, sizes, budget, libs = cfg["bits"], sorted(cfg["sizes"]), cfg["budget"], cfg["libs"]
     nbytes = bits // 8

@@ -21,13 +21,9 @@ import itertools
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hamming_knn import _read_sum
+from hamming_knn import read_sum_kernel
 
 from ondevice.results import start_run, write_result
 
@@ -63,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     numba.set_num_threads(a.threads)
     meta = start_run(threads=a.threads, argv=argv, distances=a.distances, settings=settings,
                      sizes=a.sizes, bits=a.bits, k=a.k, rounds=a.rounds, seed=a.seed)
-    read_sum = _read_sum()
+    read_sum = read_sum_kernel()
     rng = np.random.default_rng(a.seed)
     rows = []
     for bits in a.bits:

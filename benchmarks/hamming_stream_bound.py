@@ -30,13 +30,9 @@ import itertools
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hamming_knn import _read_sum
+from hamming_knn import read_sum_kernel
 
 from ondevice.results import start_run, write_result
 
@@ -118,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = start_run(threads=max(a.threads), argv=argv, sizes=a.sizes, bits=a.bits, thread_counts=a.threads,
                      rounds=a.rounds, budget=a.budget, seed=a.seed)
-    read_sum = _read_sum()
+    read_sum = read_sum_kernel()
     rng = np.random.default_rng(a.seed)
     rows = []
     for bits, n, threads in itertools.product(a.bits, sorted(a.sizes), a.threads):

@@ -47,24 +47,18 @@ from pathlib import Path
 import numpy as np
 
 from ondevice import layouts
-from ondevice.results import create_new, results_dir, stamped, start_run
+from ondevice.results import flat_metadata, spread, write_flat
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _meta(argv: list[str], threads: int | None) -> dict:
-    run = start_run(threads, ["benchmarks/pairs.py", *argv])  # commit honours ONDEVICE_COMMIT, as every results file
-    return {"commit": run["commit"].removesuffix("+dirty"), "dirty": run["commit"].endswith("+dirty"), "date": run["date"],
-            "command": run["command"], "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"],
-            "cpu_count": run["cpu_count"], "threads": threads, "load_average_start": run["load_average_start"],
-            "python": run["versions"]["python"], "versions": run["versions"]}
+    return flat_metadata("benchmarks/pairs.py", argv, threads)
 
 
 def _write(result: dict, kind: str) -> Path:
     """One flat results file per run (tables.py reads this layout), never overwriting an earlier one."""
-    result["load_average_end"] = os.getloadavg()
-    text = json.dumps(result, indent=2, sort_keys=True, default=float) + "\n"
-    path = create_new(results_dir(), stamped(f"pairs_{kind}_{result.get('task', 'all')}"), text)
+    path = write_flat(result, f"pairs_{kind}_{result.get('task', 'all')}")
     print(f"wrote {os.path.relpath(path, ROOT)}")
     return path
 
@@ -322,13 +316,6 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
-def _spread(values: list[float]) -> dict:
-    arr = np.asarray(values, np.float64)
-    return {"mean": round(float(arr.mean()), 3), "std": round(float(arr.std(ddof=1)), 3) if len(arr) > 1 else None,
-            "min": round(float(arr.min()), 3), "max": round(float(arr.max()), 3), "n": len(arr),
-            "values": [round(float(x), 3) for x in arr]}
-
-
 def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     """DvBERT vs DSE over several seeds: train each (or reuse finished runs in --workdir), test metrics, mean and spread."""
     import dataclasses
@@ -390,17 +377,17 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
                   flush=True)
     out["runs"] = {m: {str(k): v for k, v in r.items()} for m, r in rows.items()}
     metrics = [k for k, v in next(iter(rows["dse"].values()))["test"].items() if isinstance(v, (int, float))]
-    out["summary"] = {m: {k: _spread([r[s]["test"][k] for s in seed_list]) for k in metrics} for m, r in rows.items()}
+    out["summary"] = {m: {k: spread([r[s]["test"][k] for s in seed_list]) for k in metrics} for m, r in rows.items()}
     diff = [rows["dvbert"][s]["test"][spec.metric] - rows["dse"][s]["test"][spec.metric] for s in seed_list]
     dev_diff = [rows["dvbert"][s]["dev"][spec.metric] - rows["dse"][s]["dev"][spec.metric] for s in seed_list]
     # dev picked the epoch (both) and the alpha (DSE), so dev figures are the selected ones, optimistic for both
-    out["summary_dev"] = {m: {spec.metric: _spread([r[s]["dev"][spec.metric] for s in seed_list])} for m, r in rows.items()}
-    out["dvbert_minus_dse"] = {"metric": spec.metric, "per_seed": _spread(diff), "dev_per_seed": _spread(dev_diff)}
+    out["summary_dev"] = {m: {spec.metric: spread([r[s]["dev"][spec.metric] for s in seed_list])} for m, r in rows.items()}
+    out["dvbert_minus_dse"] = {"metric": spec.metric, "per_seed": spread(diff), "dev_per_seed": spread(dev_diff)}
     d, e = out["summary"]["dvbert"][spec.metric], out["summary"]["dse"][spec.metric]
-    spread = max(d["std"] or 0.0, e["std"] or 0.0)
-    out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > spread) if len(seed_list) > 1 else None
+    widest = max(d["std"] or 0.0, e["std"] or 0.0)
+    out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > widest) if len(seed_list) > 1 else None
     out["dvbert_config"] = dataclasses.asdict(vcfg)
-    out["dse_alphas_test"] = {f"{x:g}": {spec.metric: _spread([rows["dse"][s]["alphas_test"][f"{x:g}"][spec.metric]
+    out["dse_alphas_test"] = {f"{x:g}": {spec.metric: spread([rows["dse"][s]["alphas_test"][f"{x:g}"][spec.metric]
                                                                for s in seed_list])} for x in alphas}
     if not a.skip_teachers:
         out["teachers_test"] = {}
@@ -687,7 +674,7 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
         for precision in a.precision:
             mine = [r for r in rows if r["head_kind"] == kind and r["precision"] == precision]
             out["summary"].setdefault(kind, {})[precision] = {
-                part: {**_spread([r[part][spec.metric] for r in mine]),
+                part: {**spread([r[part][spec.metric] for r in mine]),
                        **({"ratio_of_mean": round(float(np.mean([r[part][spec.metric] for r in mine])) / ce, 4)} if ce else {})}
                 for part in ("head", "blend") if mine and all(part in r for r in mine)}
     if {"dipair", "pairs"} <= set(out["summary"]):  # DiPair's lead over DSE, each as it ranks on device
@@ -717,11 +704,11 @@ def dipair_summary(metric: str, dipair: list[float], dse: list[float], cross_enc
     if paired:
         summary["paired_by_seed"] = paired
     if dipair:
-        summary["dipair"] = _spread(dipair)
+        summary["dipair"] = spread(dipair)
         if cross_encoder:
             summary["mean_ratio_to_cross_encoder"] = round(summary["dipair"]["mean"] / cross_encoder, 4)
     if dse:
-        summary["dse"] = _spread(dse)
+        summary["dse"] = spread(dse)
         if cross_encoder:
             summary["dse_mean_ratio_to_cross_encoder"] = round(summary["dse"]["mean"] / cross_encoder, 4)
     if dipair and dse:

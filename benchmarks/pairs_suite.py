@@ -25,13 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from _meta import results_path, run_metadata
 
 from ondevice.io import write_json
-from ondevice.results import results_dir
+from ondevice.results import results_dir, results_path, run_metadata
 
 # STS-B grid: (name, extra flags); the dev-best one is the DSE teacher and gets the extra seeds
 STSB_GRID = [("lr5e-5-e4", ["--lr", "5e-5", "--epochs", "4"]),

@@ -30,13 +30,13 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from _meta import results_path, run_metadata
+from ondevice.results import results_path, run_metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _meta(threads: int) -> dict:
-    """The shared run metadata (benchmarks/_meta.py) plus the versions that matter here."""
+    """The shared run metadata (ondevice.results.run_metadata) plus the versions that matter here."""
     meta = run_metadata(threads)
     for name in ("ray", "pyarrow"):
         try:

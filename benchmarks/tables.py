@@ -1,4 +1,4 @@
-"""Render the measured tables of README.md, BENCHMARKS.md and the docs/ files in DOCS from benchmarks/results/.
+"""Render the measured tables of README.md and the docs/ pages (DOCS) from the files in benchmarks/results/.
 
 A table in a document sits between two markers naming its renderer and the results file(s) it reads:
 
@@ -665,7 +665,7 @@ def pairs_teachers(path: str) -> str:
 
 
 def distill_targets(path: str) -> str:
-    """The student-quality targets of issue 19 against what the run measured."""
+    """The student-quality targets against what the run measured."""
     b = _load(path)
     s, t, m = (b["scores_x100"][k] for k in ("student", "teacher", "model2vec"))
 
@@ -945,7 +945,7 @@ def web_demo(path: str) -> str:
 
 
 def token_probe(*paths: str) -> str:
-    """benchmarks/pairs_token_probe.py: frozen features, a head over the pooled comparison alone against the same head
+    """lab/pairs_token_probe.py: frozen features, a head over the pooled comparison alone against the same head
     with token states, per source (mean ± sample std over head seeds, and tokens - pooled paired by seed)."""
     lines = [("| features (frozen) | N / M slots | token width | dev: pooled / tokens | test: pooled / tokens | "
              "tokens - pooled, test (per seed) |"), "|---|---|---:|---|---|---|"]
@@ -1032,7 +1032,9 @@ def cli_reference(*groups: str) -> str:
 
     names = [n for n in _commands() if not groups or n in groups or ("core" in groups and n != "pairs")]
     lines = ["| command | what it does |", "|---|---|"]
-    lines += [f"| [`ondevice {n}`](#ondevice-{n}) | {_commands()[n].HELP.replace('|', chr(92) + '|')} |" for n in names]
+    for n in names:
+        hidden = " (not listed by `ondevice --help`)" if getattr(_commands()[n], "HIDDEN", False) else ""
+        lines.append(f"| [`ondevice {n}`](#ondevice-{n}) | {_commands()[n].HELP.replace('|', chr(92) + '|')}{hidden} |")
     for name in names:
         root = build_parser(name)  # builds only this command's arguments (and imports only what they need)
         sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
@@ -1045,7 +1047,8 @@ def cli_reference(*groups: str) -> str:
             if isinstance(action, argparse._SubParsersAction):
                 helps = {c.dest: c.help for c in action._choices_actions}
                 for child_name, child in action.choices.items():
-                    lines += ["", f"### `ondevice {name} {child_name}`", "", helps.get(child_name) or ""]
+                    text = helps.get(child_name) or child.description or ""  # a step not listed has no help=
+                    lines += ["", f"### `ondevice {name} {child_name}`", "", text]
                     table = _cli_parser_table(child)
                     if table:
                         lines += [""] + table

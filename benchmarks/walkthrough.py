@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 INSTALL = 'pip install torch==2.13.0 && pip install -e ".[train,eval,export]"        # or: make install'
 

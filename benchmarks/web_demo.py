@@ -35,7 +35,16 @@ import numpy as np
 from ondevice.results import create_new, stamped
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "web_demo" / "tools"))
+
+def _web_tool(name: str):
+    """A module of web_demo/tools/ (the site's own scripts), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"web_demo_tools_{name}", ROOT / "web_demo" / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 PAGE_ENCODE = """async ([text, runs, warmup]) => {
   const enc = window.ondeviceDemo.encoder;
@@ -170,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ondevice.kernels.hamming import knn
     from playwright.sync_api import sync_playwright
-    from serve import serve
+    serve = _web_tool("serve").serve
 
     from ondevice.runtime import Bundle
 

@@ -34,7 +34,6 @@ from ondevice.results import create_new, stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web_demo"
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from web_demo import cpu_model, git_state, twenty_tokens, versions
 

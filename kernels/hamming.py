@@ -3,7 +3,7 @@
 Codes are uint8 rows in ondevice's bit order (see ondevice.bits); any whole number of bytes per code works and
 nothing is copied or padded up front: kernels read rows in place with unaligned loads (memmaps included).
 
-How the scan is organised (the reasons are in BENCHMARKS.md):
+How the scan is organised (the measurements behind it are in docs/results/search.md):
 - Small searches run on the calling thread with no thread pool (serial kernels): below a few megabytes of work,
   starting a parallel region costs more than it saves. `plan_threads` picks the thread count from the work size;
   the crossover is measured per machine by `calibrate()` (a default is used until then).

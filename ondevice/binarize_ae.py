@@ -9,7 +9,7 @@ The input x (`AEConfig.input`): "standardize" (default, the paper's setting) = (
 "whiten" = the top principal components of the fit vectors that hold 99% of their variance, each scaled to unit
 variance. They serve two uses: codes from whitened input rank STS-B pairs better (PCA's sign codes already weigh
 each principal direction alike, and so do they) but find fewer of the teacher's and the student's nearest
-neighbours, the search the codes are mostly for; BENCHMARKS.md "Whitened autoencoder input" has the numbers. Either way
+neighbours, the search the codes are mostly for; docs/results/binarize.md has the numbers. Either way
 the preparation is affine and folded into the exported map, so the codes are still pack((h @ A + c) > 0) on the
 raw vectors; Eq. 6's cosines and the held-out judge use the same geometry as the input.
 
@@ -67,7 +67,7 @@ class AEConfig:
 
     epochs: int = 8
     batch_size: int = 256
-    lr: float = 1e-3  # 3e-4 with input "whiten" (BENCHMARKS.md "Whitened autoencoder input")
+    lr: float = 1e-3  # 3e-4 with input "whiten" (docs/results/binarize.md)
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
     init: str = "random"  # encoder start: "random" = the centered random projection, "orthogonal" = the same rows
     # made orthogonal in blocks of the input width (Super-Bit LSH), "pca" = the top principal axes (then random rows

@@ -23,6 +23,21 @@ checked only when `verify` is true: the default for `mmap=False` (the bytes are 
 memory-mapped load, because checking it means reading every code. A memory-mapped index is therefore searched
 without its codes being checksummed (`index.verified` says which); `HammingIndex.load(path, verify=True)` or
 `ondevice index info --verify` checks it in full (the CLI's `search` does so itself for files up to 64 MB).
+
+Optional sections (format version 3): an index may keep, per row, an int8 vector with a float32 scale (symmetric
+per-row quantization, vector ~= int8 * scale) for rescoring, and attributes (a uint64 tag mask and an int32 category)
+for filtered search:
+
+    index.add(codes, vectors=floats, tags=masks, categories=cats)
+    scores, ids, distances = index.search(q_codes, 10, rescore=4, query_vectors=q_floats)  # top 40 by Hamming, rescored
+    distances, ids = index.search(q_codes, 10, filter=Filter(tags_all=0b10, categories=[3, 7]))
+
+A file with sections is version 3: the version 2 header plus (before the crc) the section flags (bit 0: int8
+vectors, bit 1: attributes), the vector dim, the offsets of the int8 vectors (n * dim), the float32 scales (n * 4),
+the uint64 tags (n * 8) and the int32 categories (n * 4), each at the next 64-byte aligned offset after the previous
+section (0 when absent), and the sha256 of the section bytes; the file ends after the last section. Loading checks
+those offsets, the dim (1 to MAX_VECTOR_DIM) and the flags like the rest of the header, and that every scale is
+finite and >= 0; the sections' sha256 is checked with the data's. An index without sections still writes version 2.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,10 +57,11 @@ from ondevice.bits import BIT_ORDER, code_bytes
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, check_out_index_file
 
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
-HEADER_BYTES = 256  # version 2; version 1 files have a 128-byte header
-_HEADER_BYTES = {1: 128, 2: 256}
+VERSION = 2  # what a plain index (codes and ids only) writes; one with sections writes SECTIONS_VERSION
+SECTIONS_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+HEADER_BYTES = 256  # versions 2 and 3; version 1 files have a 128-byte header
+_HEADER_BYTES = {1: 128, 2: 256, 3: 256}
 _BIT_ORDERS = {0: "little"}
 _FLAG_ASCENDING = 1
 _KNOWN_FLAGS = _FLAG_ASCENDING
@@ -52,6 +69,13 @@ _KNOWN_FLAGS = _FLAG_ASCENDING
 _HEAD = struct.Struct("<8sIIIBB2xQQQQ32s")
 # version 2 adds: encoder sha256, binarizer sha256, precision code, 3 reserved zero bytes
 _IDENT = struct.Struct("<32s32sB3x")
+# version 3 adds: section flags, int8 vector dim, offsets of int8 vectors, float32 scales, uint64 tags, int32
+# categories (0 when absent), sha256 of the section bytes
+_SECTIONS = struct.Struct("<IIQQQQ32s")
+_SEC_VECTORS = 1
+_SEC_ATTRIBUTES = 2
+_KNOWN_SECTIONS = _SEC_VECTORS | _SEC_ATTRIBUTES
+MAX_VECTOR_DIM = 1 << 14  # bounds what a header can make a reader map per row
 _CRC = struct.Struct("<I")
 _PRECISIONS = {0: "", 1: "fp32", 2: "int8", 3: "float"}  # "float": a torch student, "": unknown
 _MAX_RESULT_ENTRIES = 1 << 27  # k beyond the index size pads with -1; refuse padding beyond ~1.6 GB of output
@@ -61,6 +85,66 @@ _CHUNK = 16 << 20  # bytes per write/hash step, so saving never makes a second c
 
 def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Filter:
+    """Which rows a search may return: every bit of `tags_all`, any bit of `tags_any` (0: no condition), a category
+    in `categories` (None: any). Applied inside the scan, so a search returns k rows whenever k rows are allowed."""
+
+    tags_all: int = 0
+    tags_any: int = 0
+    categories: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tags_all", "tags_any"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= _U64_MAX:
+                raise OndeviceError(f"Filter.{name} must be an integer bit mask in 0..2**64-1, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        if self.categories is not None:
+            cats = self.categories
+            if isinstance(cats, (int, np.integer)):
+                cats = (cats,)
+            try:
+                values = tuple(int(c) for c in cats if not isinstance(c, bool) and float(c) == int(c))
+            except (TypeError, ValueError):
+                values = ()
+            if len(values) != len(tuple(cats)) or any(not -(1 << 31) <= c < (1 << 31) for c in values):
+                raise OndeviceError(f"Filter.categories must be int32 integers, got {self.categories!r}")
+            object.__setattr__(self, "categories", values)
+
+    def allows(self, tags: np.ndarray, categories: np.ndarray) -> np.ndarray:
+        """Boolean mask of the rows this filter allows (the reference the kernel is tested against)."""
+        tags = np.asarray(tags, np.uint64)
+        ok = (tags & np.uint64(self.tags_all)) == np.uint64(self.tags_all)
+        if self.tags_any:
+            ok &= (tags & np.uint64(self.tags_any)) != 0
+        if self.categories is not None:
+            ok &= np.isin(np.asarray(categories, np.int32), np.array(self.categories, np.int32))
+        return ok
+
+
+def quantize_int8(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row int8 quantization: (int8 (n, dim), float32 scales (n,)) with vectors ~= int8 * scale."""
+    v = np.asarray(vectors, np.float32)
+    if v.ndim != 2 or not np.all(np.isfinite(v)):
+        raise OndeviceError(f"vectors must be a finite float array of shape (n, dim), got {v.dtype} {v.shape}")
+    scales = (np.abs(v).max(axis=1) / 127.0).astype(np.float32) if v.shape[1] else np.zeros(len(v), np.float32)
+    safe = np.where(scales > 0, scales, 1.0).astype(np.float32)  # an all-zero row stays zero with scale 0
+    q = np.clip(np.rint(v / safe[:, None]), -127, 127).astype(np.int8)
+    return q, scales
+
+
+class Rescored(NamedTuple):
+    """A rescored search: float32 scores (int8 dot product with the query), int64 ids and the rows' Hamming distances."""
+
+    scores: np.ndarray
+    ids: np.ndarray
+    distances: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +233,11 @@ class HammingIndex:
         self._ids = np.empty(0, np.int64)
         self._ascending = True  # ids strictly increasing with the row: lets kernels skip tie checks
         self._next_id = 0
+        self._vectors: np.ndarray | None = None  # int8 (n, dim), optional: rescoring
+        self._scales: np.ndarray | None = None  # float32 (n,)
+        self._tags: np.ndarray | None = None  # uint64 (n,), optional: filters
+        self._cats: np.ndarray | None = None  # int32 (n,)
+        self._order: np.ndarray | None = None  # argsort of the ids, for id -> row when ids are not ascending
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -179,9 +268,37 @@ class HammingIndex:
         return int(self._codes.shape[0])
 
     @property
+    def vector_dim(self) -> int:
+        """Dimension of the stored int8 vectors; 0 when the index keeps none."""
+        return 0 if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def vectors(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(int8 vectors (n, dim), float32 scales (n,)), read-only, or None when the index keeps none."""
+        if self._vectors is None:
+            return None
+        return _readonly(self._vectors), _readonly(self._scales)
+
+    @property
+    def has_attributes(self) -> bool:
+        """Whether rows carry tags and categories (filters need them)."""
+        return self._tags is not None
+
+    @property
+    def tags(self) -> np.ndarray:
+        """uint64 tag mask per row (zeros when the index keeps no attributes), read-only."""
+        return _readonly(self._tags) if self._tags is not None else np.zeros(len(self), np.uint64)
+
+    @property
+    def categories(self) -> np.ndarray:
+        """int32 category per row (zeros when the index keeps no attributes), read-only."""
+        return _readonly(self._cats) if self._cats is not None else np.zeros(len(self), np.int32)
+
+    @property
     def nbytes(self) -> int:
-        """Bytes held by codes and ids."""
-        return int(self._codes.nbytes + self._ids.nbytes)
+        """Bytes held by codes, ids and the optional sections."""
+        extra = sum(a.nbytes for a in (self._vectors, self._scales, self._tags, self._cats) if a is not None)
+        return int(self._codes.nbytes + self._ids.nbytes + extra)
 
     def __repr__(self) -> str:
         return f"HammingIndex(bits={self.bits}, n={len(self)})"
@@ -218,10 +335,19 @@ class HammingIndex:
         return threads
 
     # -- mutation -------------------------------------------------------------------------------------
-    def add(self, codes: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
-        """Append codes; ids default to consecutive integers after the largest id so far. Returns the ids."""
+    def add(self, codes: np.ndarray, ids: np.ndarray | None = None, *, vectors: np.ndarray | None = None,
+            scales: np.ndarray | None = None, tags: np.ndarray | None = None,
+            categories: np.ndarray | None = None) -> np.ndarray:
+        """Append codes; ids default to consecutive integers after the largest id so far. Returns the ids.
+
+        `vectors`: float rows to keep as int8 for rescoring (or int8 rows with their float32 `scales`); once an index
+        keeps vectors every add must bring them. `tags` (uint64) and `categories` (int32): attributes for filters;
+        rows added without them get 0 and 0.
+        """
         codes = self._check_codes(codes, "codes")
         n = len(codes)
+        q8, sc = self._check_vectors(vectors, scales, n)
+        tg, ct = self._check_attributes(tags, categories, n)
         if ids is None:
             new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         else:
@@ -242,6 +368,16 @@ class HammingIndex:
             if clash.any():
                 raise OndeviceError(f"{int(clash.sum())} ids are already in the index (e.g. {int(new_ids[clash][0])}); "
                                     "remove them first")
+        before = len(self)
+        if q8 is not None:
+            self._vectors = np.concatenate([self._vectors, q8]) if before else q8.copy()
+            self._scales = np.concatenate([self._scales, sc]) if before else sc.copy()
+        if tg is not None or self._tags is not None:
+            old_t = self._tags if self._tags is not None else np.zeros(before, np.uint64)
+            old_c = self._cats if self._cats is not None else np.zeros(before, np.int32)
+            self._tags = np.concatenate([old_t, tg if tg is not None else np.zeros(n, np.uint64)])
+            self._cats = np.concatenate([old_c, ct if ct is not None else np.zeros(n, np.int32)])
+        self._order = None
         self._codes = np.concatenate([self._codes, codes]) if len(self) else codes.copy()
         self._ids = np.concatenate([self._ids, new_ids])
         self._ascending = new_ascending and after_all
@@ -259,27 +395,184 @@ class HammingIndex:
             keep = ~drop
             self._codes = np.ascontiguousarray(self._codes[keep])
             self._ids = np.ascontiguousarray(self._ids[keep])
+            for name in ("_vectors", "_scales", "_tags", "_cats"):
+                arr = getattr(self, name)
+                if arr is not None:
+                    setattr(self, name, np.ascontiguousarray(arr[keep]))
+            self._order = None
         return removed
 
+    def set_attributes(self, ids: np.ndarray, tags: np.ndarray | None = None,
+                       categories: np.ndarray | None = None) -> None:
+        """Change the tags and/or categories of existing rows by id (every id must be in the index)."""
+        ids = np.asarray(ids).reshape(-1)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise OndeviceError(f"ids must be integers, got {ids.dtype}")
+        rows = self.rows_of(ids.astype(np.int64))
+        if np.any(rows < 0):
+            raise OndeviceError(f"id {int(ids[np.argmax(rows < 0)])} is not in the index")
+        tg, ct = self._check_attributes(tags, categories, len(ids))
+        if self._tags is None:
+            self._tags, self._cats = np.zeros(len(self), np.uint64), np.zeros(len(self), np.int32)
+        self._tags, self._cats = np.array(self._tags), np.array(self._cats)  # writable copies (maps are read-only)
+        if tags is not None:
+            self._tags[rows] = tg
+        if categories is not None:
+            self._cats[rows] = ct
+
+    def rows_of(self, ids: np.ndarray) -> np.ndarray:
+        """Row position of each id (-1 for ids not in the index), int64."""
+        ids = np.asarray(ids, np.int64)
+        if self._ascending:
+            order = None
+            sorted_ids = self._ids
+        else:
+            if self._order is None:
+                self._order = np.argsort(self._ids, kind="stable")
+            order = self._order
+            sorted_ids = self._ids[order]
+        pos = np.searchsorted(sorted_ids, ids)
+        pos_c = np.minimum(pos, max(len(sorted_ids) - 1, 0))
+        found = (pos < len(sorted_ids)) & (sorted_ids[pos_c] == ids) if len(sorted_ids) else np.zeros(ids.shape, bool)
+        rows = pos_c if order is None else order[pos_c]
+        return np.where(found, rows, -1).astype(np.int64)
+
+    def _check_vectors(self, vectors, scales, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if vectors is None:
+            if scales is not None:
+                raise OndeviceError("scales come with int8 vectors; pass vectors= too")
+            if self._vectors is not None and n:
+                raise OndeviceError(f"this index keeps int8 vectors ({self.vector_dim} dims) for rescoring: "
+                                    "pass vectors= with every add")
+            return None, None
+        v = np.asarray(vectors)
+        if v.ndim != 2 or v.shape[0] != n or not 1 <= v.shape[1] <= MAX_VECTOR_DIM:
+            raise OndeviceError(f"vectors must have shape ({n}, dim) with 1 <= dim <= {MAX_VECTOR_DIM}, got {v.shape}")
+        if self._vectors is None and len(self):
+            raise OndeviceError("this index holds rows without vectors; vectors must come with the first add")
+        if self._vectors is not None and v.shape[1] != self.vector_dim:
+            raise OndeviceError(f"vectors have {v.shape[1]} dims, the index keeps {self.vector_dim}")
+        if v.dtype == np.int8:
+            sc = np.asarray(scales, np.float32).reshape(-1) if scales is not None else None
+            if sc is None or sc.shape != (n,) or not np.all(np.isfinite(sc)) or np.any(sc < 0):
+                raise OndeviceError(f"int8 vectors need float32 scales of shape ({n},), finite and >= 0")
+            return np.ascontiguousarray(v), np.ascontiguousarray(sc)
+        if scales is not None:
+            raise OndeviceError("scales are only given with int8 vectors; float vectors are quantized here")
+        if not np.issubdtype(v.dtype, np.floating):
+            raise OndeviceError(f"vectors must be float (quantized here) or int8 with scales, got {v.dtype}")
+        return quantize_int8(v)
+
+    def _check_attributes(self, tags, categories, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        if tags is None and categories is None:
+            return None, None
+        tg = np.zeros(n, np.uint64)
+        ct = np.zeros(n, np.int32)
+        if tags is not None:
+            t = np.asarray(tags)
+            if t.shape != (n,) or not np.issubdtype(t.dtype, np.integer) or (t.dtype.kind == "i" and n and t.min() < 0):
+                raise OndeviceError(f"tags must be non-negative integers (uint64 bit masks) of shape ({n},), "
+                                    f"got {t.dtype} {t.shape}")
+            tg = t.astype(np.uint64)
+        if categories is not None:
+            c = np.asarray(categories)
+            if c.shape != (n,) or not np.issubdtype(c.dtype, np.integer) or \
+                    (n and (int(c.min()) < -(1 << 31) or int(c.max()) >= 1 << 31)):
+                raise OndeviceError(f"categories must be int32 integers of shape ({n},), got {c.dtype} {c.shape}")
+            ct = c.astype(np.int32)
+        return tg, ct
+
     # -- search ---------------------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, threads: int | None = None,
-               path: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, threads: int | None = None, path: str | None = None, *,
+               filter: Filter | None = None, rescore: int | None = None,
+               query_vectors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | Rescored:
         """k nearest codes per query: (int32 distances, int64 ids), each (nq, k), by (distance, id), -1 padded.
 
         threads=None picks the thread count from the work size; `path` forces a kernel path (see kernels.hamming).
+        `filter`: only rows it allows (skipped inside the scan: k rows whenever k are allowed). `rescore=m` with the
+        float `query_vectors`: the Hamming top m*k re-ranked by the int8 dot product, returned as Rescored(scores,
+        ids, distances), scores descending (ties by smaller id), padded with -inf / -1 / -1.
         """
         from ondevice.kernels.hamming import knn
 
         queries = self._check_codes(queries, "queries")
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OndeviceError(f"k must be a positive integer, got {k!r}")
-        if k > len(self) and len(queries) * int(k) > _MAX_RESULT_ENTRIES:
+        k = int(k)
+        if filter is not None and not isinstance(filter, Filter):
+            raise OndeviceError(f"filter must be an ondevice.index.Filter, got {type(filter).__name__}")
+        qv = self._check_rescore(rescore, query_vectors, len(queries))
+        shortlist = k if rescore is None else k * int(rescore)
+        if shortlist > len(self) and len(queries) * shortlist > _MAX_RESULT_ENTRIES:
             raise OndeviceError(f"k={k} asks for more results than the index holds ({len(self)} codes) and would "
-                                f"allocate {len(queries) * int(k) * 12 / 1e9:.0f} GB of -1 padding; use k <= {len(self)}")
-        if len(self) == 0:
-            return np.full((len(queries), int(k)), -1, np.int32), np.full((len(queries), int(k)), -1, np.int64)
-        return knn(self._codes, queries, int(k), ids=self._ids, ids_ascending=self._ascending,
-                   threads=self._threads(threads), path=path)
+                                f"allocate {len(queries) * shortlist * 12 / 1e9:.0f} GB of -1 padding; use k <= {len(self)}")
+        nq = len(queries)
+        if len(self) == 0 or nq == 0:
+            d, i = np.full((nq, k), -1, np.int32), np.full((nq, k), -1, np.int64)
+            return d, i if qv is None else Rescored(np.full((nq, k), -np.inf, np.float32), i, d)
+        if filter is None:
+            d, i = knn(self._codes, queries, min(shortlist, len(self)) if qv is not None else k, ids=self._ids,
+                       ids_ascending=self._ascending, threads=self._threads(threads), path=path)
+            if qv is None:
+                return d, i
+            rows = np.where(i >= 0, self.rows_of(np.maximum(i, 0)), -1)
+        else:
+            d, i, rows = self._filtered(queries, shortlist if qv is not None else k, filter, threads)
+            if qv is None:
+                return d, i
+        return self._rescore(d, i, rows, qv, k)
+
+    def _filtered(self, queries: np.ndarray, k: int, flt: Filter, threads: int | None):
+        from ondevice.kernels.filtered import filtered_knn
+        from ondevice.kernels.hamming import plan_threads
+
+        kk = min(k, len(self))
+        nthreads = plan_threads(len(self), self._nbytes, len(queries), self._threads(threads))
+        d, i, rows = filtered_knn(self._codes, queries, kk, self._ids, self._tags, self._cats, flt.tags_all,
+                                  flt.tags_any, None if flt.categories is None else np.array(flt.categories, np.int32),
+                                  threads=nthreads)
+        if kk < k:
+            pad = ((0, 0), (0, k - kk))
+            d, i, rows = np.pad(d, pad, constant_values=-1), np.pad(i, pad, constant_values=-1), \
+                np.pad(rows, pad, constant_values=-1)
+        return d, i, rows
+
+    def _check_rescore(self, rescore, query_vectors, nq: int) -> np.ndarray | None:
+        if rescore is None:
+            if query_vectors is not None:
+                raise OndeviceError("query_vectors are only used with rescore=m")
+            return None
+        if isinstance(rescore, bool) or not isinstance(rescore, (int, np.integer)) or not 1 <= rescore <= 1000:
+            raise OndeviceError(f"rescore must be an integer multiplier in 1..1000, got {rescore!r}")
+        if self._vectors is None:
+            raise OndeviceError("this index keeps no int8 vectors to rescore with; build it with vectors "
+                                "(index.add(codes, vectors=...), `ondevice index build --int8-vectors`)")
+        if query_vectors is None:
+            raise OndeviceError("rescore=m needs the queries' float vectors (query_vectors=)")
+        qv = np.asarray(query_vectors, np.float32)
+        if qv.ndim == 1:
+            qv = qv[None, :]
+        if qv.shape != (nq, self.vector_dim) or not np.all(np.isfinite(qv)):
+            raise OndeviceError(f"query_vectors must be finite floats of shape ({nq}, {self.vector_dim}), got {qv.shape}")
+        return qv
+
+    def _rescore(self, d: np.ndarray, i: np.ndarray, rows: np.ndarray, qv: np.ndarray, k: int) -> Rescored:
+        nq = len(qv)
+        out_s = np.full((nq, k), -np.inf, np.float32)
+        out_i = np.full((nq, k), -1, np.int64)
+        out_d = np.full((nq, k), -1, np.int32)
+        vecs, scales = self._vectors, self._scales
+        for q in range(nq):
+            valid = rows[q] >= 0
+            r = rows[q, valid]
+            if not len(r):
+                continue
+            # int8 rows times the float query, then the per-row scale: the dot product with the dequantized row
+            s = (vecs[r].astype(np.float32) @ qv[q]) * scales[r]
+            order = np.lexsort((i[q, valid], -s))[:k]
+            m = len(order)
+            out_s[q, :m], out_i[q, :m], out_d[q, :m] = s[order], i[q, valid][order], d[q, valid][order]
+        return Rescored(out_s, out_i, out_d)
 
     def range_search(self, queries: np.ndarray, radius: int, threads: int | None = None,
                      path: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ Every benchmark (and `ondevice demo`) calls `start_run()` before measuring and `
     ...measure...
     path = write_result("bundle", {"rows": rows}, meta)   # benchmarks/results/bundle-20261122T201501Z.json
 
-The tables in README.md / BENCHMARKS.md are rendered from these files (benchmarks/tables.py), and a test
+The tables in README.md and docs/results/ are rendered from these files (benchmarks/tables.py), and a test
 checks that the documents match, so a number without a file, or a stale one, fails the test suite.
 """
 
@@ -185,3 +185,49 @@ def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple
     from ondevice.io import read_json
 
     return [(p, read_json(p, "results file")) for p in paths]
+
+
+def flat_metadata(script: str, argv: list[str], threads: int | None) -> dict[str, Any]:
+    """Run metadata at the top level of a flat results file (the layout of the pair-model benchmarks)."""
+    run = start_run(threads, [script, *argv])  # commit honours ONDEVICE_COMMIT, as every results file
+    return {"commit": run["commit"].removesuffix("+dirty"), "dirty": run["commit"].endswith("+dirty"), "date": run["date"],
+            "command": run["command"], "cpu_model": run["cpu_model"], "gpu_model": run["gpu_model"],
+            "cpu_count": run["cpu_count"], "threads": threads, "load_average_start": run["load_average_start"],
+            "python": run["versions"]["python"], "versions": run["versions"]}
+
+
+def write_flat(result: dict[str, Any], name: str, root: str | os.PathLike | None = None) -> Path:
+    """One flat results file per run (<root>/<name>-<UTC time>.json), never overwriting an earlier one."""
+    result["load_average_end"] = os.getloadavg()
+    text = json.dumps(result, indent=2, sort_keys=True, default=float) + "\n"
+    return create_new(Path(root) if root is not None else results_dir(), stamped(name), text)
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """Mean, sample std (None for one value), min, max, n and the values, rounded to 3 decimals: a seed summary."""
+    import numpy as np
+
+    arr = np.asarray(values, np.float64)
+    return {"mean": round(float(arr.mean()), 3), "std": round(float(arr.std(ddof=1)), 3) if len(arr) > 1 else None,
+            "min": round(float(arr.min()), 3), "max": round(float(arr.max()), 3), "n": len(arr),
+            "values": [round(float(x), 3) for x in arr]}
+
+
+def run_metadata(threads: int) -> dict[str, Any]:
+    """Commit (with `dirty`), UTC date, command line, versions, CPU model, cores, threads, load average: the flat
+    `machine` layout of the distillation benchmarks' results files, which benchmarks/tables.py reads."""
+    meta = start_run(threads=threads)
+    commit_id = meta["commit"]
+    return {"commit": commit_id.removesuffix("+dirty") or "unknown", "dirty": commit_id.endswith("+dirty"),
+            "date": meta["date"], "command": meta["command"], "versions": meta["versions"],
+            "machine": {"cpu": meta["cpu_model"], "gpu": meta["gpu_model"], "cores": meta["cpu_count"], "threads": threads,
+                        "loadavg_at_start": meta["load_average_start"]}}
+
+
+def results_path(name: str) -> Path:
+    """<results dir>/<name>-<UTC time>.json, a name no earlier run has (the caller writes it)."""
+    root, stem = results_dir(), stamped(name)
+    path, n = root / f"{stem}.json", 1
+    while path.exists():
+        path, n = root / f"{stem}-{n}.json", n + 1
+    return path

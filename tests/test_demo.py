@@ -31,7 +31,7 @@ def test_demo_runs_the_whole_pipeline_and_reruns_from_its_outputs(shared_data, s
     assert out.count("bits apart:") == 2 * 3 * (2 if shipped else 1)  # k = 3 neighbours per query
     for name in ("student/model.safetensors", "binarizer-ae-sp-64/binarizer.json", "bundle-int8/manifest.json"):
         assert (tmp_path / "demo" / name).is_file()
-    (saved,) = (tmp_path / "results").glob("demo_*.json")
+    (saved,) = (tmp_path / "results").glob("demo-*.json")
     blob = json.loads(saved.read_text())
     assert blob["meta"]["commit"] and all(line in out for line in blob["results"]["lines"])
     assert abs(blob["results"]["scores"]["teacher"] - 82.03) < 0.1 and 0 < blob["results"]["scores"]["student"] < 82

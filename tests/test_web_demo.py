@@ -555,7 +555,7 @@ def test_web_demo_benchmark_times_a_dipair_sites_rerank(dipair_bundle, tmp_path)
                           "--rerank-queries", "4", "--out-dir", str(tmp_path / "out"), "--chromium", _chromium()],
                          capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (found,) = (tmp_path / "out").glob("web_demo_*.json")
+    (found,) = (tmp_path / "out").glob("web_demo-*.json")
     result = json.loads(found.read_text())
     s = result["summary"]
     steps = [f"{side}_dipair_{step}_p50_ms" for side in ("browser", "python") for step in ("encode", "search", "rerank")]

@@ -470,7 +470,7 @@ def run(a: argparse.Namespace) -> int:
             run_dir = _run_dir(a.run)
             student = (DiPairStudent if (Path(run_dir) / "dipair_head.json").is_file() else PairStudent).load(run_dir)
             out["student"] = student.evaluate(data)
-            # the fine-tuned encoder's own vectors as the score: on STS-B test DSE's beat its head (docs/pairs-experiments.md)
+            # the fine-tuned encoder's own vectors as the score: on STS-B test DSE's beat its head (docs/results/pairs.md)
             dev = data if a.split == "dev" else load_pairs(a.task, "dev", a.data, a.split_seed)
             out["student_encoder_cosine"] = cosine_metrics(task_spec(a.task), student.vectors, dev, data)
         if a.bundle:

@@ -4,7 +4,7 @@ DvBERT (Cheng, 2021) distils several *different* teachers into one siamese stude
 transformer is the packaged all-MiniLM-L6-v2, so every cross-encoder teacher is a seed of one recipe, and their
 ensemble is no better than its best member. The packaged bi-encoder itself is a different teacher: trained
 contrastively on a billion pairs rather than fine-tuned on the task, it ranks STS-B about as well as the
-cross-encoder and errs elsewhere (docs/pairs-experiments.md). As a view it predicts, for a pair (a, b),
+cross-encoder and errs elsewhere (docs/results/pairs.md). As a view it predicts, for a pair (a, b),
 
     logit = offset + scale * cos(E(a), E(b))
 

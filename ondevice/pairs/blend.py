@@ -1,7 +1,7 @@
 """A pair head's logit blended with its encoder's own similarity: `z(logit) + w * z(similarity)`, w chosen on dev.
 
 On STS-B the DiPair head and the cosine (or minus the Hamming distance) of the same encoder's vectors rank pairs
-differently enough that a blend beats either (docs/pairs-experiments.md "Each encoder's own cosine"). A Hamming
+differently enough that a blend beats either (docs/results/pairs.md). A Hamming
 shortlist already has each candidate's distance, so a bundle can blend at no extra cache cost: `fit_blend` on dev
 pairs gives the constants a bundle stores (`dipair-export`), `Blend.keys` is what the runtimes compute.
 """

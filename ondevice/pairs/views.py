@@ -6,7 +6,7 @@ calibrated on the task's training pairs (ondevice.pairs.biencoder), symmetric in
 apart (its loss is over the K teachers); DSE and DiPair take `--teacher` as comma-separated views too, and several
 views teach them as one `MeanTeacher`: the mean of the views' logits. Every view outputs the same space (regression:
 the normalized score; binary and class tasks: logits), so the mean is a prediction of that space; for the bi-encoder
-and a cross-encoder on STS-B it ranks better than either alone (docs/pairs-experiments.md).
+and a cross-encoder on STS-B it ranks better than either alone (docs/results/pairs.md).
 """
 
 from __future__ import annotations

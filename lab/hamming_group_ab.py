@@ -1,6 +1,6 @@
 """The batch kernel with query groups (GROUP=4, the default) against the same kernel one query at a time (GROUP=1).
 
-    .venv/bin/python benchmarks/hamming_group_ab.py        # 200k x 1024-bit codes, 100 queries, k=10, one thread
+    .venv/bin/python lab/hamming_group_ab.py        # 200k x 1024-bit codes, 100 queries, k=10, one thread
 
 Both builds of kernels/_scan.py's serial `blocks` kernel run in one process on the same codes, in turns, and must
 give identical results; each timing is the process CPU time of one call (less sensitive than wall time to other

@@ -12,7 +12,7 @@ its contextual wordpiece outputs after [CLS], and its mean-pooled vector). If to
 teacher's features but not to the student's, a DiPair head is held back by what the student's token states carry,
 not by the head or the data.
 
-    python benchmarks/pairs_token_probe.py --task qqp --student S --teacher CE,bi-encoder \\
+    python lab/pairs_token_probe.py --task qqp --student S --teacher CE,bi-encoder \\
         --sources student,teacher,DSE_RUN/alpha-0.5/student --seeds 0,1,2 --threads 1
 
 Teacher token states are kept in the shared row cache (`~/.cache/ondevice/teacher_tokens`, resumable). Writes
@@ -29,10 +29,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pairs import _meta, _spread, _write
+from ondevice.results import flat_metadata, spread, write_flat
 
 
 def run_config(args):
@@ -201,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     from ondevice.student import Student
 
     torch.set_num_threads(args.threads)
-    meta = _meta(sys.argv[1:] if argv is None else argv, args.threads)
+    meta = flat_metadata("lab/pairs_token_probe.py", sys.argv[1:] if argv is None else argv, args.threads)
     spec = task_spec(args.task)
     student = Student.load(args.student)
     train = load_pairs(args.task, "train", args.data, args.split_seed)
@@ -247,11 +245,12 @@ def main(argv: list[str] | None = None) -> None:
         scores = {split: {v: [r[split][spec.metric] for r in results if r["source"] == source and r["variant"] == v]
                           for v in ("pooled", "tokens")} for split in ("dev", "test")}
         gain = [t - p for t, p in zip(scores["test"]["tokens"], scores["test"]["pooled"])]
-        summary[source] = {**{split: {v: _spread(x) for v, x in per.items()} for split, per in scores.items()},
+        summary[source] = {**{split: {v: spread(x) for v, x in per.items()} for split, per in scores.items()},
                            "token_gain_test": gain, "token_gain_test_mean": float(np.mean(gain))}
-    _write({**meta, "task": args.task, "metric": spec.metric, "settings": vars(args), "train_pairs": len(train),
-            "augment_pairs": len(aug), "sentences": len(texts), "teacher": teacher.identity, "runs": results,
-            "summary": summary}, "token-probe")
+    path = write_flat({**meta, "task": args.task, "metric": spec.metric, "settings": vars(args), "train_pairs": len(train),
+                       "augment_pairs": len(aug), "sentences": len(texts), "teacher": teacher.identity, "runs": results,
+                       "summary": summary}, f"pairs_token_probe_{args.task}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

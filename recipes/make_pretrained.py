@@ -1,9 +1,9 @@
 """Build the pretrained default bundle shipped in the package (ondevice/pretrained/<name>/) from a student dir.
 
     # 1. choose the binarizer on STS-B dev and stage the int8 bundle beside the student
-    .venv/bin/python benchmarks/make_pretrained.py --student RUN/student
+    .venv/bin/python recipes/make_pretrained.py --student RUN/student
     # 2. measure it (benchmarks/distill_quality.py --student RUN/student --bundle RUN/student-bundle), then ship it
-    .venv/bin/python benchmarks/make_pretrained.py --student RUN/student \
+    .venv/bin/python recipes/make_pretrained.py --student RUN/student \
         --choice benchmarks/results/make_pretrained-<time>.json --quality benchmarks/results/distill_quality-<time>.json
 
 A bundle shipped with 8-bit int8 LSTM weights (before 2026-11-28) is re-rounded to 7 bits without its student
@@ -12,7 +12,7 @@ folder (export/requantize.py: exact and ~1.5x faster on x86 CPUs without VNNI; t
     .venv/bin/python -m ondevice requantize --bundle pretrained --out RUN/requantized
     .venv/bin/python -m ondevice unpack --bundle pretrained --out RUN/unpacked      # the network it approximates
     .venv/bin/python benchmarks/distill_quality.py --student RUN/unpacked --bundle RUN/requantized
-    .venv/bin/python benchmarks/make_pretrained.py --requantize --quality benchmarks/results/distill_quality-<time>.json
+    .venv/bin/python recipes/make_pretrained.py --requantize --quality benchmarks/results/distill_quality-<time>.json
 
 Step 1 fits 2048-bit binarizers (`--methods`) on the student's vectors of 50,000 Wikipedia sentences past the
 training prefix (a binarizer is unsupervised), picks the one with the best STS-B *dev* Spearman of Hamming
@@ -28,8 +28,6 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _meta import results_path, run_metadata
 from ondevice.export.bundle import ExportConfig, export
 
 from ondevice.binarize import Binarizer
@@ -37,6 +35,7 @@ from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
 from ondevice.eval import sts_spearman
 from ondevice.io import read_json, write_json
 from ondevice.pretrained import ROOT
+from ondevice.results import results_path, run_metadata
 from ondevice.runtime import Bundle
 from ondevice.student import Student
 
