@@ -9,7 +9,7 @@ measures on held-out vectors of the fit corpus (never trained on): the Spearman 
 similarity over neighbour-to-stranger pairs (`holdout_order`, the autoencoder's select "holdout" criterion), the
 same averaged per anchor, and the Hamming top-10 recall of each anchor's cosine top-10; with --teacher-recall also
 of the packaged teacher's cosine top-10 (the neighbours a semantic search should find). Dev split only: this is for
-choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs_*.json).
+choosing, not reporting. Writes one results JSON (benchmarks/results/binarize_epochs-*.json).
 """
 
 from __future__ import annotations

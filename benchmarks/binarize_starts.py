@@ -13,7 +13,7 @@ draw. For each width and seed this scores four untrained projections of the same
 
 Each row: STS-B dev and test Spearman x100 of -Hamming, and on held-out fit vectors (never used for the mean or the
 whitening) the autoencoder's held-out judge (`holdout_order`) and the Hamming top-10 recall of the cosine top-10
-(the search the codes serve). Writes one results JSON (benchmarks/results/binarize_starts_*.json) with the rows and
+(the search the codes serve). Writes one results JSON (benchmarks/results/binarize_starts-*.json) with the rows and
 per-(codes, bits) medians and standard deviations over the seeds.
 """
 

@@ -211,6 +211,12 @@ def _raw(hexdigest: str) -> bytes:
     return bytes.fromhex(hexdigest) if hexdigest else b"\0" * 32
 
 
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    view = arr.view()
+    view.flags.writeable = False
+    return view
+
+
 def _byte_view(arr: np.ndarray) -> memoryview:
     """The bytes of a contiguous array, without a copy (also for empty arrays, which memoryview.cast rejects)."""
     return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
@@ -509,7 +515,7 @@ class HammingIndex:
         nq = len(queries)
         if len(self) == 0 or nq == 0:
             d, i = np.full((nq, k), -1, np.int32), np.full((nq, k), -1, np.int64)
-            return d, i if qv is None else Rescored(np.full((nq, k), -np.inf, np.float32), i, d)
+            return (d, i) if qv is None else Rescored(np.full((nq, k), -np.inf, np.float32), i, d)
         if filter is None:
             d, i = knn(self._codes, queries, min(shortlist, len(self)) if qv is not None else k, ids=self._ids,
                        ids_ascending=self._ascending, threads=self._threads(threads), path=path)
@@ -595,22 +601,35 @@ class HammingIndex:
         n = len(self)
         codes_off = HEADER_BYTES
         ids_off = _align(codes_off + n * self._nbytes)
-        size = ids_off + 8 * n
-        digest = hashlib.sha256()
+        sections = (_SEC_VECTORS if self._vectors is not None else 0) | (_SEC_ATTRIBUTES if self._tags is not None else 0)
+        layout = _section_layout(ids_off + 8 * n, n, sections, self.vector_dim)
+        size = layout["size"]
+        digest, sec_digest = hashlib.sha256(), hashlib.sha256()
+        parts = [(self._codes, codes_off, digest), (self._ids.astype("<i8", copy=False), ids_off, digest)]
+        if sections & _SEC_VECTORS:
+            parts += [(self._vectors, layout["vectors"], sec_digest),
+                      (self._scales.astype("<f4", copy=False), layout["scales"], sec_digest)]
+        if sections & _SEC_ATTRIBUTES:
+            parts += [(self._tags.astype("<u8", copy=False), layout["tags"], sec_digest),
+                      (self._cats.astype("<i4", copy=False), layout["categories"], sec_digest)]
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             fh.write(b"\0" * HEADER_BYTES)
-            for arr, offset in ((self._codes, codes_off), (self._ids.astype("<i8", copy=False), ids_off)):
+            for arr, offset, hasher in parts:
                 fh.write(b"\0" * (offset - fh.tell()))
                 flat = _byte_view(arr)
                 for start in range(0, len(flat), _CHUNK):
                     chunk = flat[start : start + _CHUNK]
                     fh.write(chunk)
-                    digest.update(chunk)
+                    hasher.update(chunk)
             flags = _FLAG_ASCENDING if self._ascending else 0
             enc = self.encoder or EncoderId()
             precision = {v: k for k, v in _PRECISIONS.items()}.get(enc.precision, 0)
-            head = _HEAD.pack(layouts.INDEX_MAGIC, VERSION, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
+            version = SECTIONS_VERSION if sections else VERSION
+            head = _HEAD.pack(layouts.INDEX_MAGIC, version, self._bits, self._nbytes, 0, flags, n, codes_off, ids_off, size,
                               digest.digest()) + _IDENT.pack(_raw(enc.encoder_sha256), _raw(enc.binarizer_sha256), precision)
+            if sections:
+                head += _SECTIONS.pack(sections, self.vector_dim, layout["vectors"], layout["scales"], layout["tags"],
+                                       layout["categories"], sec_digest.digest())
             fh.seek(0)
             fh.write(head + _CRC.pack(zlib.crc32(head)))
         return path
@@ -624,25 +643,39 @@ class HammingIndex:
         verify = (not mmap) if verify is None else verify
         index = cls(head["bits"], threads=threads)
         n, nb = head["count"], head["code_bytes"]
+        dim, sections = head["vector_dim"], head["sections"]
+        specs = [("codes", np.uint8, (n, nb), head["codes_offset"]), ("ids", "<i8", (n,), head["ids_offset"])]
+        if sections & _SEC_VECTORS:
+            specs += [("vectors", np.int8, (n, dim), head["vectors_offset"]), ("scales", "<f4", (n,), head["scales_offset"])]
+        if sections & _SEC_ATTRIBUTES:
+            specs += [("tags", "<u8", (n,), head["tags_offset"]), ("categories", "<i4", (n,), head["categories_offset"])]
+        arrays: dict[str, np.ndarray] = {}
         if mmap and n:
-            codes = np.memmap(path, np.uint8, "r", offset=head["codes_offset"], shape=(n, nb))
-            ids = np.memmap(path, "<i8", "r", offset=head["ids_offset"], shape=(n,))
+            for name, dtype, shape, offset in specs:
+                arrays[name] = np.memmap(path, dtype, "r", offset=offset, shape=shape)
         else:
-            codes = np.empty((n, nb), np.uint8)
-            ids = np.empty(n, "<i8")
             with open(path, "rb") as fh:  # readinto fills the arrays directly: no second copy
-                for arr, offset in ((codes, head["codes_offset"]), (ids, head["ids_offset"])):
+                for name, dtype, shape, offset in specs:
+                    arr = arrays[name] = np.empty(shape, dtype)
                     fh.seek(offset)
                     if arr.nbytes and fh.readinto(_byte_view(arr)) != arr.nbytes:
                         raise OndeviceError(f"{path} is truncated; rebuild the index")
+        codes, ids = arrays["codes"], arrays["ids"]
         if verify:
-            digest = hashlib.sha256()
-            for arr in (codes, ids):
-                flat = _byte_view(arr)
-                for start in range(0, len(flat), _CHUNK):
-                    digest.update(flat[start : start + _CHUNK])
-            if digest.digest() != head["sha256"]:
-                raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
+            for names, expect in ((("codes", "ids"), head["sha256"]), (tuple(a[0] for a in specs[2:]), head["sections_sha256"])):
+                if not names:
+                    continue
+                digest = hashlib.sha256()
+                for name in names:
+                    flat = _byte_view(arrays[name])
+                    for start in range(0, len(flat), _CHUNK):
+                        digest.update(flat[start : start + _CHUNK])
+                if digest.digest() != expect:
+                    raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
+        if "scales" in arrays and n:
+            scales = arrays["scales"]
+            if not (np.all(np.isfinite(scales)) and float(scales.min()) >= 0):
+                raise OndeviceError(f"{path} stores an invalid int8 vector scale (negative or not finite); rebuild the index")
         ids = ids.astype(np.int64, copy=False)
         _check_ids(path, ids, head["ascending"])
         # Plain ndarray views of the maps (no copy): the kernels' single-query fast path takes exact ndarrays only.
@@ -650,6 +683,12 @@ class HammingIndex:
         index._ids = ids.view(np.ndarray)
         index._ascending = head["ascending"]
         index._next_id = int(ids.max()) + 1 if n else 0
+        if sections & _SEC_VECTORS:
+            index._vectors = arrays["vectors"].view(np.ndarray)
+            index._scales = arrays["scales"].astype(np.float32, copy=False).view(np.ndarray)
+        if sections & _SEC_ATTRIBUTES:
+            index._tags = arrays["tags"].astype(np.uint64, copy=False).view(np.ndarray)
+            index._cats = arrays["categories"].astype(np.int32, copy=False).view(np.ndarray)
         index.encoder = head["encoder"]
         index.verified = bool(verify) or n == 0
         return index
@@ -695,7 +734,7 @@ def read_header(path: str | os.PathLike) -> dict:
     header_bytes = _HEADER_BYTES[version]
     if len(raw) < header_bytes:
         raise OndeviceError(f"{path} is truncated ({actual} bytes, shorter than the header); rebuild the index")
-    crc_at = _HEAD.size + (_IDENT.size if version >= 2 else 0)
+    crc_at = _HEAD.size + (_IDENT.size if version >= 2 else 0) + (_SECTIONS.size if version >= 3 else 0)
     (crc,) = _CRC.unpack_from(raw, crc_at)
     if zlib.crc32(raw[:crc_at]) != crc:
         raise OndeviceError(f"{path} has a corrupt header (checksum mismatch); rebuild the index")
@@ -707,12 +746,20 @@ def read_header(path: str | os.PathLike) -> dict:
             raise OndeviceError(f"{path} has an unknown precision code {prec}; upgrade ondevice or rebuild the index")
         if any(enc) or any(binz) or prec:
             encoder = EncoderId(_hex(enc), _hex(binz), _PRECISIONS[prec])
+    sections, dim, vec_off, sc_off, tag_off, cat_off, sec_sha = 0, 0, 0, 0, 0, 0, b""
+    if version >= 3:
+        sections, dim, vec_off, sc_off, tag_off, cat_off, sec_sha = _SECTIONS.unpack_from(raw, _HEAD.size + _IDENT.size)
     if _BIT_ORDERS.get(order) != BIT_ORDER:
         raise OndeviceError(f"{path} uses bit order #{order}; this ondevice reads only {BIT_ORDER!r}")
     # A valid crc only proves the header is what some writer wrote: check every offset against what the count implies.
     expect_ids = _align(header_bytes + count * nb) if bits else 0
+    bad_sections = sections & ~_KNOWN_SECTIONS or (version >= 3 and not sections) or \
+        (not 1 <= dim <= MAX_VECTOR_DIM if sections & _SEC_VECTORS else dim != 0)
+    layout = _section_layout(ids_off + 8 * count, count, 0 if bad_sections else sections, dim)
     if not 1 <= bits <= MAX_BITS or nb != code_bytes(bits) or flags & ~_KNOWN_FLAGS or count > actual or \
-            codes_off != header_bytes or ids_off != expect_ids or size != ids_off + 8 * count:
+            codes_off != header_bytes or ids_off != expect_ids or bad_sections or size != layout["size"] or \
+            (vec_off, sc_off, tag_off, cat_off) != (layout["vectors"], layout["scales"], layout["tags"],
+                                                    layout["categories"]):
         raise OndeviceError(f"{path} has an inconsistent header (bits {bits}, {count} codes, offsets {codes_off}/"
                             f"{ids_off}, size {size}); rebuild the index")
     if actual != size:
@@ -720,4 +767,19 @@ def read_header(path: str | os.PathLike) -> dict:
                             f"file has {actual} bytes; rebuild the index")
     return {"bits": bits, "code_bytes": nb, "count": count, "codes_offset": codes_off, "ids_offset": ids_off,
             "size": size, "sha256": sha, "ascending": bool(flags & _FLAG_ASCENDING), "version": version,
-            "encoder": encoder}
+            "encoder": encoder, "sections": sections, "vector_dim": dim, "vectors_offset": vec_off,
+            "scales_offset": sc_off, "tags_offset": tag_off, "categories_offset": cat_off, "sections_sha256": sec_sha}
+
+
+def _section_layout(end: int, n: int, sections: int, dim: int) -> dict:
+    """Offsets of the optional sections after the ids (which end at `end`), 0 when absent, and the file size."""
+    out = {"vectors": 0, "scales": 0, "tags": 0, "categories": 0, "size": end}
+    if sections & _SEC_VECTORS:
+        out["vectors"] = _align(end)
+        out["scales"] = _align(out["vectors"] + n * dim)
+        end = out["size"] = out["scales"] + 4 * n
+    if sections & _SEC_ATTRIBUTES:
+        out["tags"] = _align(end)
+        out["categories"] = _align(out["tags"] + 8 * n)
+        out["size"] = out["categories"] + 4 * n
+    return out
