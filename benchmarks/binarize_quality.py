@@ -50,7 +50,7 @@ def fit_corpus(data: Path, n: int, train_splits: str = "") -> list[str]:
         return read_corpus(data / WIKI_RELPATH, n)
     from ondevice.distill import train_split_tasks
     from ondevice.eval.data import held_out_texts
-    from ondevice.pairs.data import unlabeled_train_sentences
+    from ondevice.eval.pair_tasks import unlabeled_train_sentences
 
     first = unlabeled_train_sentences(data, train_split_tasks(train_splits))[:n]
     if len(first) == n:  # the train splits alone fill it (read_corpus refuses to read 0 sentences)
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     sts = pairs.a + pairs.b
     judge_texts: list[str] = []
     if args.judge_task:  # encoded with the STS-B sentences, split off below
-        from ondevice.pairs.data import load_pairs
+        from ondevice.eval.pair_tasks import load_pairs
 
         judge_data = load_pairs(args.judge_task, "train", data)
         judge_texts = judge_data.a + judge_data.b

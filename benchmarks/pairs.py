@@ -131,7 +131,7 @@ def _blends(spec, model, dev, test, a) -> dict:
     out = {"blend": _blend_from_parts(spec, dev, test, parts, _cosine_similarity)}
     if a.blend_bits:
         from ondevice.binarize import Binarizer
-        from ondevice.pairs.data import load_pairs
+        from ondevice.eval.pair_tasks import load_pairs
 
         train = load_pairs(a.task, "train", a.data)
         binarizer = Binarizer.fit(model.vectors(list(dict.fromkeys([*train.a, *train.b]))), "random", a.blend_bits, seed=0)
@@ -144,7 +144,7 @@ def _blends(spec, model, dev, test, a) -> dict:
 def _hamming_stsb(encode, data: str, fit_texts: list[str], bits: int = 256, seed: int = 0) -> dict:
     from ondevice.binarize import Binarizer
     from ondevice.bits import hamming_reference
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.metrics import pair_vectors, spearman
 
     test = load_pairs("stsb", "test", data)
@@ -160,8 +160,8 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.train import PairStudent
     from ondevice.student import Student
     from ondevice.teacher import Teacher, cached_vectors
@@ -169,7 +169,7 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     spec = task_spec(a.task)
-    out = {**_meta(argv, a.threads), "task": a.task, "split_rules": __import__("ondevice.pairs.data").pairs.data.describe_splits()}
+    out = {**_meta(argv, a.threads), "task": a.task, "split_rules": __import__("ondevice.eval.pair_tasks").pairs.data.describe_splits()}
     dev, test = load_pairs(a.task, "dev", a.data), load_pairs(a.task, "test", a.data)
     out["sizes"] = {"dev": len(dev), "test": len(test)}
     if a.teacher:
@@ -232,9 +232,9 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.index import HammingIndex
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
-    from ondevice.pairs.data import load_pairs
     from ondevice.runtime import Bundle
 
     torch.set_num_threads(a.threads)
@@ -322,8 +322,8 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
 
     import torch
 
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.crossencoder import evaluate_teacher
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
     from ondevice.pairs.dvbert import DvBERTConfig, finished, train_dvbert
     from ondevice.pairs.metrics import evaluate_scores
@@ -404,7 +404,7 @@ def _ce_pairs_per_s(a: argparse.Namespace, task: str) -> tuple[dict, str]:
     """Cross-encoder pairs/s (torch, batch 32) on the task's test pairs: a fine-tuned teacher or the same-cost MiniLM."""
     import torch
 
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     if a.teacher:
         from ondevice.pairs.crossencoder import CrossEncoderTeacher
@@ -535,8 +535,8 @@ def dipair_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     import torch
 
     from ondevice.corpus import read_corpus
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.crossencoder import evaluate_teacher
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.dipair_train import DiPairStudent
     from ondevice.pairs.train import PairStudent, chosen_run
     from ondevice.pairs.views import open_teacher
@@ -630,10 +630,10 @@ def bundle_quality(a: argparse.Namespace, argv: list[str]) -> dict:
     """Test metrics of exported pair bundles through the runtime (`ondevice.pairs.bundle_eval`): the head and, for a
     DiPair bundle with one, the head + Hamming blend it ranks by; each row with its manifest's dev blend. Bundles that
     are seeds of one setting: mean and spread of both."""
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.io import read_json
     from ondevice.pairs.bundle_eval import evaluate_pair_bundle
     from ondevice.pairs.crossencoder import evaluate_teacher
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.views import open_teacher
 
     spec = task_spec(a.task)

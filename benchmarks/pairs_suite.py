@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                                               if (out / "teachers" / f"{task}-{name}-s{s}" / "teacher.json").is_file()]
 
     # 1c. test metrics of every teacher; train/dev/test logits cached once, before students share them
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.crossencoder import CrossEncoderTeacher, evaluate_teacher
-    from ondevice.pairs.data import load_pairs
     from ondevice.pairs.logits import teacher_logits
 
     for d, rc in [*done, *done2]:

@@ -150,7 +150,7 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
 
 def _dev_pairs(task: str, data: str | Path, split_seed: int, what: str):
     """The dev pairs of `task` (as the head's run split them); missing data is a one-line error naming --data."""
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     try:
         return load_pairs(task, "dev", data, split_seed)

@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.augment import transfer_set
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
     from ondevice.pairs.views import open_teacher
     from ondevice.student import Student

@@ -85,7 +85,7 @@ class DistillConfig:
         """Reject impossible values (NaN, inf, <= 0, absurd sizes) with a one-line error naming the flag."""
         from ondevice.checks import check_float, check_int
         from ondevice.devices import device_check
-        from ondevice.pairs.data import check_unlabeled_tasks
+        from ondevice.eval.pair_tasks import check_unlabeled_tasks
 
         if self.train_splits is not False:
             check_unlabeled_tasks(train_split_tasks(self.train_splits))
@@ -149,7 +149,7 @@ def lr_at(config: DistillConfig, step: int, total: int) -> float:
 
 def train_split_tasks(value: bool | str) -> tuple[str, ...]:
     """The tasks of a `train_splits` setting: True is STS-B alone (what the flag always meant), else a comma list."""
-    from ondevice.pairs.data import task_list
+    from ondevice.eval.pair_tasks import task_list
 
     return ("stsb",) if value is True else task_list(str(value))
 
@@ -164,7 +164,7 @@ def _read_corpus(config: DistillConfig) -> tuple[list[str], int]:
     """(sentences, how many of them at the front are train-split text)."""
     from ondevice.corpus import default_data_dir
     from ondevice.eval import data as eval_data
-    from ondevice.pairs.data import unlabeled_train_sentences
+    from ondevice.eval.pair_tasks import unlabeled_train_sentences
 
     data = default_data_dir()
     exclude = eval_data.held_out_texts(data) if config.exclude_eval and data.is_dir() else set()

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ondevice import layouts
+from ondevice import addons, layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError, ort_error_line
 from ondevice.io import artifact_file
@@ -238,6 +238,13 @@ def _session(path: Path, model: bytes, threads: int):
                                   "or re-export the bundle") from None
 
 
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero): dot products become cosines."""
+    v = np.asarray(vectors, np.float32)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.where(norms > 0, norms, 1.0)
+
+
 class Bundle:
     """A loaded bundle: tokenizer + ONNX encoder (+ an optional code index for `search`)."""
 
@@ -419,25 +426,47 @@ class Bundle:
         self.index = index
         return self
 
-    def index_texts(self, texts: Sequence[str], batch_size: int = 64) -> Bundle:
+    def index_texts(self, texts: Sequence[str], batch_size: int = 64, rescore_vectors: bool = False,
+                    tags: np.ndarray | None = None, categories: np.ndarray | None = None) -> Bundle:
         """Encode a catalog and attach an exact Hamming index over its codes (id i = texts[i]); the index searches on
-        the bundle's thread count (threads=0: chosen from the work size)."""
-        return self.index_codes(self.codes(texts, batch_size))
+        the bundle's thread count (threads=0: chosen from the work size).
 
-    def index_codes(self, codes: np.ndarray) -> Bundle:
+        rescore_vectors=True also keeps each text's unit-length embedding as int8 (dim + 4 bytes per text) so that
+        `search(..., rescore=m)` can re-rank; `tags`/`categories` are per-text attributes for `search(..., filter=)`.
+        """
+        if not rescore_vectors:
+            return self.index_codes(self.codes(texts, batch_size), tags=tags, categories=categories)
+        emb, codes = self.embed(texts, batch_size)
+        return self.index_codes(codes, vectors=unit_rows(emb), tags=tags, categories=categories)
+
+    def index_codes(self, codes: np.ndarray, vectors: np.ndarray | None = None, tags: np.ndarray | None = None,
+                    categories: np.ndarray | None = None) -> Bundle:
         """Attach an exact Hamming index over packed codes this bundle made (uint8 (n, code_bytes); id i = row i), e.g.
-        from `dipair().states_and_codes` or a saved catalog, without encoding the texts again."""
+        from `dipair().states_and_codes` or a saved catalog, without encoding the texts again; `vectors` (float,
+        kept as int8 for rescoring), `tags` and `categories` as in HammingIndex.add."""
         from ondevice.index import HammingIndex
 
         index = HammingIndex(bits=self.bits, threads=self.threads or None, encoder=self.encoder_id)
-        index.add(self._packed(codes, "catalog codes", "n"))
+        index.add(self._packed(codes, "catalog codes", "n"), vectors=vectors, tags=tags, categories=categories)
         self.index = index
         return self
 
-    def search(self, texts: str | Sequence[str], k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded."""
+    def search(self, texts: str | Sequence[str], k: int = 10, rescore: int | None = None,
+               filter: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded.
+
+        rescore=m (an index built with rescore_vectors=True): the Hamming top m*k re-ranked by the int8 dot product
+        with the query's embedding, returned as (scores (q, k) float32, descending, ids); `filter`: an
+        ondevice.index.Filter applied inside the scan.
+        """
         self._check_search(k)
-        return self.index.search(self.codes(texts), int(k))
+        if rescore is None:
+            if filter is None:
+                return self.index.search(self.codes(texts), int(k))
+            return self.index.search(self.codes(texts), int(k), filter=filter)
+        emb, codes = self.embed(texts)
+        found = self.index.search(codes, int(k), filter=filter, rescore=rescore, query_vectors=unit_rows(emb))
+        return found.scores, found.ids
 
     def search_codes(self, codes: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """`search` for packed query codes this bundle made (uint8 (q, code_bytes)): (distances, ids), -1 padded."""
@@ -457,22 +486,22 @@ class Bundle:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_K:
             raise OndeviceError(f"k must be an integer in 1..{MAX_K:,}, got {k!r}")
 
-    # Pair head (optional, `ondevice pairs export`); the logic lives in ondevice.pairs.runtime.
+    # Pair heads (optional parts, `ondevice pairs export`): an add-on provides them (ondevice.addons), so this
+    # module never imports ondevice.pairs.
+    def part(self, name: str, threads: int = 0):
+        """An optional part's scorer ('pair_head', 'dipair'), loaded and verified on first use."""
+        parts = self.__dict__.setdefault("_parts", {})
+        if name not in parts:
+            parts[name] = addons.part_factory(name)(self, threads)
+        return parts[name]
+
     def pair_head(self, threads: int = 0):
         """The bundle's pair scorer (loaded and verified on first use); an error if the bundle has none."""
-        if getattr(self, "_pair_head", None) is None:
-            from ondevice.pairs.runtime import PairScorer
-
-            self._pair_head = PairScorer.from_bundle(self, threads)
-        return self._pair_head
+        return self.part("pair_head", threads)
 
     def dipair(self, threads: int = 0):
-        """The bundle's DiPair scorer (ondevice.pairs.dipair_runtime; loaded on first use); an error if it has none."""
-        if getattr(self, "_dipair", None) is None:
-            from ondevice.pairs.dipair_runtime import DiPairScorer
-
-            self._dipair = DiPairScorer.from_bundle(self, threads)
-        return self._dipair
+        """The bundle's DiPair scorer (loaded on first use); an error if it has none."""
+        return self.part("dipair", threads)
 
     def pair_scorer(self, threads: int = 0):
         """The bundle's pair scorer, whichever head it has: DiPair (`dipair`) or DSE / DvBERT (`pair_head`)."""

@@ -144,8 +144,8 @@ class PairEnv:
         from ondevice.export.bundle import ExportConfig, export
 
         from ondevice.binarize import Binarizer
+        from ondevice.eval.pair_tasks import load_pairs
         from ondevice.pairs.augment import training_sentences
-        from ondevice.pairs.data import load_pairs
         from ondevice.student import Student
 
         if student is None and self._plain is not None:

@@ -254,8 +254,8 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
     assert out["dvbert_minus_dse"]["per_seed"]["mean"] == pytest.approx(np.mean(per_seed), abs=2e-3)
     assert out["dvbert_teachers"] == [teacher, teacher + ":ba"] and teacher in out["teachers_test"]
     assert out["dvbert_augment"] is True and out["dvbert_config"]["augment_random"] == 10
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.crossencoder import CrossEncoderTeacher
-    from ondevice.pairs.data import load_pairs
     from ondevice.pairs.metrics import evaluate_scores
 
     t, test = CrossEncoderTeacher.load(teacher), load_pairs("stsb", "test", pair_env.data)
@@ -332,7 +332,7 @@ def test_blend_metrics_choose_the_weight_on_dev_and_never_fall_below_the_head_th
     # that carries the signal the head misses earns a positive weight, and the test score is that weight's.
     from types import SimpleNamespace
 
-    from ondevice.pairs.data import task_spec
+    from ondevice.eval.pair_tasks import task_spec
     from ondevice.pairs.metrics import evaluate_scores
 
     pairs = _script("pairs")
@@ -447,8 +447,8 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (path,) = (bench / "results").glob("pairs-dipair-quality-stsb-*.json")
     out = json.loads(path.read_text())
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.crossencoder import evaluate_teacher
-    from ondevice.pairs.data import load_pairs
     from ondevice.pairs.views import open_teacher
 
     test = load_pairs("stsb", "test", pair_env.data)
@@ -466,7 +466,7 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
 
 
 def test_oov_split_counts_pairs_whose_unknown_words_differ():
-    from ondevice.pairs.data import PairData, task_spec
+    from ondevice.eval.pair_tasks import PairData, task_spec
     from ondevice.pairs.metrics import evaluate_scores
     from ondevice.tokenizer import Tokenizer
 

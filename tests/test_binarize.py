@@ -454,7 +454,7 @@ def test_cli_select_pairs(pair_env, tmp_path, capsys):
     """`ondevice binarize --select pairs --judge-task stsb` encodes the task's train pairs with the same student and
     records the judge; the flags that cannot work end in one line, exit 2."""
     pytest.importorskip("torch")
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     train = load_pairs("stsb", "train", pair_env.data)
     corpus = tmp_path / "corpus.txt"

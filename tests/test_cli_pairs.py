@@ -37,7 +37,7 @@ def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "spearman" in res["teacher"] and "spearman" in res["student"]
     # the run's own encoder by cosine, beside its head: the same number as scoring the pairs directly
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.metrics import pair_cosines, spearman
     from ondevice.pairs.train import PairStudent
 

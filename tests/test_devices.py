@@ -117,8 +117,8 @@ def test_distill_on_the_gpu_learns_saves_for_the_cpu_and_resumes_there(tiny_corp
 
 @gpu
 def test_pair_trainers_on_the_gpu_score_the_same_on_the_cpu(pair_env, tiny_teacher, tmp_path):
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.crossencoder import CrossEncoderConfig, CrossEncoderTeacher, fine_tune
-    from ondevice.pairs.data import load_pairs
     from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent, train_dipair
     from ondevice.pairs.dvbert import DvBERTConfig, train_dvbert
     from ondevice.pairs.train import PairStudent, train_dse

@@ -270,7 +270,7 @@ def test_init_from_bad_input(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_p
 
 def test_train_split_repeats_upweight_the_front(tiny_corpus, tiny_teacher, tiny_word_vectors, tmp_path, monkeypatch):
     from ondevice.eval import data
-    from ondevice.pairs import data as pair_data
+    from ondevice.eval import pair_tasks as pair_data
 
     front = ["the cat ran", "a dog sat", "the sun sat", "a cat ran"]
     monkeypatch.setattr(pair_data, "unlabeled_train_sentences", lambda d, tasks: list(front))

@@ -69,3 +69,35 @@ def test_no_import_cycles() -> None:
     for m in sorted(graph):
         if m not in state:
             visit(m)
+
+
+# The core: what `ondevice.load()`, distillation, binarization and search need. Pair models are an add-on that plugs
+# in through entry points (ondevice.addons), so none of these may reach ondevice.pairs, at import or in their code.
+CORE = ("ondevice", "ondevice.runtime", "ondevice.distill", "ondevice.binarize", "ondevice.binarize_ae", "ondevice.index",
+        "ondevice.student", "ondevice.teacher", "ondevice.kernels.hamming", "ondevice.export.bundle", "ondevice.cli")
+
+
+def test_importing_the_core_loads_no_add_on() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in CORE)
+            + "print(sorted(m for m in sys.modules if m.startswith('ondevice.pairs')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_core_code_names_no_add_on_module() -> None:
+    """Not even inside a function: the core reaches pair models only through ondevice.addons."""
+    mods = _modules()
+    for name in CORE:
+        if name in mods:
+            reached = {t for t in _imports(name, mods[name], set(mods)) if t.startswith("ondevice.pairs")}
+            assert not reached, f"{name} imports {sorted(reached)}"
+
+
+def test_the_pairs_add_on_is_registered() -> None:
+    from ondevice import addons
+
+    assert set(addons.entry_points(addons.PARTS)) >= {"pair_head", "dipair"}
+    assert "pairs" in addons.entry_points(addons.COMMANDS)

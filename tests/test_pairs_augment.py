@@ -7,6 +7,7 @@ import numpy as np
 
 from ondevice.binarize import Binarizer
 from ondevice.bits import hamming_reference
+from ondevice.eval.pair_tasks import PairData
 from ondevice.pairs.augment import (
     AugmentConfig,
     ExtraText,
@@ -15,7 +16,6 @@ from ondevice.pairs.augment import (
     edited_pairs,
     training_sentences,
 )
-from ondevice.pairs.data import PairData
 
 
 def _train(n=60, seed=0):
@@ -101,8 +101,8 @@ def test_sources_are_drawn_in_order_without_repeats():
 
 
 def test_augment_text_leaves_out_evaluation_text_and_is_checksummed(pair_env, tmp_path):
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.augment import extra_checks, extra_texts
-    from ondevice.pairs.data import load_pairs
 
     dev, test = load_pairs("stsb", "dev", pair_env.data), load_pairs("mrpc", "test", pair_env.data)
     mine = [f"my own query number {i}" for i in range(30)]

@@ -29,7 +29,7 @@ def view(pair_env, tiny_teacher):
 
 
 def test_calibrated_cosine_regression(view, pair_env, tiny_teacher):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.teacher import Teacher
 
     train = load_pairs("stsb", "train", pair_env.data)
@@ -71,6 +71,6 @@ def test_dvbert_with_a_cross_encoder_and_a_bi_encoder(pair_env, tiny_teacher, tm
     data = json.loads((tmp_path / "run" / "data.json").read_text())
     assert [t["identity"]["kind"] for t in data["teachers"]] == ["cross-encoder", "bi-encoder"]
     assert data["teachers"][1]["dev"]["n"] > 0 and data["augment_pairs"] > 0  # the bi view scored the transfer set too
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     assert np.isfinite(PairStudent.load(tmp_path / "run").evaluate(load_pairs("stsb", "test", pair_env.data))["spearman"])

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import task_spec
 from ondevice.pairs.blend import WEIGHTS, Blend, fit_blend, hamming_distances, minus_hamming
-from ondevice.pairs.data import task_spec
 from ondevice.pairs.metrics import evaluate_scores, spearman
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs
 from ondevice.pairs.crossencoder import CrossEncoderConfig, CrossEncoderTeacher, evaluate_teacher, fine_tune
-from ondevice.pairs.data import load_pairs
 
 
 def test_fine_tune_loss_falls_and_logits(pair_env):

@@ -8,7 +8,15 @@ from pairs_fixtures import make_pair_data
 
 from ondevice.errors import OndeviceError
 from ondevice.eval.data import read_mrpc
-from ondevice.pairs.data import SPLITS, TASKS, describe_splits, load_pairs, load_sst2, qqp_components, summary
+from ondevice.eval.pair_tasks import (
+    SPLITS,
+    TASKS,
+    describe_splits,
+    load_pairs,
+    load_sst2,
+    qqp_components,
+    summary,
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +94,7 @@ def test_summary_sst2_and_description(data):
 
 def test_unlabeled_train_sentences_hold_out_every_dev_and_test_text(data):
     from ondevice.eval.data import train_split_sentences
-    from ondevice.pairs.data import unlabeled_train_sentences
+    from ondevice.eval.pair_tasks import unlabeled_train_sentences
 
     assert unlabeled_train_sentences(data) == train_split_sentences(data)  # the old --train-splits, same order
     got = unlabeled_train_sentences(data, ("stsb", "sick", "mrpc", "qqp"))

@@ -104,8 +104,8 @@ def test_bundle_states_scores_and_rerank(dipair_env):
 def test_blend_fitted_on_dev_through_the_bundle(dipair_env, pair_env):
     # dipair-export fits z(logit) + w z(-Hamming) on the task's dev pairs through each folder's own graphs; the runtime
     # ranks by it unless blend=False, and needs the candidates' codes to blend cached states
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.blend import Blend, fit_blend, hamming_distances
-    from ondevice.pairs.data import load_pairs, task_spec
 
     _, root = dipair_env
     dev = load_pairs("stsb", "dev", pair_env.data)

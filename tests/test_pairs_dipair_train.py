@@ -60,7 +60,7 @@ def test_mse_loss_trains_otherwise_and_is_recorded(pair_env, tiny_teacher, tmp_p
 
 
 def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_teacher, tmp_path):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     cfg = _cfg(pair_env, tiny_teacher, seed=1)
     train_dipair(cfg, tmp_path / "full", progress=False)
@@ -105,7 +105,7 @@ def test_two_stages_resume_is_exact_and_published_is_dev_best(pair_env, tiny_tea
 
 
 def test_pooled_slot_run_trains_resumes_exactly_and_reloads(pair_env, tiny_teacher, tmp_path):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.dipair import head_forward_numpy, load_head_weights
 
     cfg = _cfg(pair_env, tiny_teacher, seed=2, pooled_slot=True, stage1_epochs=1, stage2_epochs=1)

@@ -137,7 +137,7 @@ def test_linear_head_in_the_dse_format_is_exact():
 
 
 def test_train_publishes_dev_best_and_loss_falls(run, teachers, pair_env):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.train import PairStudent
 
     log = [json.loads(x) for x in (run / "train_log.jsonl").read_text().splitlines()]
@@ -227,8 +227,8 @@ def test_augmentation_pairs_keep_the_teachers_target():
 def test_augmentation_is_dses_transfer_set_scored_by_every_view(teachers, pair_env, tmp_path):
     """The same flags draw the same pairs as a DSE run; every view scores them (its own cache entry), and with
     them the teachers still shape a gold-only (lambda 1) run."""
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.augment import AugmentConfig, augmentation_pairs
-    from ondevice.pairs.data import load_pairs
     from ondevice.student import Student
 
     t = teachers.dirs

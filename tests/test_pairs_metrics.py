@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ondevice.pairs.data import TASKS
+from ondevice.eval.pair_tasks import TASKS
 from ondevice.pairs.metrics import accuracy_f1, best_threshold, evaluate_scores, spearman
 
 
@@ -35,7 +35,7 @@ def test_accuracy_f1_and_task_metrics():
 def test_pair_cosines_and_cosine_metrics_against_a_direct_computation():
     from types import SimpleNamespace
 
-    from ondevice.pairs.data import task_spec
+    from ondevice.eval.pair_tasks import task_spec
     from ondevice.pairs.metrics import best_threshold, cosine_metrics, evaluate_scores, pair_cosines
 
     rng = np.random.default_rng(1)

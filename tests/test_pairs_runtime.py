@@ -38,8 +38,8 @@ def test_dse_blend_fitted_on_dev_and_optional(pair_env, tmp_path):
     import json
     import shutil
 
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.blend import fit_blend
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.metrics import cosines, pair_vectors
 
     dev = load_pairs("stsb", "dev", pair_env.data)

@@ -97,7 +97,7 @@ def test_dipair_soup_reports_the_encoder_cosine(pair_env, tiny_teacher, tmp_path
     _check_weights(tmp_path / "run", tmp_path / "soup", "dipair_head.safetensors", True)
     cos = json.loads((tmp_path / "soup" / "sra_cosine.json").read_text())
     soup = DiPairStudent.load(tmp_path / "soup")
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.dipair_train import _cosine, _sra_teacher
     from ondevice.teacher import cached_vectors
 

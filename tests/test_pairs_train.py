@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ondevice.errors import OndeviceError
-from ondevice.pairs.data import load_pairs
+from ondevice.eval.pair_tasks import load_pairs
 from ondevice.pairs.train import PairStudent, chosen_run, train_dse, train_dse_alphas
 
 

@@ -62,7 +62,7 @@ def test_a_lone_view_is_the_teacher_itself(pair_env):
 
 
 def test_mean_teacher_is_the_mean_of_its_views(pair_env, tiny_teacher):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     ce, bi = str(pair_env.teacher()), f"bi-encoder:{tiny_teacher}"
     mean = open_teacher(f"{ce},{ce}:ba,{bi}", "stsb", pair_env.data)
@@ -83,7 +83,7 @@ def test_views_of_another_task_are_refused(pair_env, tiny_teacher):
 
 
 def test_dse_learns_from_the_mean_of_two_views(pair_env, tiny_teacher, tmp_path):
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.logits import teacher_logits
     from ondevice.pairs.train import train_dse
 

@@ -75,8 +75,8 @@ def test_the_shipped_bundle_scores_question_pairs():
 def test_shipped_pair_head_scores_what_its_manifest_records(shared_data):
     """Score regression on QQP dev: the blend through the runtime scores what export fitted on the same graphs, and the
     int8 head what the training run's fp32 head scored at the same threshold (within int8's noise)."""
+    from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.bundle_eval import evaluate_pair_bundle
-    from ondevice.pairs.data import load_pairs
 
     got = evaluate_pair_bundle(pretrained_path(), load_pairs("qqp", "dev", shared_data))
     block = ondevice.load().manifest["pairs"]

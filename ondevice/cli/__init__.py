@@ -13,14 +13,18 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from ondevice import __version__
+from ondevice import __version__, addons
 from ondevice.errors import OndeviceError
 
 
 def _commands() -> dict[str, object]:
+    """The core's commands (the modules of this package) and those add-ons register (ondevice.addons.COMMANDS)."""
     pkg = sys.modules[__name__]
     names = sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
-    return {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
+    found = {name.replace("_", "-"): importlib.import_module(f"{__name__}.{name}") for name in names}
+    for name, ep in addons.entry_points(addons.COMMANDS).items():
+        found.setdefault(name, ep.load())
+    return dict(sorted(found.items()))
 
 
 def _shown(default) -> bool:

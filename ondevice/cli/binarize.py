@@ -129,7 +129,7 @@ def judge_pairs(a: argparse.Namespace, encode):
     from ondevice.binarize_ae import JudgePairs
     from ondevice.corpus import default_data_dir
     from ondevice.errors import OndeviceError
-    from ondevice.pairs.data import load_pairs
+    from ondevice.eval.pair_tasks import load_pairs
 
     if encode is None:
         raise OndeviceError("--select pairs encodes --judge-task's pairs with the model that made the vectors: give "

@@ -235,7 +235,7 @@ def held_out_texts(data_dir: str | Path, pair_train: bool = True) -> set[str]:
     dev splits from), stripped: text that must never be used as an unlabeled distillation corpus.
 
     `pair_train=False` leaves out the raw SICK train, MRPC train and QQP files (whose carved dev/test splits the
-    caller must then hold out itself, as `ondevice.pairs.data.unlabeled_train_sentences` does)."""
+    caller must then hold out itself, as `ondevice.eval.pair_tasks.unlabeled_train_sentences` does)."""
     texts: set[str] = set()
 
     def add(fn, *args) -> None:

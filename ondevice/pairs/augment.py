@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ondevice.pairs.data import PairData
+from ondevice.eval.pair_tasks import PairData
 
 # the augmentation fields every DSE, DvBERT and DiPair config has (same names and meaning); a resume must match them
 AUGMENT_KEYS = ("augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
@@ -171,8 +171,8 @@ def extra_texts(config) -> list[ExtraText]:
     """The extra sources a DSE or DiPair config names: `augment_tasks` train-split text, then the `augment_text`
     file (evaluation text and carved dev/test splits held out); fills in `config.augment_text_sha256`."""
     from ondevice.corpus import read_corpus
+    from ondevice.eval.pair_tasks import pair_held_out_texts, task_list, unlabeled_train_sentences
     from ondevice.io import sha256_text
-    from ondevice.pairs.data import pair_held_out_texts, task_list, unlabeled_train_sentences
 
     out = []
     names = task_list(config.augment_tasks)
@@ -190,7 +190,7 @@ def extra_checks(config) -> list[tuple[bool, str]]:
     """Validation rows of `--augment-tasks` ("" = none), `--augment-text`, their maxima, `--augment-bits` and
     `--augment-edits`, for `first_failure` (checked whether or not the run augments: a bad flag is never ignored)."""
     from ondevice.bits import MAX_BITS
-    from ondevice.pairs.data import task_list, unlabeled_tasks_problem
+    from ondevice.eval.pair_tasks import task_list, unlabeled_tasks_problem
 
     names = task_list(config.augment_tasks)
     problem = unlabeled_tasks_problem(names, "--augment-tasks") if names else ""

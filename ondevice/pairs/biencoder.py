@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice.errors import OndeviceError
-from ondevice.pairs.data import load_pairs, task_spec
+from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, pair_cosines
 
 PREFIX = "bi-encoder"  # a teacher view "bi-encoder" (the packaged teacher) or "bi-encoder:PATH" (a local model dir)

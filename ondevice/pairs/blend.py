@@ -16,7 +16,7 @@ import numpy as np
 from ondevice.errors import OndeviceError
 
 if TYPE_CHECKING:
-    from ondevice.pairs.data import TaskSpec
+    from ondevice.eval.pair_tasks import TaskSpec
 
 WEIGHTS = np.round(np.arange(0, 3.0001, 0.05), 2)  # weight of the similarity's z-score next to the head's
 SIMILARITIES = ("cosine", "minus_hamming")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ondevice.errors import OndeviceError
-from ondevice.pairs.data import PairData, task_spec
+from ondevice.eval.pair_tasks import PairData, task_spec
 from ondevice.pairs.metrics import evaluate_scores
 
 

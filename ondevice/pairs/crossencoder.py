@@ -23,8 +23,8 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
 from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_file, write_json, write_text
-from ondevice.pairs.data import PairData, load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 from ondevice.teacher import quiet_loading

@@ -350,8 +350,8 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
     dev = blend_dev_pairs(run_cfg["task"], data if data is not None else run_cfg["data"], run_cfg.get("split_seed", 0)) \
         if blend else None
     if binarizer is None:
+        from ondevice.eval.pair_tasks import load_pairs
         from ondevice.pairs.augment import training_sentences
-        from ondevice.pairs.data import load_pairs
 
         sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(ds.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)

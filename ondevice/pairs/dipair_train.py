@@ -99,7 +99,7 @@ class DiPairConfig:
 
     def validate(self) -> None:
         """Reject impossible values with a one-line error naming the flag."""
-        from ondevice.pairs.data import task_spec
+        from ondevice.eval.pair_tasks import task_spec
 
         task_spec(self.task)
         checks = [(self.stage1_epochs >= 0, "--stage1-epochs must be >= 0"), (self.stage2_epochs >= 0, "--stage2-epochs must be >= 0"),
@@ -186,7 +186,7 @@ class DiPairStudent:
 
     def evaluate(self, data) -> dict:
         """Task metrics on `data` with the dev-tuned threshold."""
-        from ondevice.pairs.data import task_spec
+        from ondevice.eval.pair_tasks import task_spec
         from ondevice.pairs.metrics import evaluate_scores
 
         return evaluate_scores(task_spec(data.task), self.logits(data.a, data.b), data.gold, self.cfg.threshold)
@@ -240,9 +240,9 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     from tqdm.auto import tqdm
 
     from ondevice.distill import _save_checkpoint, checkpoint_errors, checkpoint_file, load_optimizer
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.io import check_out_dir
     from ondevice.pairs.augment import extra_texts, transfer_set
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.logits import teacher_logits
     from ondevice.pairs.metrics import dev_metrics, headline
     from ondevice.pairs.train import _batches, _index

@@ -45,9 +45,9 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.io import atomic_path, read_json, write_json, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
-from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import PairHeadConfig, build_head
 from ondevice.pairs.runloop import check_resume

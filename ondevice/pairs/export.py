@@ -231,7 +231,7 @@ def card_section(block: dict) -> str:
 
 def blend_dev_pairs(task: str, data: str | Path, split_seed: int = 0):
     """The dev pairs a blend is fitted on (None for a 3-class task, which has no blend); missing data is a one-line error."""
-    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
 
     if task_spec(task).kind == "classes":
         return None
@@ -246,8 +246,8 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     as its head block's `blend`: a DSE/DvBERT head (`pairs`) with the cosine of the two embeddings (the vectors its
     rerank holds), a DiPair head (`dipair`) with minus the Hamming distance of the two codes (what a Hamming shortlist
     has). Golden blended keys are written when the folder has golden pairs."""
+    from ondevice.eval.pair_tasks import task_spec
     from ondevice.pairs.blend import fit_blend, minus_hamming
-    from ondevice.pairs.data import task_spec
     from ondevice.pairs.metrics import cosines
     from ondevice.runtime import Bundle
 
@@ -318,8 +318,8 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
         if blend else None
     if binarizer is None:
         if sentences is None:
+            from ondevice.eval.pair_tasks import load_pairs
             from ondevice.pairs.augment import training_sentences
-            from ondevice.pairs.data import load_pairs
 
             sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
@@ -348,8 +348,8 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     and pairs and the head adds a few hundred KB instead of a second encoder. The encoder files are copied byte for
     byte from their verified bytes; the run's encoder must give the bundle's vectors on the task's dev sentences.
     A DSE head the bundle already has is replaced (its files are left out of the copy)."""
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.export.bundle import check_replaceable, publish, stage
-    from ondevice.pairs.data import load_pairs, task_spec
     from ondevice.pairs.metrics import cosines
     from ondevice.pairs.model import load_head_weights
     from ondevice.pairs.train import PairStudent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ondevice.pairs.data import TaskSpec
+from ondevice.eval.pair_tasks import TaskSpec
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:

@@ -17,8 +17,8 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
+from ondevice.eval.pair_tasks import load_sst2
 from ondevice.io import artifact_file, atomic_path, read_json, write_json
-from ondevice.pairs.data import load_sst2
 from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids

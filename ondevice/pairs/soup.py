@@ -63,7 +63,7 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
     torch = require("torch", "train")
     st = require("safetensors.torch", "train")
     from ondevice.distill import checkpoint_errors
-    from ondevice.pairs.data import load_pairs, task_spec
+    from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.metrics import headline
 
     run, out = Path(run), Path(out)

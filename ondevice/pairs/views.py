@@ -18,8 +18,8 @@ import numpy as np
 
 from ondevice.checks import first_failure
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.pairs.biencoder import BiEncoderTeacher, is_bi_encoder_view
-from ondevice.pairs.data import load_pairs, task_spec
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics
 

@@ -17,7 +17,7 @@ def _data_default() -> str:
 
 
 def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
-    from ondevice.pairs.data import TASKS
+    from ondevice.eval.pair_tasks import TASKS
 
     if task:
         p.add_argument("--task", required=True, choices=list(TASKS), help="pair task")
@@ -414,7 +414,7 @@ def run(a: argparse.Namespace) -> int:
 
         check_data_dir(a.data)
     if cmd == "data":
-        from ondevice.pairs.data import describe_splits, summary
+        from ondevice.eval.pair_tasks import describe_splits, summary
 
         print(json.dumps(summary(a.task, a.data, a.split_seed), indent=2))
         print(describe_splits())
@@ -449,8 +449,8 @@ def run(a: argparse.Namespace) -> int:
         print(json.dumps({"dev": dev, "test": evaluate_sentence_head(a.out, a.data, "test")}))
         return 0
     if cmd == "eval":
+        from ondevice.eval.pair_tasks import load_pairs
         from ondevice.pairs.crossencoder import evaluate_teacher
-        from ondevice.pairs.data import load_pairs
         from ondevice.pairs.train import PairStudent
         from ondevice.pairs.views import open_teacher
 
@@ -463,7 +463,7 @@ def run(a: argparse.Namespace) -> int:
         if a.run:
             from pathlib import Path
 
-            from ondevice.pairs.data import task_spec
+            from ondevice.eval.pair_tasks import task_spec
             from ondevice.pairs.dipair_train import DiPairStudent
             from ondevice.pairs.metrics import cosine_metrics
 
