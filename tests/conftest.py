@@ -28,6 +28,36 @@ def missing_requirements() -> list[str]:
     return missing + [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None]
 
 
+# The user's real home, read before the suite swaps HOME for a temporary one (pytest_configure): a test may *read*
+# from it (an optional model a user fetched), never write.
+REAL_HOME = Path(os.environ.get("ONDEVICE_REAL_HOME") or Path.home())  # xdist workers inherit it from the controller
+_SUITE_HOME: Path | None = None
+
+
+def pytest_configure(config) -> None:
+    """The whole run (and every process it starts) gets a temporary HOME and cache, so nothing reaches the user's
+    ~/.cache; session fixtures built before any test's own cache see the temporary one too."""
+    global _SUITE_HOME
+    import tempfile
+
+    _SUITE_HOME = Path(tempfile.mkdtemp(prefix="ondevice-home-"))
+    os.environ["ONDEVICE_REAL_HOME"] = str(REAL_HOME)
+    os.environ["HOME"] = str(_SUITE_HOME)
+    os.environ["ONDEVICE_CACHE"] = str(_SUITE_HOME / "suite-cache")  # tests set their own on top (_isolated_cache)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_unconfigure(config) -> None:
+    """Fail the run if anything wrote to ~/.cache/ondevice, i.e. bypassed ONDEVICE_CACHE (it would have been the
+    user's real cache), then remove the temporary home."""
+    if _SUITE_HOME is None:
+        return
+    leaked = sorted(str(p.relative_to(_SUITE_HOME)) for p in (_SUITE_HOME / ".cache" / "ondevice").rglob("*"))
+    shutil.rmtree(_SUITE_HOME, ignore_errors=True)
+    if leaked:
+        raise pytest.UsageError(f"tests wrote to ~/.cache/ondevice instead of ONDEVICE_CACHE: {leaked[:5]}")
+
+
 def pytest_sessionstart(session) -> None:
     if os.environ.get("ONDEVICE_STRICT") == "1" and (missing := missing_requirements()):
         raise pytest.UsageError(f"ONDEVICE_STRICT=1 but this machine lacks {', '.join(missing)}: install the JDK "

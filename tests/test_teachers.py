@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import OPTIONAL
+from conftest import OPTIONAL, REAL_HOME
 
 from ondevice import teachers
 from ondevice.cli import main
@@ -155,7 +155,7 @@ def test_real_mpnet_where_fetched() -> None:
     from ondevice.teacher import Teacher
 
     # read where `ondevice teachers fetch mpnet` puts it by default; the test's own cache stays temporary
-    fetched = Path.home() / ".cache" / "ondevice" / "teachers" / "all-mpnet-base-v2"
+    fetched = REAL_HOME / ".cache" / "ondevice" / "teachers" / "all-mpnet-base-v2"
     if not (fetched / teachers.SOURCE).is_file():
         pytest.skip(f"{OPTIONAL} all-mpnet-base-v2 is not fetched on this machine (ondevice teachers fetch mpnet)")
     teacher = Teacher(fetched)
