@@ -71,10 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_seed(s)
 
     c = CrossEncoderConfig(task="stsb", data="")
-    s = sub.add_parser("teacher", help="fine-tune the packaged MiniLM as a cross-encoder teacher", formatter_class=fmt)
+    s = sub.add_parser("teacher", help="fine-tune a cross-encoder teacher (the packaged MiniLM, or --base mpnet / a model dir)", formatter_class=fmt)
     _common(s)
     s.add_argument("--out", required=True, help="teacher folder to write")
-    s.add_argument("--base", default=c.base, help="'all-MiniLM-L6-v2' (packaged) or a local Hugging Face model dir")
+    s.add_argument("--base", default=c.base, help="'all-MiniLM-L6-v2' (packaged), 'mpnet' (all-mpnet-base-v2 after `ondevice teachers fetch mpnet`) or a "
+                   "local Hugging Face model dir")
     s.add_argument("--epochs", type=int, default=c.epochs)
     s.add_argument("--batch-size", type=int, default=c.batch_size)
     s.add_argument("--lr", type=float, default=c.lr)
