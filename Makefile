@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# CPU build of torch from the local file first; the extras' torch range is then already satisfied.
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[train,eval,export,pairs,dev,bench,scale]"
+	$(PIP) -e ".[train,eval,export,pairs,dev,bench,scale,interop]"
 	touch $(STAMP)
 
 $(WEB_STAMP): web_demo/package.json web_demo/package-lock.json

@@ -45,16 +45,22 @@ def _allowed(tag, cat, tags_all, tags_any, cats, use_cats):
 
 
 @njit(cache=True, inline="always")
-def _scan_chunk(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats, use_cats, lo, hi, c, hd, hr, hid):
+def _scan_chunk(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats, use_cats, lo, hi, c, hd, hr, hid,
+                keep):
     nq, nw = queries.shape
     has_ids = ids.shape[0] > 0
     has_tags = tags.shape[0] > 0
     has_cats = cats_row.shape[0] > 0
+    # First the allowed rows of the chunk, written unconditionally and counted by the test's result: no branch to
+    # mispredict on a random filter; then the distances of those rows only (a sparse filter reads few codes).
+    cnt = lo
     for r in range(lo, hi):
         tag = tags[r] if has_tags else np.uint64(0)
         cat = cats_row[r] if has_cats else np.int32(0)
-        if not _allowed(tag, cat, tags_all, tags_any, cats, use_cats):
-            continue
+        keep[cnt] = r
+        cnt += 1 if _allowed(tag, cat, tags_all, tags_any, cats, use_cats) else 0
+    for j in range(lo, cnt):
+        r = keep[j]
         rid = ids[r] if has_ids else np.int64(r)
         for q in range(nq):
             d = np.int64(0)
@@ -75,10 +81,11 @@ def _scan_chunk(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats
             hid[c, q, j] = rid
 
 
-def _scan_all_impl(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats, use_cats, bounds, hd, hr, hid):
+def _scan_all_impl(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats, use_cats, bounds, hd, hr, hid,
+                   keep):
     for c in prange(bounds.shape[0] - 1):
         _scan_chunk(codes, queries, k, ids, tags, cats_row, tags_all, tags_any, cats, use_cats,
-                    bounds[c], bounds[c + 1], c, hd, hr, hid)
+                    bounds[c], bounds[c + 1], c, hd, hr, hid, keep)
 
 
 _scan_parallel = njit(parallel=True, cache=True)(_scan_all_impl)
@@ -109,7 +116,8 @@ def filtered_knn(codes: np.ndarray, queries: np.ndarray, k: int, ids: np.ndarray
     args = (codes_w, queries_w, k, empty_i64 if ids is None else np.ascontiguousarray(ids, np.int64),
             empty_u64 if tags is None else np.ascontiguousarray(tags, np.uint64),
             empty_i32 if categories_of_rows is None else np.ascontiguousarray(categories_of_rows, np.int32),
-            np.uint64(tags_all), np.uint64(tags_any), cats, use_cats, bounds, hd, hr, hid)
+            np.uint64(tags_all), np.uint64(tags_any), cats, use_cats, bounds, hd, hr, hid,
+            np.empty(n, np.int32 if n < (1 << 31) else np.int64))  # allowed rows: 4 bytes per row of scratch
     if nchunks == 1:
         _scan_serial(*args)
     else:

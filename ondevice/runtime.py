@@ -21,7 +21,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -29,8 +29,11 @@ from ondevice import addons, layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError, ort_error_line
 from ondevice.io import artifact_file
-from ondevice.onnxproto import external_tensors
+from ondevice.onnxproto import external_tensors, foreign_operators
 from ondevice.tokenizer import Tokenizer, as_texts
+
+if TYPE_CHECKING:  # the index module loads only when an index is used
+    from ondevice.index import Filter
 
 FORMAT_VERSION = 1
 # Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
@@ -40,6 +43,7 @@ _CONTROL = ("Cc", "Cs", "Zl", "Zp")  # control characters, lone surrogates and l
 MAX_NAME = 1024  # characters in a listed file name (each part at most 255 bytes, like most file systems)
 MAX_DIM = 65_536
 MAX_K = 1 << 20  # neighbours per query in `search`
+MAX_FILES = 4096  # files a manifest lists: an export writes about a dozen (golden files included)
 # files the runtime parses: their bytes are hashed and then parsed from memory, never read a second time
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists a dozen files: anything this large is not one
 MAX_PARSED_BYTES = 1 << 30  # a file read whole to be parsed (an ONNX graph is at most 2 GB; a phone bundle ~10 MB)
@@ -126,7 +130,24 @@ def _safe_name(path: Path, name: Any) -> Path:
     # ':' too: on Windows "C:x" joined to a folder is a path on drive C, outside the bundle
     if PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in parts) or ":" in name or name == layouts.MANIFEST:
         raise _bundle_error(path, f"manifest lists an unsafe file name {name!r}; refusing to load it")
+    if "/".join(parts) != name:  # "./x", "x/", "a//b": one file under many spellings, each hashed again
+        raise _bundle_error(path, f"manifest lists {name!r}, not in canonical form ({'/'.join(parts)!r}); the manifest "
+                                  "is corrupt")
     return path.joinpath(*parts)
+
+
+class _DuplicateKey(Exception):
+    """A JSON object naming one key twice (json.loads would silently keep the last)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json object_pairs_hook: the object, or _DuplicateKey when a key repeats."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def read_manifest(path: Path) -> dict:
@@ -141,9 +162,11 @@ def read_manifest(path: Path) -> dict:
         if len(raw) > MAX_MANIFEST_BYTES:
             raise _bundle_error(path, f"{layouts.MANIFEST} is over {MAX_MANIFEST_BYTES >> 20} MB, far more than any manifest; "
                                       "re-export the bundle")
-        manifest = json.loads(raw.decode("utf-8"))
+        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise _bundle_error(path, f"{layouts.MANIFEST} is missing; re-export the bundle") from None
+    except _DuplicateKey as exc:
+        raise _bundle_error(path, f"{layouts.MANIFEST} says {str(exc)[:80]!r} twice in one object; re-export the bundle") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, or an over-long integer
         raise _bundle_error(path, f"{layouts.MANIFEST} is not valid JSON ({type(exc).__name__}); re-export the bundle") from None
     if not isinstance(manifest, dict) or manifest.get("format") != layouts.BUNDLE_FORMAT:
@@ -155,8 +178,18 @@ def read_manifest(path: Path) -> dict:
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise _bundle_error(path, f"{layouts.MANIFEST} has no 'files' table; re-export the bundle")
+    if len(files) > MAX_FILES:
+        raise _bundle_error(path, f"{layouts.MANIFEST} lists {len(files):,} files, more than the {MAX_FILES:,} a bundle may "
+                                  "have; re-export the bundle")
+    seen: dict[str, str] = {}
     for name, entry in files.items():
         _safe_name(path, name)
+        # the same file on a case-insensitive or normalizing file system (macOS, Windows): listed twice
+        folded = unicodedata.normalize("NFC", name).casefold()
+        if folded in seen:
+            raise _bundle_error(path, f"{layouts.MANIFEST} lists {seen[folded]!r} and {name!r}, the same file on many "
+                                      "file systems; re-export the bundle")
+        seen[folded] = name
         ok = (isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and _SHA256.match(entry["sha256"])
               and isinstance(entry.get("bytes"), int) and entry["bytes"] >= 0)
         if not ok:
@@ -231,11 +264,29 @@ def verify_files(path: Path, manifest: dict, keep: tuple[str, ...] = PARSED) -> 
 def _session(path: Path, model: bytes, threads: int):
     from ondevice.ort_session import cpu_session, session_options
 
+    foreign = foreign_operators(model)  # before onnxruntime sees the graph: nothing of it runs until it is ours
+    if foreign:
+        raise _bundle_error(path, f"{layouts.ENCODER_ONNX} uses operators ondevice never exports ({', '.join(foreign[:5])}); "
+                                  "it was not written by `ondevice export`: re-export the bundle")
     try:
         return cpu_session(model, session_options(threads, inter_op=1, quiet=True))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
         raise _bundle_error(path, f"{layouts.ENCODER_ONNX} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
                                   "or re-export the bundle") from None
+
+
+_SIGNATURE = {"inputs": {"ids": "tensor(int64)", "lengths": "tensor(int64)"},
+              "outputs": {"embedding": "tensor(float)", "code": "tensor(uint8)"}}
+
+
+def _check_signature(path: Path, session) -> None:
+    """The graph's declared inputs and outputs: ids and lengths of int64, a float embedding and a uint8 code."""
+    for kind, want in _SIGNATURE.items():
+        declared = {x.name: x.type for x in (session.get_inputs() if kind == "inputs" else session.get_outputs())}
+        for name, dtype in want.items():
+            if declared.get(name) != dtype:
+                raise _bundle_error(path, f"{layouts.ENCODER_ONNX} declares {kind[:-1]} {name!r} as {declared.get(name)}, "
+                                          f"not {dtype}; re-export the bundle")
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -275,19 +326,30 @@ class Bundle:
                 shapes.get("code", [None, None])[1:] != [manifest["code_bytes"]]:
             raise _bundle_error(path, f"{layouts.ENCODER_ONNX} outputs {shapes} do not match the manifest's dim "
                                       f"{manifest['dim']} / code_bytes {manifest['code_bytes']}; re-export the bundle")
+        _check_signature(path, session)
         bundle = cls(path, manifest, tokenizer, session, threads)
         bundle._probe()
         return bundle
 
     def _probe(self) -> None:
         """Run the graph once on the highest token id: a vocabulary larger than the graph's embedding table, or
-        weights that give NaN, fail here at load rather than on the first rare word an app encodes."""
+        weights that give NaN, fail here at load rather than on the first rare word an app encodes; the graph's
+        codes must be the binarizer file's codes of its vectors (a binarizer of another width or weights is refused)."""
         top = len(self.tokenizer) - 1
-        ids = np.array([[top, 1, 0]], dtype=np.int64)  # the last id, [UNK], and a [PAD] beyond the length
-        emb, _ = self.run_ids(ids, np.array([2], dtype=np.int64), what="vocab.txt against the graph's embedding table")
-        if not np.isfinite(emb).all():
-            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} gives NaN or inf vectors; its weights are broken, re-export it "
-                                           "from a finite student")
+        ids = np.array([[top, 1, 0], [1, 0, 0]], dtype=np.int64)  # the last id, [UNK], and a [PAD] beyond the length
+        emb, code = self.run_ids(ids, np.array([2, 1], dtype=np.int64), what="vocab.txt against the graph's embedding table")
+        data = (self.path / layouts.BINARIZER_WEIGHTS).read_bytes()
+        if hashlib.sha256(data).hexdigest() != self.manifest["files"][layouts.BINARIZER_WEIGHTS]["sha256"]:
+            raise _bundle_error(self.path, f"{layouts.BINARIZER_WEIGHTS} changed while the bundle was loading; load it again")
+        projection, offset = _binarizer_weights(self.path, data, self.manifest)
+        z = emb.astype(np.float64) @ projection.astype(np.float64) + offset.astype(np.float64)
+        from ondevice.bits import unpack
+
+        graph_bits = unpack(code, self.bits)
+        near = np.abs(z) < 1e-3 * (1 + np.abs(z).max())  # a sign this close to 0 may round either way in int8 or fp16
+        if ((graph_bits != (z > 0)) & ~near).mean() > 0.02:
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX}'s codes are not {layouts.BINARIZER_WEIGHTS}'s codes of its "
+                                           "vectors (a binarizer of other weights or width); re-export the bundle")
 
     @property
     def dim(self) -> int:
@@ -309,13 +371,29 @@ class Bundle:
         return f"Bundle({str(self.path)!r}, precision={self.precision!r}, dim={self.dim}, bits={self.bits})"
 
     def run_ids(self, ids: np.ndarray, lengths: np.ndarray, what: str = "") -> tuple[np.ndarray, np.ndarray]:
-        """The graph on token ids: (embeddings float32 (n, dim), codes uint8 (n, code_bytes))."""
+        """The graph on token ids: (embeddings float32 (n, dim), codes uint8 (n, code_bytes)), checked on every call:
+        the shapes and types the manifest says, finite vectors, no bits set past the code length."""
         try:
             emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
             check = f" (checking {what})" if what else ""
             raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} failed to run{check}: {ort_error_line(exc)}; the bundle's files do not fit "
                                            "together, re-export it") from None
+        n = len(ids)
+        if not isinstance(emb, np.ndarray) or emb.dtype != np.float32 or emb.shape != (n, self.dim) or \
+                not isinstance(code, np.ndarray) or code.dtype != np.uint8 or code.shape != (n, self.code_bytes):
+            got = [f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}" for x in (emb, code)]
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} returned {got[0]} and {got[1]} for {n} sentences, not float32 "
+                                           f"({n}, {self.dim}) and uint8 ({n}, {self.code_bytes}); re-export the bundle")
+        finite = np.isfinite(emb).all(axis=1)
+        if not finite.all():  # an index would store such a row as a code of all zeros, and search would find it
+            row = int(np.flatnonzero(~finite)[0])
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} gave NaN or infinite values for {int((~finite).sum())} of {n} "
+                                           f"sentences (the first at position {row} of this call); its weights are broken "
+                                           "for some inputs: re-export it from a finite student")
+        if self.bits % 8 and (code[:, -1] >> (self.bits % 8)).any():
+            raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} sets bits past the {self.bits}-bit code length; re-export "
+                                           "the bundle")
         return emb, code
 
     @property
@@ -452,7 +530,7 @@ class Bundle:
         return self
 
     def search(self, texts: str | Sequence[str], k: int = 10, rescore: int | None = None,
-               filter: Any = None) -> tuple[np.ndarray, np.ndarray]:
+               filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k catalog rows per query by Hamming distance: (distances (q, k), ids (q, k)), -1 padded.
 
         rescore=m (an index built with rescore_vectors=True): the Hamming top m*k re-ranked by the int8 dot product

@@ -49,6 +49,8 @@ TINY = {
     "devices": ["--help"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
+    # QQP retrieval on the first 2,000 corpus questions; timing on 3,000 items
+    "retrieval": ["--max-corpus", "2000", "--timed", "5", "--timing-n", "3000", "--multipliers", "2", "4"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
     "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--set", "COUNT_FIRST_MAX_WORDS=0,1",
                             "--rounds", "1", "--budget", "0.01", "--results-dir", "{tmp}/out"],
@@ -58,7 +60,8 @@ TINY = {
                     "--batch-n", "20000", "--budget", "0.05", "--read-min", "20000", "--rounds", "2", "--out-dir", "{tmp}/out"],
 }
 # Benchmarks that write a results file (checked below).
-WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "binarize_starts", "bundle", "jvm_core", "distill_ablation", "walkthrough"}
+WRITES_RESULTS = {"binarize_quality", "binarize_epochs", "binarize_starts", "bundle", "jvm_core", "distill_ablation", "walkthrough",
+                  "retrieval"}
 
 
 def _bench_copy(tmp_path: Path, **env_extra: str) -> tuple[Path, dict[str, str]]:

@@ -309,6 +309,104 @@ export class HammingIndex {
     }
     return { ids, distances: dist };
   }
+
+  /**
+   * Per-row attributes for filtered search: `tags` 64-bit masks (BigInt values, e.g. a BigUint64Array) and
+   * `categories` 32-bit integers, one each per row (as HammingIndex.add(tags=, categories=) in Python).
+   */
+  setAttributes(tags, categories) {
+    if (tags.length !== this.size || categories.length !== this.size) {
+      throw new OndeviceError(`attributes need one tag mask and one category per row (${this.size})`);
+    }
+    // two 32-bit halves per mask: the scan tests them with plain integer operations
+    this.tagsLo = new Uint32Array(this.size);
+    this.tagsHi = new Uint32Array(this.size);
+    for (let r = 0; r < this.size; r++) {
+      const t = BigInt.asUintN(64, BigInt(tags[r]));
+      this.tagsLo[r] = Number(t & 0xffffffffn);
+      this.tagsHi[r] = Number(t >> 32n);
+    }
+    this.categories = Int32Array.from(categories);
+  }
+
+  /** Per-row int8 vectors (Int8Array of size x dim) and float32 scales for rescoring (vector ~= int8 * scale). */
+  setVectors(int8, scales, dim) {
+    if (!(dim >= 1) || int8.length !== this.size * dim || scales.length !== this.size) {
+      throw new OndeviceError(`int8 vectors need ${this.size} x ${dim} values and ${this.size} scales`);
+    }
+    this.vectors = Int8Array.from(int8);
+    this.scales = Float32Array.from(scales);
+    this.dim = dim;
+  }
+
+  /**
+   * Search with a filter and/or int8 rescoring (Python's HammingIndex.search(filter=, rescore=, query_vectors=)):
+   * rows the filter rejects are skipped inside the scan, so k rows come back whenever k rows are allowed; with
+   * `rescore: m` the Hamming top m*k is re-ranked by the int8 dot product with `queryVector` (scores descending,
+   * ties by the smaller row). Returns {ids, distances} or {ids, distances, scores}, only rows found.
+   */
+  searchWith(query, k = 10, { filter = null, rescore = 0, queryVector = null } = {}) {
+    const f = filter ? new Filter(filter) : null;
+    if (rescore && !(Number.isInteger(rescore) && rescore >= 1)) throw new OndeviceError("rescore must be an integer >= 1");
+    if (rescore && !this.vectors) throw new OndeviceError("this index has no int8 vectors to rescore with (setVectors)");
+    if (rescore && (!queryVector || queryVector.length !== this.dim)) {
+      throw new OndeviceError(`rescoring needs the query's float vector of ${this.dim} values`);
+    }
+    const q = toWords(query, this.codeBytes, this.words);
+    const w = this.words;
+    const want = Math.min(rescore ? k * rescore : k, this.size);
+    const ids = new Int32Array(want);
+    const dist = new Int32Array(want);
+    let found = 0;
+    const hasAttrs = !!this.tagsLo;
+    for (let r = 0, off = 0; r < this.size; r++, off += w) {
+      if (f && !f.allows(hasAttrs ? this.tagsLo[r] : 0, hasAttrs ? this.tagsHi[r] : 0, hasAttrs ? this.categories[r] : 0)) continue;
+      let d = 0;
+      for (let j = 0; j < w; j++) d += popcount32(this.data[off + j] ^ q[j]);
+      if (found === want && d >= dist[want - 1]) continue; // an equal distance keeps the earlier (smaller) row
+      let pos = found < want ? found++ : want - 1;
+      while (pos > 0 && dist[pos - 1] > d) {
+        dist[pos] = dist[pos - 1];
+        ids[pos] = ids[pos - 1];
+        pos--;
+      }
+      dist[pos] = d;
+      ids[pos] = r;
+    }
+    if (!rescore) return { ids: ids.slice(0, found), distances: dist.slice(0, found) };
+    const scored = [];
+    for (let i = 0; i < found; i++) {
+      const r = ids[i];
+      let dot = 0;
+      for (let j = 0, o = r * this.dim; j < this.dim; j++) dot += this.vectors[o + j] * queryVector[j];
+      scored.push({ r, d: dist[i], s: Math.fround(dot * this.scales[r]) });
+    }
+    scored.sort((a, b) => b.s - a.s || a.r - b.r);
+    const top = scored.slice(0, k);
+    return { ids: Int32Array.from(top, (x) => x.r), distances: Int32Array.from(top, (x) => x.d),
+      scores: Float32Array.from(top, (x) => x.s) };
+  }
+}
+
+/** Which rows a search may return, as Python's ondevice.index.Filter: every bit of tagsAll, any bit of tagsAny
+ * (0: no condition), a category among `categories` (null: any). Masks are BigInt or safe integers. */
+export class Filter {
+  constructor({ tagsAll = 0n, tagsAny = 0n, categories = null } = {}) {
+    const all = BigInt.asUintN(64, BigInt(tagsAll));
+    const any = BigInt.asUintN(64, BigInt(tagsAny));
+    this.allLo = Number(all & 0xffffffffn) >>> 0;
+    this.allHi = Number(all >> 32n) >>> 0;
+    this.anyLo = Number(any & 0xffffffffn) >>> 0;
+    this.anyHi = Number(any >> 32n) >>> 0;
+    this.categories = categories === null || categories === undefined ? null : new Set(Array.from(categories, Number));
+  }
+
+  /** Whether a row with this tag mask (two 32-bit halves) and category is allowed. */
+  allows(lo, hi, category) {
+    if (((lo & this.allLo) >>> 0) !== this.allLo || ((hi & this.allHi) >>> 0) !== this.allHi) return false;
+    if ((this.anyLo || this.anyHi) && !(lo & this.anyLo) && !(hi & this.anyHi)) return false;
+    return this.categories === null || this.categories.has(category);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

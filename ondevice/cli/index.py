@@ -41,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--ids", help="int64 ids (n,) as .npy (default: row numbers 0..n-1)")
     b.add_argument("--bits", type=int, default=None, help="bits per code (default: 8 x bytes per code)")
     b.add_argument("--max-sentences", type=int, default=None, help="use only the first N corpus sentences")
+    b.add_argument("--int8-vectors", action="store_true",
+                   help="also keep each sentence's embedding as int8 (dim + 4 bytes per item) for `index search --rescore`; "
+                   "needs --corpus and --bundle")
+    b.add_argument("--tags", help="uint64 tag masks (n,) as .npy: attributes for `index search --tags-all/--tags-any`")
+    b.add_argument("--categories", help="int32 categories (n,) as .npy: attributes for `index search --category`")
     b.add_argument("--out", required=True, help="index file to write (e.g. catalog.odx); with --shards a folder")
     b.add_argument("--shards", type=int, default=0,
                    help="write S shard files (ids global) and a manifest.json with their checksums into folder --out")
@@ -61,6 +66,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--rerank", type=int, default=0, metavar="N",
                    help="take the Hamming top N, then show the top k by the bundle's pair head (its blended key; "
                         "e.g. the shipped duplicate-question head); needs --query, --bundle and --corpus (0: off)")
+    s.add_argument("--rescore", type=int, default=None, metavar="M",
+                   help="re-rank the Hamming top M*k by the int8 vectors the index keeps (`build --int8-vectors`); "
+                   "needs --query and --bundle")
+    f = s.add_argument_group("filter (rows are skipped inside the scan; the index needs --tags/--categories)")
+    f.add_argument("--tags-all", type=lambda x: int(x, 0), default=0, metavar="MASK",
+                   help="only rows whose tag mask has every bit of MASK (e.g. 0b101 or 5)")
+    f.add_argument("--tags-any", type=lambda x: int(x, 0), default=0, metavar="MASK",
+                   help="only rows whose tag mask has at least one bit of MASK")
+    f.add_argument("--category", type=int, action="append", default=None,
+                   help="only rows of this category (repeatable: any of them)")
     s.add_argument("--json", action="store_true", help="print one JSON object per query")
     s.add_argument("--no-mmap", action="store_true", help="read the index into memory (verifies its checksum)")
     s.add_argument("--backend", default="local", choices=["local", "ray"],
@@ -156,6 +171,16 @@ class _Encoder:
             raise OndeviceError("--rerank uses a bundle's pair head: pass --bundle (e.g. pretrained), not --student")
         return self._bundle.pair_head()
 
+    def embed(self, texts: list[str]):
+        """(unit-length float embeddings, codes) of a bundle, for int8 vectors and rescoring."""
+        from ondevice.errors import OndeviceError
+        from ondevice.runtime import unit_rows
+
+        if not hasattr(self, "_bundle"):
+            raise OndeviceError("int8 vectors and --rescore use a bundle's embeddings: pass --bundle, not --student")
+        emb, codes = self._bundle.embed(texts, batch_size=self.batch_size)
+        return unit_rows(emb), codes
+
     def codes(self, texts: list[str]):
         if hasattr(self, "_bundle"):
             return self._bundle.codes(texts, batch_size=self.batch_size)
@@ -178,6 +203,10 @@ def _build(a: argparse.Namespace) -> int:
         raise OndeviceError(f"--max-sentences must be >= 1, got {a.max_sentences}")
     if a.shards < 0:
         raise OndeviceError(f"--shards must be >= 0 (0: one index file), got {a.shards}")
+    if a.int8_vectors and not (a.corpus and a.bundle):
+        raise OndeviceError("--int8-vectors keeps the bundle's embeddings of the sentences: it needs --corpus and --bundle")
+    if a.shards and (a.int8_vectors or a.tags or a.categories):
+        raise OndeviceError("--int8-vectors, --tags and --categories are kept in one index file; drop --shards")
     if a.shards:  # before any encoding: never into a bundle or other artifact, never over a file not an index
         check_out_kind(a.out, "sharded-index")
     else:
@@ -207,7 +236,20 @@ def _build(a: argparse.Namespace) -> int:
         raise OndeviceError(f"{a.ids} has shape {ids.shape}; it needs one id per code ({n},)")
     if encoder is not None:
         print(f"encoder: {encoder.label}", file=sys.stderr)
-    if codes is None:
+    attrs = {}
+    for name, dtype in (("tags", np.uint64), ("categories", np.int32)):
+        given = getattr(a, name)
+        if given:
+            arr = read_npy(given, f"--{name}")
+            if arr.shape != (n,) or not np.issubdtype(arr.dtype, np.integer):
+                raise OndeviceError(f"{given} must hold {n} integers ({name} for each code), got {arr.dtype} {arr.shape}")
+            attrs[name] = arr
+    vectors = None
+    if codes is None and a.int8_vectors:
+        parts = [encoder.embed(texts[i : i + 65536]) for i in range(0, len(texts), 65536)]
+        vectors, codes = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        bits = encoder.bits
+    elif codes is None:
         codes = np.concatenate([encoder.codes(texts[i : i + 65536]) for i in range(0, len(texts), 65536)])
         bits = encoder.bits
     if a.shards:
@@ -218,7 +260,7 @@ def _build(a: argparse.Namespace) -> int:
               f"({sum(s.bytes for s in manifest.shards) / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
         return 0
     index = HammingIndex(bits, encoder=encoder.identity if encoder is not None else None)
-    index.add(codes, ids)
+    index.add(codes, ids, vectors=vectors, **attrs)
     index.save(a.out)
     print(f"index saved to {a.out}: {len(index):,} codes x {bits} bits "
           f"({Path(a.out).stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
@@ -249,10 +291,24 @@ def _search(a: argparse.Namespace) -> int:
     if a.rerank and (a.rerank < a.k or a.radius is not None or not (a.query and a.bundle and a.corpus)):
         raise OndeviceError(f"--rerank {a.rerank} reranks a Hamming shortlist of N >= k ({a.k}) with the pair head of "
                             "the --bundle: it needs --query TEXT, --bundle and --corpus, and no --radius")
+    if a.rescore is not None and (a.rescore < 1 or not (a.query and a.bundle) or a.radius is not None or a.rerank):
+        raise OndeviceError(f"--rescore {a.rescore} re-ranks by the int8 vectors of the index: it needs M >= 1, --query TEXT "
+                            "and --bundle, and no --radius or --rerank")
+    flt = None
+    if a.tags_all or a.tags_any or a.category is not None:
+        from ondevice.index import Filter
+
+        flt = Filter(tags_all=a.tags_all, tags_any=a.tags_any, categories=a.category)
     started = time.perf_counter()
     index = _open_for_search(a)
     if a.radius is not None and not isinstance(index, HammingIndex):
         raise OndeviceError("--radius is not supported on a sharded index; use -k")
+    if (flt is not None or a.rescore is not None) and not isinstance(index, HammingIndex):
+        raise OndeviceError("--rescore and filters need one index file, not a sharded index")
+    if flt is not None and a.radius is not None:
+        raise OndeviceError("filters work with -k searches, not --radius")
+    if a.rescore is not None and not index.vector_dim:
+        raise OndeviceError(f"{a.index} keeps no int8 vectors; build it with `ondevice index build --int8-vectors`")
     texts = _corpus_lookup(a.corpus)  # a bad corpus is reported before any progress line
     if a.queries:
         queries = read_npy(a.queries, "--queries")
@@ -270,18 +326,34 @@ def _search(a: argparse.Namespace) -> int:
         elif getattr(index, "encoder", None) is None:
             print(f"note: {a.index} does not record which encoder built it (built from codes, or by an older "
                   "ondevice), so the encoder could not be checked", file=sys.stderr)
-        queries, labels = encoder.codes(list(a.query)), list(a.query)
+        if a.rescore is not None:
+            query_vectors, queries = encoder.embed(list(a.query))
+            if query_vectors.shape[1] != index.vector_dim:
+                raise OndeviceError(f"the bundle's embeddings have {query_vectors.shape[1]} dims, {a.index} keeps "
+                                    f"{index.vector_dim}: use the bundle the index was built with")
+        else:
+            queries = encoder.codes(list(a.query))
+        labels = list(a.query)
     k = max(a.k, a.rerank)
     nq = len(queries) if getattr(queries, "ndim", 1) == 2 else 1
     single = isinstance(index, HammingIndex)
     # One search in a fresh process: plain numpy beats loading Numba's kernels (~0.7 s) up to a few hundred MB.
-    path = hamming.oneshot_path(len(index), index.code_bytes, nq) if single else None
+    path = hamming.oneshot_path(len(index), index.code_bytes, nq) if single and flt is None and a.rescore is None else None
     loaded = time.perf_counter()
     if path is None and single:
         index.warmup(queries)  # kernel load (or first compile) timed apart from the search itself
     warm = time.perf_counter()
     missing: list[int] = []
-    if a.radius is not None:
+    scores = None
+    if a.rescore is not None or flt is not None:
+        kk = min(k, max(1, len(index)))
+        if a.rescore is not None:
+            found = index.search(queries, kk, filter=flt, rescore=a.rescore, query_vectors=query_vectors)
+            dist, ids, scores = found.distances, found.ids, found.scores
+        else:
+            dist, ids = index.search(queries, kk, filter=flt)
+        rows = [(dist[i][ids[i] >= 0], ids[i][ids[i] >= 0]) for i in range(len(ids))]
+    elif a.radius is not None:
         lims, dist, ids = index.range_search(queries, a.radius, path=path)
         rows = [(dist[lims[i] : lims[i + 1]], ids[lims[i] : lims[i + 1]]) for i in range(len(lims) - 1)]
     else:
@@ -296,6 +368,10 @@ def _search(a: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - warm
     answers = [[{"id": int(x), "distance": int(y), **({"text": texts(int(x))} if texts else {})} for x, y in zip(i, d)]
                for d, i in rows]
+    if scores is not None:
+        for q, hits in enumerate(answers):
+            for rank, hit in enumerate(hits):
+                hit["score"] = round(float(scores[q, rank]), 6)
     if a.rerank:
         answers = [_rerank(head, label, hits, a.k) for label, hits in zip(labels, answers)]
         shortlist = min(a.rerank, len(index))
@@ -309,7 +385,7 @@ def _search(a: argparse.Namespace) -> int:
         for rank, hit in enumerate(hits, 1):
             extra = f"  {hit['text']}" if "text" in hit else ""
             head_cols = (f"score={hit['score']:<7.3f} " + ("yes " if hit.get("decision") else "no  " if "decision" in hit else "")
-                         if a.rerank else "")
+                         if a.rerank or "score" in hit else "")
             print(f"  {rank:>4}  id={hit['id']:<10} d={hit['distance']:<5}{head_cols}{extra}")
     kernel = "numpy" if path == "numpy" else f"numba, {(warm - loaded) * 1e3:.0f} ms to load kernels"
     print(f"searched {len(index):,} codes for {len(rows)} queries in {elapsed * 1e3:.2f} ms ({kernel}; "
@@ -400,7 +476,11 @@ def _info(a: argparse.Namespace) -> int:
     print(f"{a.index}: format v{head['version']}, {head['count']:,} codes x {head['bits']} bits "
           f"({head['code_bytes']} bytes each), bit order little, ids {'ascending' if head['ascending'] else 'unordered'}")
     print(f"  encoder: {enc.describe() if enc else 'not recorded'}")
-    print("  data: sha256 of codes and ids verified" if a.verify else
+    if head["sections"]:
+        kept = ([f"int8 vectors ({head['vector_dim']} dims + a float32 scale per row)"] if head["vector_dim"] else []) + \
+            (["attributes (uint64 tags, int32 category per row)"] if head["sections"] & 2 else [])
+        print(f"  sections: {', '.join(kept)}")
+    print(f"  data: sha256 of codes and ids{' and sections' if head['sections'] else ''} verified" if a.verify else
           "  data: header and ids checked; codes NOT checksummed (add --verify to read and check every byte)")
     return 0
 

@@ -1,5 +1,9 @@
 package ai.ondevice.core;
 
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+
 /**
  * Brute-force Hamming search over packed codes held as 64-bit words ({@link Long#bitCount} of XOR).
  * Top-k is ordered by distance, ties broken by the smaller row id, exactly as ondevice's Python search.
@@ -8,15 +12,26 @@ public final class HammingIndex {
     private final long[] words;
     private final int wordsPerCode;
     private final int size;
+    private long[] tags; // per-row attributes for filters (setAttributes), or null
+    private int[] categories;
+    private byte[] vectors; // per-row int8 vectors for rescoring (setVectors), or null
+    private float[] scales;
+    private int dim;
 
-    /** Result of a top-k query: row ids and distances, best first. */
+    /** Result of a top-k query: row ids and distances, best first (and rescoring scores, else null). */
     public static final class Hits {
         public final int[] ids;
         public final int[] distances;
+        public final float[] scores;
 
         Hits(int[] ids, int[] distances) {
+            this(ids, distances, null);
+        }
+
+        Hits(int[] ids, int[] distances, float[] scores) {
             this.ids = ids;
             this.distances = distances;
+            this.scores = scores;
         }
 
         public int size() {
@@ -52,6 +67,101 @@ public final class HammingIndex {
             d += Long.bitCount(query[w] ^ words[base + w]);
         }
         return d;
+    }
+
+    /** Per-row attributes for filtered search: a 64-bit tag mask and a category per row. */
+    public void setAttributes(long[] rowTags, int[] rowCategories) {
+        if (rowTags.length != size || rowCategories.length != size) {
+            throw new IllegalArgumentException("attributes need one tag mask and one category per row (" + size + ")");
+        }
+        this.tags = rowTags.clone();
+        this.categories = rowCategories.clone();
+    }
+
+    /** Per-row int8 vectors ({@code size * dim} values) and scales for rescoring: vector ~= int8 * scale. */
+    public void setVectors(byte[] int8, float[] rowScales, int vectorDim) {
+        if (vectorDim < 1 || int8.length != (long) size * vectorDim || rowScales.length != size) {
+            throw new IllegalArgumentException("int8 vectors need " + size + " x " + vectorDim + " values and " + size
+                    + " scales");
+        }
+        this.vectors = int8.clone();
+        this.scales = rowScales.clone();
+        this.dim = vectorDim;
+    }
+
+    /**
+     * Search with a filter (null: none) and int8 rescoring ({@code rescore} = m >= 1 re-ranks the Hamming top m*k by
+     * the int8 dot product with {@code queryVector}; 0: off), as Python's HammingIndex.search(filter=, rescore=,
+     * query_vectors=). Rows the filter rejects are skipped in the scan: k rows come back whenever k are allowed.
+     */
+    public Hits search(byte[] query, int k, Filter filter, int rescore, float[] queryVector) {
+        long[] q = Codes.toWords(query);
+        if (q.length != wordsPerCode) {
+            throw new IllegalArgumentException("query has " + q.length + " words, codes have " + wordsPerCode);
+        }
+        if (rescore < 0) {
+            throw new IllegalArgumentException("rescore must be >= 0 (0: off), got " + rescore);
+        }
+        if (rescore > 0 && (vectors == null || queryVector == null || queryVector.length != dim)) {
+            throw new IllegalArgumentException("rescoring needs int8 vectors (setVectors) and a query vector of " + dim
+                    + " values");
+        }
+        int want = (int) Math.max(0, Math.min(rescore > 0 ? (long) k * rescore : k, size));
+        int[] hd = new int[want];
+        int[] hi = new int[want];
+        int n = 0;
+        int worst = want == 0 ? Integer.MIN_VALUE : Integer.MAX_VALUE;
+        for (int row = 0, base = 0; row < size; row++, base += wordsPerCode) {
+            if (filter != null && !filter.allows(tags == null ? 0L : tags[row], categories == null ? 0 : categories[row])) {
+                continue;
+            }
+            int d = 0;
+            for (int j = 0; j < wordsPerCode; j++) {
+                d += Long.bitCount(q[j] ^ words[base + j]);
+            }
+            if (d < worst) {
+                worst = offer(hd, hi, want, n++, d, row);
+            }
+        }
+        n = Math.min(n, want);
+        int[] ids = new int[n];
+        int[] dists = new int[n];
+        for (int m = n; m > 0; m--) {
+            ids[m - 1] = hi[0];
+            dists[m - 1] = hd[0];
+            hd[0] = hd[m - 1];
+            hi[0] = hi[m - 1];
+            siftDown(hd, hi, m - 1);
+        }
+        if (rescore == 0) {
+            return new Hits(ids, dists);
+        }
+        final float[] score = new float[n];
+        List<Integer> order = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            int row = ids[i];
+            double dot = 0;
+            for (int j = 0, o = row * dim; j < dim; j++) {
+                dot += vectors[o + j] * (double) queryVector[j];
+            }
+            score[i] = (float) (dot * scales[row]);
+            order.add(i);
+        }
+        final int[] rows = ids;
+        // best score first, ties by the smaller row (as Python)
+        Collections.sort(order, (a, b) -> score[a] != score[b] ? Float.compare(score[b], score[a])
+                : Integer.compare(rows[a], rows[b]));
+        int m = Math.min(k, n);
+        int[] outIds = new int[m];
+        int[] outDist = new int[m];
+        float[] outScores = new float[m];
+        for (int i = 0; i < m; i++) {
+            int e = order.get(i);
+            outScores[i] = score[e];
+            outIds[i] = ids[e];
+            outDist[i] = dists[e];
+        }
+        return new Hits(outIds, outDist, outScores);
     }
 
     /** The {@code k} nearest rows to a packed (byte) query code. */
