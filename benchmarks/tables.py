@@ -570,10 +570,15 @@ def distill_ablation(path: str) -> str:
 def distill_quality(path: str) -> str:
     """Encoders side by side (benchmarks/distill_quality.py): quality, then speed."""
     blob = _load(path)
-    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |", "|---|---:|---:|---:|---:|"]
+    # a run with --compare-teacher also scores SNLI retrieval against each compared teacher's top 10
+    others = [k.removeprefix("retrieval_top10_vs_") for k in next(iter(blob["scores_x100"].values()))
+              if k.startswith("retrieval_top10_vs_") and k != "retrieval_top10_vs_teacher"]
+    lines = ["| encoder | STS-B dev | STS-B test | SICK-R test | SNLI top-10 vs teacher (%) |"
+             + "".join(f" vs {o} (%) |" for o in others), "|---|---:|---:|---:|---:|" + "---:|" * len(others)]
     for name, s in blob["scores_x100"].items():
         lines.append(f"| {name} | {s['stsb_dev']:.2f} | {s['stsb_test']:.2f} | {s['sickr_test']:.2f} "
-                     f"| {s['retrieval_top10_vs_teacher']:.2f} |")
+                     f"| {s['retrieval_top10_vs_teacher']:.2f} |" + "".join(f" {s[f'retrieval_top10_vs_{o}']:.2f} |"
+                                                                          for o in others))
     return "\n".join(lines)
 
 
@@ -694,6 +699,9 @@ def distill_speed(path: str) -> str:
     for name, v in b["sentences_per_second"].items():
         lines.append(f"| {name} | {v:,.0f} | {b['speed_ratio_vs_teacher_torch'][name]:.2f} |")
     c = b["int8_teacher_cosine_to_fp32"]
+    for label, o in (b.get("int8_cosine_to_fp32") or {}).items():  # compared teachers (--compare-teacher)
+        if label != "teacher":
+            lines.append(f"\n{label}: int8 vs fp32 cosine over the timed sentences: mean {o['mean']:.4f}, min {o['min']:.4f}.")
     lines.append(f"\nint8 teacher vs fp32 teacher, cosine over the timed sentences: mean {c['mean']:.4f}, min {c['min']:.4f}. "
                  f"{b['speed_sentences']:,} STS-B sentences, {b['machine']['threads']} threads, {b['machine']['cpu']}, "
                  f"load average {b['machine']['loadavg_at_start'][0]} at the start.")
@@ -1055,11 +1063,54 @@ def cli_reference(*groups: str) -> str:
     return "\n".join(lines)
 
 
+def retrieval(path: str) -> str:
+    """benchmarks/retrieval.py: quality, bytes per item and ms per query of each method, per catalog size; the share
+    of the codes-to-float gap rescoring closes; the filtered codes-only timings when the file has them."""
+    r = _load(path)
+    rows = r["rows"]
+    sizes = sorted({int(n) for x in rows for n in x["ms_per_query"]})
+    m = r["machine"]
+    threads = m.get("threads", 1)
+    lines = [f"{r['task']}: {r['queries']:,} queries, {r['corpus']:,} items;",  # prose lines stay under 200 characters
+             (f"{r['bundle']}, {r['bits']}-bit codes. ms/query: median of {r['timed_queries']} single-query calls, "
+              f"{m['cpu']}, {threads} thread{'s' if threads != 1 else ''}."),
+             f"Run `{Path(path).name}` (commit {r['commit'][:12]}, {r['date']}).",
+             "", "| method | R@1 | R@10 | MRR@10 | bytes/item | " + " | ".join(f"ms/query @ {n:,}" for n in sizes) + " |",
+             "|---|---:|---:|---:|---:|" + "---:|" * len(sizes)]
+    for x in rows:
+        ms = " | ".join(f"{x['ms_per_query'][str(n)]:.3f}" if str(n) in x["ms_per_query"] else "-" for n in sizes)
+        lines.append(f"| {x['method']} | {x['recall@1']:.2f} | {x['recall@10']:.2f} | {x['mrr@10']:.2f} | "
+                     f"{x['bytes_per_item']:,} | {ms} |")
+    floats = [x for x in rows if "float" in x["method"]]
+    codes = [x for x in rows if x["method"].startswith("bundle codes")]
+    rescored = [x for x in rows if "rescoring" in x["method"]]
+    if floats and codes and rescored:
+        f, c, big = floats[0], codes[0], str(sizes[-1])
+        parts = []
+        for x in rescored:
+            closed = []
+            for key in ("recall@1", "recall@10", "mrr@10"):
+                gap = f[key] - c[key]
+                closed.append(f"{100 * (x[key] - c[key]) / gap:.0f}%" if gap > 0 else "no gap")
+            slow = x["ms_per_query"].get(big, float("nan")) / c["ms_per_query"].get(big, float("nan"))
+            parts.append(f"{x['method'].split(', ')[-1]} {'/'.join(closed)} at {slow:.2f}x")
+        lines += ["", (f"Share of the codes-to-float gap closed by rescoring (R@1/R@10/MRR@10), and its time over codes "
+                       f"alone at {int(big):,} items:"), "; ".join(parts) + "."]
+    filtered = r.get("filtered_codes_ms_per_query")
+    if filtered:
+        fs = sorted(filtered, key=int)
+        kinds = list(filtered[fs[0]])
+        lines += ["", "| filtered Hamming search (codes only) | " + " | ".join(f"ms/query @ {int(n):,}" for n in fs) + " |",
+                  "|---|" + "---:|" * len(fs)]
+        lines += [f"| {k} | " + " | ".join(f"{filtered[n][k]:.3f}" for n in fs) + " |" for k in kinds]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
     bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
-    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe, cli_reference)}
+    hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe, cli_reference, retrieval)}
 
 
 def render(text: str) -> str:

@@ -26,6 +26,7 @@ from ondevice.export.torchscript import quantize_encoder, save_torchscript, scri
 from ondevice import __version__, layouts
 from ondevice._deps import require
 from ondevice.bits import BIT_ORDER, code_bytes, pack
+from ondevice.bundle.manifest import seal
 from ondevice.errors import OndeviceError
 from ondevice.io import (
     atomic_path,
@@ -33,10 +34,8 @@ from ondevice.io import (
     check_out_dir,
     clean_stale_temps,
     read_json,
-    sha256_file,
     temp_name,
     write_json,
-    write_text,
 )
 from ondevice.onnxproto import external_tensors
 from ondevice.runtime import FORMAT_VERSION, Bundle, read_manifest
@@ -224,14 +223,6 @@ def _manifest(student: Student, binarizer_cfg: dict, precision: str, dtype: str,
     return manifest
 
 
-def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
-    links = sorted(p for p in directory.rglob("*") if p.is_symlink())
-    if links:  # the runtime refuses links (they can point anywhere), so never write a bundle with one
-        raise OndeviceError(f"{links[0]} is a symbolic link; a bundle must hold its files itself")
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != layouts.MANIFEST)
-    return {p.relative_to(directory).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size} for p in files}
-
-
 def write_bundle(directory: Path, student: Student, binarizer, precision: str, config: ExportConfig,
                  training: dict, evaluation: dict | None = None) -> Path:
     """Write one bundle of `precision` into the empty folder `directory`."""
@@ -263,8 +254,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
 
     # a provisional manifest lets the runtime load the graph for the checks and the golden files
     provisional = _manifest(student, binarizer_cfg, precision, dtype, training, evaluation, {}, None, config.int8_weight_bits)
-    provisional["files"] = _file_table(directory)
-    write_json(directory / layouts.MANIFEST, provisional)
+    seal(directory, provisional)
     bundle = Bundle.load(directory, threads=1)
     sentences = golden_mod.golden_sentences(student.tokenizer, n=CHECK_SENTENCES, seed=config.seed + 7)
     checks = _checks(student, binarizer, bundle, sentences, dtype)
@@ -281,11 +271,7 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     if config.with_weights:
         manifest["weights"] = ("student.safetensors: fp32 student weights for runtimes with their own forward pass"
                                if weights_here else "not in this folder: the fp32 weights are in ../fp32/student.safetensors")
-    manifest["files"] = _file_table(directory)
-    write_text(directory / "README.md", model_card(manifest))  # the card lists every file but itself
-    manifest["files"]["README.md"] = {"sha256": sha256_file(directory / "README.md"),
-                                      "bytes": (directory / "README.md").stat().st_size}
-    write_json(directory / layouts.MANIFEST, manifest)
+    seal(directory, manifest, card=model_card)  # the card lists every file but itself
     Bundle.load(directory)  # the finished bundle must pass the same verification an app's load does
     return directory
 

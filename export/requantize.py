@@ -73,7 +73,7 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
                       data: str | Path | None = None) -> dict[str, Any]:
     """Write `src` (an int8 bundle, or 'pretrained') to `out` with 7-bit LSTM weights; returns the manifest's record."""
     onnx = require("onnx", "export")
-    from ondevice.pairs.export import add_blend, seal_bundle
+    from ondevice.pairs.export import add_blend
     from ondevice.runtime import Bundle, resolve_bundle, verify_files
 
     path = resolve_bundle(src)
@@ -129,7 +129,7 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
         if evaluation is not None:
             manifest.pop("eval", None)
             manifest["eval"] = evaluation
-        seal_bundle(staging, manifest)  # provisional: the checks below run through the new graph
+        _seal(staging, manifest)  # provisional: the checks below run through the new graph
         new = Bundle.load(staging, threads=1)
         checks = golden_checks(new, staging / layouts.GOLDEN)
         if checks is not None:
@@ -137,15 +137,24 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
             manifest["checks"] = checks
         if head_dev is not None:
             manifest[head]["encoder"] = _encoder_check(manifest[head]["encoder"], new, source, head_dev)
-        seal_bundle(staging, manifest, card=_card)
+        _seal(staging, manifest, card=_card)
         if dev is not None:
             add_blend(staging, dev)  # refit on the new encoder; rewrites the golden blend keys and reseals
-            seal_bundle(staging, json.loads((staging / layouts.MANIFEST).read_text(encoding="utf-8")), card=_card)
+            _seal(staging, json.loads((staging / layouts.MANIFEST).read_text(encoding="utf-8")), card=_card)
         publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return json.loads((out / layouts.MANIFEST).read_text(encoding="utf-8"))["requantized"]
+
+
+def _seal(folder: Path, manifest: dict, card=None) -> None:
+    """Seal the rewritten bundle through the format's owner, then load it as an app would."""
+    from ondevice.bundle.manifest import seal
+    from ondevice.runtime import Bundle
+
+    seal(folder, manifest, card=card)
+    Bundle.load(folder)
 
 
 def _dev_pairs(task: str, data: str | Path, split_seed: int, what: str):

@@ -101,3 +101,15 @@ def test_the_pairs_add_on_is_registered() -> None:
 
     assert set(addons.entry_points(addons.PARTS)) >= {"pair_head", "dipair"}
     assert "pairs" in addons.entry_points(addons.COMMANDS)
+
+
+def test_only_the_bundle_package_writes_a_bundle_manifest() -> None:
+    """Every bundle writer (export, pair heads, DiPair, migrations) seals through ondevice.bundle.manifest; the one
+    other manifest.json is the sharded index's, a different artifact with its own owner (ondevice.scale.shards)."""
+    import re
+
+    owners = {"ondevice.bundle.manifest", "ondevice.scale.shards"}
+    writes = re.compile(r"write_(json|text|bytes)\([^)\n]*(MANIFEST|manifest\.json)")
+    found = sorted(name for name, path in _modules().items() if name not in owners and writes.search(path.read_text()))
+    assert not found, f"modules writing manifest.json themselves: {found}"
+    assert writes.search((PACKAGES["ondevice"] / "bundle" / "manifest.py").read_text())

@@ -23,15 +23,13 @@ import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.bundle.manifest import seal, write_manifest
 from ondevice.errors import OndeviceError
 from ondevice.io import (
     atomic_path,
     canonical_safetensors,
     check_out_dir,
     read_json,
-    sha256_file,
-    write_json,
-    write_text,
 )
 from ondevice.pairs.model import PairHeadConfig, head_forward_numpy
 
@@ -117,13 +115,7 @@ def seal_bundle(path: Path, manifest: dict, card: Callable[[dict], str] | None =
     """
     from ondevice.runtime import Bundle
 
-    skip = {layouts.MANIFEST} | ({layouts.MODEL_CARD} if card is not None else set())
-    manifest["files"] = {p.relative_to(path).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-                         for p in sorted(path.rglob("*")) if p.is_file() and p.name not in skip}
-    if card is not None:
-        write_text(path / layouts.MODEL_CARD, card(manifest))
-        manifest["files"][layouts.MODEL_CARD] = {"sha256": sha256_file(path / layouts.MODEL_CARD), "bytes": (path / layouts.MODEL_CARD).stat().st_size}
-    write_json(path / layouts.MANIFEST, manifest)
+    seal(path, manifest, card=card)
     Bundle.load(path)
 
 
@@ -400,7 +392,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
             target = tmp.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
-        write_json(tmp / layouts.MANIFEST, manifest)
+        write_manifest(tmp, manifest)
         head_cfg, weights = load_head_weights(run)
         encoder = {"frozen": True, "bundle_manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
                    **({"replaced_head": {"task": old.get("task"), "method": old.get("method")}} if old else {}),
