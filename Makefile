@@ -12,6 +12,8 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 # host; the CPU binaries ship in the package itself.
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 WEB_STAMP := web_demo/node_modules/.ondevice-installed
+# The Java core's SQLite catalog test reads catalogs through JDBC: Debian's sqlite-jdbc (driver + JNI library).
+JDBC_STAMP := build/.sqlite-jdbc-installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,7 +28,11 @@ $(WEB_STAMP): web_demo/package.json web_demo/package-lock.json
 	cd web_demo && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund
 	touch $@
 
-install: $(STAMP) $(WEB_STAMP)
+$(JDBC_STAMP):
+	test -f /usr/share/java/sqlite-jdbc.jar || { apt-get update -q && $(APT_INSTALL) libxerial-sqlite-jdbc-java; }
+	mkdir -p $(@D) && touch $@
+
+install: $(STAMP) $(WEB_STAMP) $(JDBC_STAMP)
 
 web-install: $(WEB_STAMP)
 
@@ -42,11 +48,11 @@ TEST_WORKERS ?= 2
 # must have them all). No coverage here: its tracer slows Numba's compiler, most of tests/test_kernels.py (the
 # slowest file: 5.5 min on two workers without coverage, 8.8 with, 2026-11-28); `make coverage` measures it.
 SUITE := ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30
-test: $(STAMP) $(WEB_STAMP)
+test: $(STAMP) $(WEB_STAMP) $(JDBC_STAMP)
 	$(SUITE) $(PYTEST_ARGS)
 
 # The same run with line coverage of the ondevice package (report at the end, data in .coverage).
-coverage: $(STAMP) $(WEB_STAMP)
+coverage: $(STAMP) $(WEB_STAMP) $(JDBC_STAMP)
 	$(SUITE) --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 # The quick subset (no slow tests); skips allowed.

@@ -10,6 +10,11 @@ is left out of its results. Metrics: recall@1, recall@10 (share of a query's dup
 distance (HammingIndex), and codes + int8 rescoring of the Hamming top m*10 (m = 2, 4, 10). Time per query: one
 query per call, median over `--timed` queries, on the real corpus and on a catalog of `--timing-n` items (the
 corpus codes repeated) to show how the costs grow, also for filtered Hamming searches (random attributes). Bytes per item: what each method keeps per corpus item.
+
+The SNLI catalog (the unique SNLI dev+test sentences, an evaluation catalog only) measures how much of the fp32
+teacher's cosine top-10 each method recovers, with the queries and protocol of benchmarks/distill_quality.py
+(`--snli-queries` seeded queries, each query's own row left out): the teacher's vectors, the bundle's float vectors,
+its codes and codes + int8 rescoring. `--only snli` runs that part alone.
 """
 
 from __future__ import annotations
@@ -87,6 +92,42 @@ def float_topk(corpus: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(part, order, 1)
 
 
+def snli_overlap(bundle, data: str, n_queries: int, seed: int, multipliers: list[int], threads: int) -> dict:
+    """Share (%) of the fp32 teacher's cosine top-10 that each method's top-10 recovers on the SNLI catalog."""
+    from ondevice.eval.data import read_snli_sentences
+    from ondevice.eval.metrics import recall_at_k
+    from ondevice.eval.retrieval import sample_queries, topk
+    from ondevice.index import HammingIndex
+    from ondevice.runtime import unit_rows
+    from ondevice.teacher import Teacher
+
+    catalog = read_snli_sentences(data)
+    q = sample_queries(len(catalog), n_queries, seed)
+    k, kk = 10, 11
+    info = bundle.manifest["teacher"]
+    teacher = Teacher(info.get("path", "all-MiniLM-L6-v2"), pooling=info.get("pooling", "mean"))  # fp32, torch
+    started = time.perf_counter()
+    reference = topk(teacher.encode(catalog), q, k)
+    teacher_s = time.perf_counter() - started
+    emb, codes = bundle.embed(catalog, batch_size=256)
+    emb = unit_rows(emb)
+    index = HammingIndex(bundle.bits, threads=threads)
+    index.add(codes, vectors=emb)
+    found = {"teacher float (cosine)": reference, "bundle float (cosine)": topk(emb, q, k),
+             "bundle codes (Hamming)": drop_self(index.search(codes[q], kk)[1], list(q), k)}
+    for m in multipliers:
+        found[f"codes + int8 rescoring, m = {m}"] = drop_self(
+            index.search(codes[q], kk, rescore=m, query_vectors=emb[q]).ids, list(q), k)
+    rows = [{"method": name, "top10_vs_teacher": round(100 * recall_at_k(top, reference), 2)} for name, top in found.items()]
+    for row in rows:
+        print(f"SNLI {row['method']:>34}: {row['top10_vs_teacher']:6.2f}% of the teacher's top-10", flush=True)
+    return {"task": "SNLI catalog (unique dev+test sentences): share of the fp32 teacher's cosine top-10 recovered",
+            "catalog": len(catalog), "queries": len(q), "seed": seed, "k": k,
+            "teacher": f"{teacher.info.name or info.get('path')} (fp32, torch)",
+            "teacher_matches_bundle": teacher.info.weights_sha256 == info.get("weights_sha256"),
+            "teacher_encode_seconds": round(teacher_s, 1), "rows": rows}
+
+
 def time_per_query(fn, n: int) -> float:
     """Median milliseconds of fn(i) over n calls (after one warm-up call)."""
     fn(0)
@@ -108,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timed", type=int, default=200, help="queries timed one per call, per method")
     p.add_argument("--timing-n", type=int, default=100_000, help="catalog size of the second timing (0: skip)")
     p.add_argument("--threads", type=int, default=1, help="search threads (1: what one phone core sees)")
+    p.add_argument("--snli-queries", type=int, default=1000, help="seeded SNLI catalog queries (0: skip SNLI)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the SNLI query sample")
+    p.add_argument("--only", choices=("qqp", "snli"), default=None, help="run one task only")
     a = p.parse_args(argv)
 
     import ondevice
@@ -117,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     from ondevice.runtime import unit_rows
 
     meta = run_metadata(a.threads)
+    if a.only == "snli":
+        bundle = ondevice.load()
+        out = {**meta, "bundle": bundle.encoder_id.describe(), "bits": bundle.bits,
+               "snli": snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads)}
+        path = results_path("retrieval")
+        write_json(path, out)
+        print(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+        return 0
     started = time.perf_counter()
     corpus, queries, relevant = qqp_retrieval(a.data, a.max_corpus)
     bundle = ondevice.load()
@@ -182,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
            "filtered_codes_ms_per_query": {str(n): t for n, t in filters.items()}}
     for n, t in filters.items():
         print(f"filtered Hamming search @ {n:,}: " + ", ".join(f"{k}: {v:.3f} ms" for k, v in t.items()))
+    if a.snli_queries and a.only != "qqp":
+        out["snli"] = snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads)
     path = results_path("retrieval")
     write_json(path, out)  # atomic: a reader never sees half a results file
     print(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

@@ -1067,6 +1067,8 @@ def retrieval(path: str) -> str:
     """benchmarks/retrieval.py: quality, bytes per item and ms per query of each method, per catalog size; the share
     of the codes-to-float gap rescoring closes; the filtered codes-only timings when the file has them."""
     r = _load(path)
+    if "rows" not in r:  # a run of the SNLI part alone (--only snli)
+        return _retrieval_snli(r, path)
     rows = r["rows"]
     sizes = sorted({int(n) for x in rows for n in x["ms_per_query"]})
     m = r["machine"]
@@ -1103,6 +1105,26 @@ def retrieval(path: str) -> str:
         lines += ["", "| filtered Hamming search (codes only) | " + " | ".join(f"ms/query @ {int(n):,}" for n in fs) + " |",
                   "|---|" + "---:|" * len(fs)]
         lines += [f"| {k} | " + " | ".join(f"{filtered[n][k]:.3f}" for n in fs) + " |" for k in kinds]
+    if r.get("snli"):
+        lines += ["", _retrieval_snli(r, path, run_line=False)]
+    return "\n".join(lines)
+
+
+def _retrieval_snli(r: dict, path: str, run_line: bool = True) -> str:
+    """The SNLI part of a benchmarks/retrieval.py file: each method's share of the teacher's top-10."""
+    s = r["snli"]
+    lines = [f"{s['task']}: {s['catalog']:,} sentences, {s['queries']:,} seeded queries (seed {s['seed']});",
+             f"teacher {s['teacher']}; {r['bundle']}, {r['bits']}-bit codes."]
+    if run_line:
+        lines.append(f"Run `{Path(path).name}` (commit {r['commit'][:12]}, {r['date']}).")
+    lines += ["", "| method | SNLI top-10 vs teacher (%) |", "|---|---:|"]
+    lines += [f"| {x['method']} | {x['top10_vs_teacher']:.2f} |" for x in s["rows"]]
+    by = {x["method"]: x["top10_vs_teacher"] for x in s["rows"]}
+    f, c = by.get("bundle float (cosine)"), by.get("bundle codes (Hamming)")
+    rescored = [(name.split(", ")[-1], v) for name, v in by.items() if "rescoring" in name]
+    if f is not None and c is not None and f > c and rescored:
+        lines += ["", "Share of the codes-to-float gap closed by rescoring: "
+                  + "; ".join(f"{m} {100 * (v - c) / (f - c):.0f}%" for m, v in rescored) + "."]
     return "\n".join(lines)
 
 

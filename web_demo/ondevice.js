@@ -410,6 +410,115 @@ export class Filter {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// SQLite catalog (Python's ondevice.sqlite_catalog) read with sql.js: the same rows, ids and search results
+
+export const SQLITE_CATALOG_FORMAT = "ondevice-sqlite-catalog-1";
+const SQLITE_MAX_BITS = 1 << 16;
+const SQLITE_MAX_VECTOR_DIM = 1 << 14;
+
+/**
+ * A SQLite catalog file (codes as sqlite-vec bit[N] blobs, ids, optional int8 vectors + scales, tag masks,
+ * categories, text) read into a HammingIndex in id order, as Python's `Catalog.to_index()`, so `searchWith` returns
+ * the same ids, distances and scores. `SQL` is an initialised sql.js module (`await initSqlJs({locateFile})`), passed
+ * in like `ort` so this file imports nothing; `bytes` the database file (checkpointed: a closed catalog, or one from
+ * `write_index`). Ids must be safe integers (below 2^53); tag masks come back as BigInt.
+ */
+export class SqliteCatalog {
+  static open(SQL, bytes) {
+    const db = new SQL.Database(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes));
+    try {
+      return new SqliteCatalog(db);
+    } finally {
+      db.close();
+    }
+  }
+
+  constructor(db) {
+    const bad = (why) => new OndeviceError(`SQLite catalog: ${why}`);
+    const rows = (sql) => {
+      const res = db.exec(sql);
+      return res.length ? res[0].values : [];
+    };
+    let meta;
+    try {
+      meta = Object.fromEntries(rows("SELECT key, value FROM ondevice_catalog"));
+    } catch (e) {
+      throw bad(`not an ondevice catalog (${String(e.message || e).split("\n")[0]})`);
+    }
+    if (meta.format !== SQLITE_CATALOG_FORMAT) throw bad(`not an ondevice catalog (format ${meta.format})`);
+    const bits = Number(meta.bits);
+    const dim = Number(meta.vector_dim ?? "0");
+    if (!Number.isInteger(bits) || bits < 1 || bits > SQLITE_MAX_BITS || !Number.isInteger(dim) || dim < 0 ||
+        dim > SQLITE_MAX_VECTOR_DIM) {
+      throw bad(`metadata out of range (bits ${meta.bits}, vector_dim ${meta.vector_dim}); recreate the catalog`);
+    }
+    const table = meta.table;
+    if (typeof table !== "string" || !/^[a-z_][a-z0-9_]*$/.test(table) || table.startsWith("ondevice_")) {
+      throw bad(`names no valid items table (${table})`);
+    }
+    this.bits = bits;
+    this.codeBytes = Math.ceil(bits / 8);
+    this.vectorDim = dim;
+    this.table = table;
+    this.rev = Number(meta.rev);
+    this.encoder = meta.encoder ? JSON.parse(meta.encoder) : null;
+    // the uint64 masks in two 32-bit halves computed by SQLite: no precision lost in JS numbers
+    const all = rows(`SELECT id, code, vector, scale, tags & 4294967295, (tags >> 32) & 4294967295, category, text, ` +
+      `typeof(id) FROM ${table} ORDER BY id`);
+    const n = all.length;
+    const nb = this.codeBytes;
+    const codes = new Uint8Array(n * nb);
+    const vectors = new Int8Array(n * dim);
+    const scales = new Float32Array(dim ? n : 0);
+    this.ids = new Array(n);
+    this.texts = new Array(n);
+    this.tags = new BigUint64Array(n);
+    this.categories = new Int32Array(n);
+    all.forEach(([id, code, vec, scale, lo, hi, cat, text, kind], r) => {
+      if (kind !== "integer" || !Number.isSafeInteger(id)) throw bad(`id ${id} is not an integer below 2^53`);
+      if (!(code instanceof Uint8Array) || code.length !== nb) {
+        throw bad(`id ${id} has a code that is not ${nb} bytes; the catalog is corrupt`);
+      }
+      codes.set(code, r * nb);
+      if (dim) {
+        if (!(vec instanceof Uint8Array) || vec.length !== dim || typeof scale !== "number" || !(scale >= 0) ||
+            !Number.isFinite(scale)) {
+          throw bad(`id ${id} has no valid int8 vector of ${dim} values with a finite scale >= 0; the catalog is corrupt`);
+        }
+        vectors.set(new Int8Array(vec.buffer, vec.byteOffset, dim), r * dim);
+        scales[r] = scale;
+      }
+      if (!Number.isInteger(cat) || cat < -0x80000000 || cat > 0x7fffffff) throw bad(`id ${id} has a category outside 32 bits`);
+      this.ids[r] = id;
+      this.texts[r] = text;
+      this.tags[r] = (BigInt(hi) << 32n) | BigInt(lo);
+      this.categories[r] = cat;
+    });
+    this.index = new HammingIndex(codes, nb);
+    this.index.setAttributes(this.tags, this.categories);
+    if (dim && n) this.index.setVectors(vectors, scales, dim);
+  }
+
+  get size() {
+    return this.ids.length;
+  }
+
+  /**
+   * HammingIndex.searchWith on the catalog: {ids (catalog ids), rows, distances[, scores]}, best first; `texts`
+   * holds each hit's stored text.
+   */
+  searchWith(query, k = 10, options = {}) {
+    if (options.rescore && !this.vectorDim) throw new OndeviceError("this catalog keeps no int8 vectors to rescore with");
+    const r = this.size ? this.index.searchWith(query, k, options)
+      : { ids: new Int32Array(0), distances: new Int32Array(0), ...(options.rescore ? { scores: new Float32Array(0) } : {}) };
+    const out = { ids: Array.from(r.ids, (row) => this.ids[row]), rows: r.ids, distances: r.distances,
+      texts: Array.from(r.ids, (row) => this.texts[row]) };
+    if (r.scores) out.scores = r.scores;
+    return out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Encoder: the bundle's encoder.onnx on one text at a time
 
 /** The bundle's ONNX graph in ONNX Runtime (`ort` is onnxruntime-web or onnxruntime-node). */

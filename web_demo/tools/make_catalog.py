@@ -7,6 +7,8 @@ Writes OUT/ (any static file server can serve it; nothing runs on the server):
     index.html, app.js, ondevice.js, style.css      the page (copied from web_demo/)
     vendor/onnxruntime-web/                          ort.wasm.bundle.min.mjs + ort-wasm-simd-threaded.wasm
                                                      (from web_demo/node_modules: run `npm ci` in web_demo first)
+    vendor/sql.js/                                   sql-wasm-browser.js + .wasm (sql.js: SQLite in the browser, for
+                                                     ondevice.js's SqliteCatalog; the demo page does not load it)
     assets/bundle/   manifest.json, encoder.onnx, tokenizer.json, vocab.txt (+ binarizer files, README.md, and
                      pair_head.safetensors / dipair_head.safetensors + dipair_head.onnx where the bundle has a
                      pair / DiPair head)
@@ -32,6 +34,8 @@ WEB = Path(__file__).resolve().parents[1]
 PAGE_FILES = ("index.html", "app.js", "ondevice.js", "style.css")
 ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm")
+SQLJS_DIST = WEB / "node_modules" / "sql.js" / "dist"
+SQLJS_FILES = ("sql-wasm-browser.js", "sql-wasm-browser.wasm")
 BUNDLE_FILES = ("manifest.json", "encoder.onnx", "tokenizer.json", "vocab.txt")
 # the page's pair heads read the last three (the DiPair graph scores a search's shortlist)
 OPTIONAL = ("binarizer.json", "binarizer.safetensors", "README.md",
@@ -42,10 +46,11 @@ __all__ = ["build", "copy_page", "main", "read_sentences"]
 
 
 def copy_page(out: Path) -> None:
-    """The page and the ONNX Runtime Web files it imports, into `out`."""
-    missing = [n for n in ORT_FILES if not (ORT_DIST / n).is_file()]
+    """The page and the ONNX Runtime Web and sql.js files it loads, into `out`."""
+    missing = [d / n for d, names in ((ORT_DIST, ORT_FILES), (SQLJS_DIST, SQLJS_FILES)) for n in names
+               if not (d / n).is_file()]
     if missing:
-        raise OndeviceError(f"onnxruntime-web is not installed ({ORT_DIST / missing[0]} missing); "
+        raise OndeviceError(f"the web demo's npm packages are not installed ({missing[0]} missing); "
                             f"run `npm ci` in {WEB}")
     out.mkdir(parents=True, exist_ok=True)
     for name in PAGE_FILES:
@@ -54,6 +59,10 @@ def copy_page(out: Path) -> None:
     vendor.mkdir(parents=True, exist_ok=True)
     for name in ORT_FILES:
         shutil.copyfile(ORT_DIST / name, vendor / name)
+    sqljs = out / "vendor" / "sql.js"
+    sqljs.mkdir(parents=True, exist_ok=True)
+    for name in SQLJS_FILES:
+        shutil.copyfile(SQLJS_DIST / name, sqljs / name)
 
 
 def build(bundle_dir: Path, sentences: list[str], out: Path = DEFAULT_OUT, precision: str | None = None,
