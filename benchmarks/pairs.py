@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ondevice import layouts
+from ondevice.eval.pair_tasks import describe_splits
 from ondevice.results import flat_metadata, spread, write_flat
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +170,7 @@ def quality(a: argparse.Namespace, argv: list[str]) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     spec = task_spec(a.task)
-    out = {**_meta(argv, a.threads), "task": a.task, "split_rules": __import__("ondevice.eval.pair_tasks").pairs.data.describe_splits()}
+    out = {**_meta(argv, a.threads), "task": a.task, "split_rules": describe_splits()}
     dev, test = load_pairs(a.task, "dev", a.data), load_pairs(a.task, "test", a.data)
     out["sizes"] = {"dev": len(dev), "test": len(test)}
     if a.teacher:

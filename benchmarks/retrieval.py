@@ -92,7 +92,8 @@ def float_topk(corpus: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(part, order, 1)
 
 
-def snli_overlap(bundle, data: str, n_queries: int, seed: int, multipliers: list[int], threads: int) -> dict:
+def snli_overlap(bundle, data: str, n_queries: int, seed: int, multipliers: list[int], threads: int,
+                 max_catalog: int | None = None) -> dict:
     """Share (%) of the fp32 teacher's cosine top-10 that each method's top-10 recovers on the SNLI catalog."""
     from ondevice.eval.data import read_snli_sentences
     from ondevice.eval.metrics import recall_at_k
@@ -101,8 +102,8 @@ def snli_overlap(bundle, data: str, n_queries: int, seed: int, multipliers: list
     from ondevice.runtime import unit_rows
     from ondevice.teacher import Teacher
 
-    catalog = read_snli_sentences(data)
-    q = sample_queries(len(catalog), n_queries, seed)
+    catalog = read_snli_sentences(data)[:max_catalog]  # a prefix only in tiny runs (--max-corpus)
+    q = sample_queries(len(catalog), min(n_queries, len(catalog)), seed)
     k, kk = 10, 11
     info = bundle.manifest["teacher"]
     teacher = Teacher(info.get("path", "all-MiniLM-L6-v2"), pooling=info.get("pooling", "mean"))  # fp32, torch
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=os.environ.get("ONDEVICE_DATA", str(ROOT.parent / "shared" / "data")))
-    p.add_argument("--max-corpus", type=int, default=None, help="use only the first N corpus questions (tiny runs)")
+    p.add_argument("--max-corpus", type=int, default=None, help="use only the first N corpus questions and SNLI catalog sentences (tiny runs)")
     p.add_argument("--multipliers", type=int, nargs="+", default=[2, 4, 10], help="rescoring multipliers m")
     p.add_argument("--timed", type=int, default=200, help="queries timed one per call, per method")
     p.add_argument("--timing-n", type=int, default=100_000, help="catalog size of the second timing (0: skip)")
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ondevice
     from ondevice.index import Filter, HammingIndex
-    from ondevice.io import write_json
+    from ondevice.io import write_record
     from ondevice.results import results_path, run_metadata
     from ondevice.runtime import unit_rows
 
@@ -164,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.only == "snli":
         bundle = ondevice.load()
         out = {**meta, "bundle": bundle.encoder_id.describe(), "bits": bundle.bits,
-               "snli": snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads)}
+               "snli": snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads, a.max_corpus)}
         path = results_path("retrieval")
-        write_json(path, out)
+        write_record(path, out)
         print(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
         return 0
     started = time.perf_counter()
@@ -235,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     for n, t in filters.items():
         print(f"filtered Hamming search @ {n:,}: " + ", ".join(f"{k}: {v:.3f} ms" for k, v in t.items()))
     if a.snli_queries and a.only != "qqp":
-        out["snli"] = snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads)
+        out["snli"] = snli_overlap(bundle, a.data, a.snli_queries, a.seed, a.multipliers, a.threads, a.max_corpus)
     path = results_path("retrieval")
-    write_json(path, out)  # atomic: a reader never sees half a results file
+    write_record(path, out)  # atomic: a reader never sees half a results file
     print(f"results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

@@ -50,7 +50,8 @@ TINY = {
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
     # QQP retrieval on the first 2,000 corpus questions; timing on 3,000 items
-    "retrieval": ["--max-corpus", "2000", "--timed", "5", "--timing-n", "3000", "--multipliers", "2", "4"],
+    "retrieval": ["--max-corpus", "2000", "--timed", "5", "--timing-n", "3000", "--multipliers", "2", "4",
+                  "--snli-queries", "50"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
     "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--set", "COUNT_FIRST_MAX_WORDS=0,1",
                             "--rounds", "1", "--budget", "0.01", "--results-dir", "{tmp}/out"],
@@ -220,8 +221,8 @@ def test_pairs_suite_runs_with_tiny_models(pair_env, tmp_path):
     assert set(chosen["by_setting"]) == {"e3", "e3-both"} and chosen["dev"] == max(chosen["by_setting"].values())
     assert len(chosen["teachers"]) == 2 and all(f"-{chosen['setting']}-s" in t for t in chosen["teachers"])
     assert all("test" in t and "accuracy" in t["test"] for t in out["teachers"].values())
-    assert any(f.startswith("pairs-seeds-mrpc-") for f in out["results_files"])
-    assert any(f.startswith("pairs-quality-mrpc-") for f in out["results_files"])
+    assert any(f.startswith("pairs_seeds_mrpc-") for f in out["results_files"])
+    assert any(f.startswith("pairs_quality_mrpc-") for f in out["results_files"])
     seeds = json.loads((bench / "results" / next(f for f in out["results_files"] if "seeds" in f)).read_text())
     assert seeds["seeds"] == [0, 1] and set(seeds["dse_alphas_test"]) == {"0", "0.5"}
     assert seeds["dvbert_teachers"] == chosen["teachers"]
@@ -248,7 +249,7 @@ def test_pairs_seeds_mode_runs_with_tiny_models(pair_env, tmp_path):
             "--quiet"]
     res = _bench_run(bench, env, "pairs", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (path,) = (bench / "results").glob("pairs-seeds-stsb-*.json")
+    (path,) = (bench / "results").glob("pairs_seeds_stsb-*.json")
     out = json.loads(path.read_text())
     for method in ("dse", "dvbert"):
         s = out["summary"][method]["spearman"]
@@ -448,7 +449,7 @@ def test_pairs_dipair_quality_mode_reports_each_runs_teacher(artifacts, pair_env
             "--oov-split"]
     res = _bench_run(bench, env, "pairs", args)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (path,) = (bench / "results").glob("pairs-dipair-quality-stsb-*.json")
+    (path,) = (bench / "results").glob("pairs_dipair_quality_stsb-*.json")
     out = json.loads(path.read_text())
     from ondevice.eval.pair_tasks import load_pairs
     from ondevice.pairs.crossencoder import evaluate_teacher
