@@ -24,7 +24,7 @@ from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
 from ondevice.errors import OndeviceError
 from ondevice.eval.data import read_stsb
 from ondevice.eval.metrics import pair_scores, spearman
-from ondevice.io import cache_dir, write_json, write_text
+from ondevice.io import cache_dir, write_record, write_text
 from ondevice.results import start_run, write_result
 
 BITS = (64, 128, 256, 512, 1024, 2048)
@@ -129,7 +129,7 @@ def run_encoder(name: str, train_x: np.ndarray, sts_x: np.ndarray, gold: np.ndar
                     row["judge_spearman"] = round(100 * m["selected_pairs_spearman"], 2)
             res["rows"].append(row)
             # rows so far, so a long run that is stopped still leaves its finished measurements
-            write_json(args.out_dir / f"partial_{name}_{args.split}{'_' + args.tag if args.tag else ''}.json", res)
+            write_record(args.out_dir / f"partial_{name}_{args.split}{'_' + args.tag if args.tag else ''}.json", res)
             print(f"[{name}] {method:9s} {bits:5d} bits: {score:6.2f} ({row['ratio']:.4f} x cont.) fit {fit_s:.0f} s", flush=True)
     return res
 
@@ -184,7 +184,7 @@ def combine(args: argparse.Namespace) -> int:
     for res in results:
         res["rows"].sort(key=lambda r: (order.get(r["method"], 99), r["bits"]))
     stem = f"binarize_quality_{metas[0]['split']}{'_' + args.tag if args.tag else ''}"
-    write_json(args.out_dir / f"{stem}.json", {"meta": {"combined": [str(p) for p in args.combine], "runs": metas},
+    write_record(args.out_dir / f"{stem}.json", {"meta": {"combined": [str(p) for p in args.combine], "runs": metas},
                                                 "results": results})
     md = "".join(table(r, []) + "\n" for r in results)
     write_text(args.out_dir / f"{stem}.md", md)
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"binarize_quality_{args.split}{'_' + args.tag if args.tag else ''}"
     meta = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "split": args.split, "seed": args.seed,
             "hyper": hyper, "judge_task": args.judge_task, "pairs": len(gold), "date": time.strftime("%Y-%m-%d %H:%M")}
-    write_json(args.out_dir / f"{stem}.json", {"meta": meta, "results": results})
+    write_record(args.out_dir / f"{stem}.json", {"meta": meta, "results": results})
     saved = write_result(f"binarize_quality_{args.split}", results, run_meta, root=args.results_dir)
     md = "".join(table(r, args.bits) + "\n" for r in results)
     write_text(args.out_dir / f"{stem}.md", md)

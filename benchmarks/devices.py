@@ -26,7 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from ondevice.io import write_json
+from ondevice.io import write_record
 from ondevice.results import results_path, run_metadata
 
 SMALL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
               "teacher_gpu_vs_cpu": {"sentences": len(probe), "min_cosine": float(cos.min()),
                                      "max_abs_diff": float(np.abs(on_gpu - on_cpu).max())}}
     path = results_path("devices")
-    write_json(path, result)
+    write_record(path, result)
     for r in rows:
         print(f"{r['device']}: teacher {r['teacher_sentences_per_s']:,.0f} sentences/s, student epoch "
               f"{r['student_sentences_per_s']:,.0f} sentences/s ({r['sentences']:,} sentences, {r['torch_threads']} threads)")

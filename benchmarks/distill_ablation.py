@@ -23,7 +23,7 @@ from ondevice import layouts
 from ondevice.corpus import WIKI_RELPATH, default_data_dir
 from ondevice.distill import DistillConfig, distill
 from ondevice.eval import sts_spearman
-from ondevice.io import cache_dir, sha256_text, write_json
+from ondevice.io import cache_dir, sha256_text, write_record
 from ondevice.results import results_path, run_metadata
 
 
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
                "params_without_embeddings": student.num_parameters(embeddings=False),
                "params": student.num_parameters()}
         result["rows"].append(row)
-        write_json(out_path, result)  # each finished row lands at once
+        write_record(out_path, result)  # each finished row lands at once
         print(json.dumps({k: v for k, v in row.items() if k != "config"}), flush=True)
     print(f"\nresults: {out_path}\n")
     print(markdown({**result, "path": out_path}))

@@ -36,7 +36,7 @@ from ondevice.eval import glove_average_encoder, sts_spearman
 from ondevice.eval.data import read_snli_sentences, read_stsb
 from ondevice.eval.metrics import recall_at_k
 from ondevice.eval.retrieval import sample_queries, topk
-from ondevice.io import cache_dir, write_json
+from ondevice.io import cache_dir, write_record
 from ondevice.results import results_path, run_metadata
 from ondevice.student import Student
 from ondevice.teacher import Teacher, cached_vectors
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         "retrieval": {"catalog": "unique SNLI dev+test sentences", "queries": a.queries, "k": 10, "seed": a.seed},
     }
     path = results_path("distill_quality")
-    write_json(path, result)
+    write_record(path, result)
     print(f"\nresults: {path}\n")
     print(markdown(result))
     return 0

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from ondevice.io import write_json
+from ondevice.io import write_record
 from ondevice.results import results_dir, results_path, run_metadata
 
 # STS-B grid: (name, extra flags); the dev-best one is the DSE teacher and gets the extra seeds
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         report["teachers"][d] = {"config": t.info["config"], "dev": t.info["dev"], "train_seconds": t.info["train_seconds"],
                                  "test": evaluate_teacher(t, splits["test"])}
     report["teacher_minutes"] = round((time.time() - t_start) / 60, 2)
-    write_json(out / "suite_progress.json", report)
+    write_record(out / "suite_progress.json", report)
 
     # 2. students: one process per (task, seed), then one aggregating `seeds` run per task
     scratch = out / "scratch_results"
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     report["results_files"] = sorted(p.name for p in after - before)
     report["minutes"] = round((time.time() - t_start) / 60, 2)
     path = results_path("pairs_suite")
-    write_json(path, report)
-    write_json(out / "suite_progress.json", report)
+    write_record(path, report)
+    write_record(out / "suite_progress.json", report)
     print(json.dumps({"written": str(path), "chosen": report["chosen"], "files": report["results_files"]}, indent=1))
     bad = [k for k, rc in report["student_runs"].items() if rc] + [d for d, t in report["teachers"].items() if t.get("failed")]
     if bad:

@@ -62,9 +62,13 @@ def quantize_encoder(module):
 
 def save_torchscript(module, path: str | Path) -> None:
     """Script `module` and write it to `path` atomically."""
+    import io  # here, not at the top: a module-level `io` confuses TorchScript's name resolution of this file
+
     torch = require("torch", "train")
     with warnings.catch_warnings():  # torch.jit is deprecated for torch.export, yet PyTorch Mobile loads only it
         warnings.simplefilter("ignore")
         scripted = torch.jit.script(module)
+        buffer = io.BytesIO()  # serialized in memory: torch's C++ writer aborts the process (SIGABRT) on a full disk,
+        torch.jit.save(scripted, buffer)  # Python's write raises an OSError that is one line
         with atomic_path(path) as tmp:
-            torch.jit.save(scripted, str(tmp))
+            tmp.write_bytes(buffer.getvalue())

@@ -184,6 +184,9 @@ class Binarizer:
         if x.ndim != 2:
             raise OndeviceError(f"embeddings must be a non-empty 2-d (n, dim) float matrix, got shape {x.shape}")
         check_bits(method, bits, x.shape[1])
+        from ondevice.checks import MAX_SEED, check_int
+
+        seed = check_int(seed, "seed", 0, MAX_SEED)  # what every generator takes; -1 or 1.5 is one line, not a traceback
         bits, dim = int(bits), int(x.shape[1])
         x = as_embeddings(x)
         progress = bool(hyper.pop("progress", True))

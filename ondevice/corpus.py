@@ -22,6 +22,7 @@ def default_data_dir() -> Path:
     return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
+MAX_EXACT_BYTES = 64 << 20  # golden sentences are copied into a bundle: a few KB, never this much
 MAX_LINE_CHARS = 10_000  # a sentence is far shorter; longer lines are cut (the teacher reads ~256 word pieces)
 
 
@@ -31,16 +32,50 @@ def _checked_file(path: str | Path, flag: str) -> tuple[Path, str]:
     what = "corpus" if flag == "--corpus" else flag
     if path.is_dir():
         raise OndeviceError(f"{what} {path} is a folder; pass {flag} FILE (one sentence per line, .gz allowed)")
+    if path.exists() and not path.is_file():  # a FIFO would block forever, /dev/zero never ends
+        raise OndeviceError(f"{what} {path} is not a regular file (a pipe or device); pass {flag} FILE (one sentence "
+                            "per line, .gz allowed)")
     if not path.is_file():
         raise OndeviceError(f"{what} not found: {path}; pass {flag} FILE (one sentence per line, .gz allowed)")
     return path, what
 
 
+MAX_GZIP_RATIO = 100  # text compresses 3-5x; a file that inflates 100x is a bomb (2 MB -> 2 GB of empty lines)
+GZIP_SLACK = 64 << 20  # small files may inflate more: they are allowed this much whatever their ratio
+
+
+class _Bounded(io.RawIOBase):
+    """A gunzipped stream that stops with a one-line error past `limit` inflated bytes."""
+
+    def __init__(self, inner, limit: int, path: Path):
+        self.inner, self.limit, self.path, self.count = inner, limit, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.inner.read(len(b))
+        self.count += len(data)
+        if self.count > self.limit:
+            raise OndeviceError(f"{self.path} inflates to more than {self.limit >> 20} MB ({MAX_GZIP_RATIO}x its "
+                                "size and more): not a text corpus; decompress it yourself if it really is one")
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
 def _open_bytes(path: Path):
-    """The file's bytes as a stream: gunzipped when it starts with the gzip magic."""
+    """The file's bytes as a stream: gunzipped (at most MAX_GZIP_RATIO times its size) when it starts with the gzip
+    magic."""
     with open(path, "rb") as raw:
         gz = raw.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")
+    if not gz:
+        return open(path, "rb")
+    limit = MAX_GZIP_RATIO * path.stat().st_size + GZIP_SLACK
+    return io.BufferedReader(_Bounded(gzip.open(path, "rb"), limit, path), 1 << 16)
 
 
 def _read_error(what: str, path: Path, exc: BaseException) -> OndeviceError:
@@ -73,7 +108,10 @@ def read_exact_lines(path: str | Path, flag: str) -> list[str]:
     path, what = _checked_file(path, flag)
     try:
         with _open_bytes(path) as fh:
-            text = fh.read().decode("utf-8")
+            text = fh.read(MAX_EXACT_BYTES + 1)
+            if len(text) > MAX_EXACT_BYTES:
+                raise OndeviceError(f"{what} {path} holds more than {MAX_EXACT_BYTES >> 20} MB of text; give fewer sentences")
+            text = text.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise OndeviceError(f"{what} {path} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} cannot be "
                             "decoded); convert it to UTF-8") from None

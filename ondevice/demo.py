@@ -74,12 +74,15 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: b
     from ondevice.distill import DistillConfig, distill, read_sentences
     from ondevice.eval import sts_spearman
     from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import check_out_dir, write_json
+    from ondevice.io import check_replace_dir, write_json
     from ondevice.runtime import Bundle
     from ondevice.teacher import Teacher
 
     config.validate()
-    out, data = check_out_dir(config.out), Path(config.data)
+    # new, empty or an earlier demo's folder (rerunning continues it): never an artifact or someone else's files
+    out = check_replace_dir(config.out, "--out", ("demo_config.json", "student", "bundle-int8"),
+                            ours=lambda p: (p / "demo_config.json").is_file(), what="part of an earlier demo")
+    data = Path(config.data)
     if not Path(config.corpus).is_file():
         raise OndeviceError(f"demo corpus not found at {config.corpus}; pass --corpus FILE (one sentence per line) "
                             "or --data DIR holding wiki/wiki_en_sentences_1m.txt.gz")

@@ -55,7 +55,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice.bits import BIT_ORDER, code_bytes
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, check_out_index_file
+from ondevice.io import atomic_path, check_out_file, check_out_index_file
 
 VERSION = 2  # what a plain index (codes and ids only) writes; one with sections writes SECTIONS_VERSION
 SECTIONS_VERSION = 3
@@ -78,6 +78,7 @@ _KNOWN_SECTIONS = _SEC_VECTORS | _SEC_ATTRIBUTES
 MAX_VECTOR_DIM = 1 << 14  # bounds what a header can make a reader map per row
 _CRC = struct.Struct("<I")
 _PRECISIONS = {0: "", 1: "fp32", 2: "int8", 3: "float"}  # "float": a torch student, "": unknown
+_MAX_ID = 2**63 - 1  # ids are int64
 _MAX_RESULT_ENTRIES = 1 << 27  # k beyond the index size pads with -1; refuse padding beyond ~1.6 GB of output
 MAX_BITS = 1 << 16  # 8 KB codes; far above any binarizer's width, and it bounds what a header can make us allocate
 _CHUNK = 16 << 20  # bytes per write/hash step, so saving never makes a second copy of the codes
@@ -355,11 +356,15 @@ class HammingIndex:
         q8, sc = self._check_vectors(vectors, scales, n)
         tg, ct = self._check_attributes(tags, categories, n)
         if ids is None:
+            if self._next_id + n - 1 > _MAX_ID:  # np.arange would overflow int64 (or raise OverflowError)
+                raise OndeviceError(f"the next {n:,} ids would pass {_MAX_ID:,} (2^63 - 1, the largest id); pass ids")
             new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         else:
             new_ids = np.asarray(ids)
             if new_ids.shape != (n,) or not np.issubdtype(new_ids.dtype, np.integer):
-                raise OndeviceError(f"ids must be integers of shape ({n},), got {new_ids.dtype} {new_ids.shape}")
+                raise OndeviceError(f"ids must be integers of shape ({n},) below 2^63, got {new_ids.dtype} {new_ids.shape}")
+            if n and new_ids.dtype.kind == "u" and int(new_ids.max()) > _MAX_ID:  # would wrap to a negative int64
+                raise OndeviceError(f"ids must be at most {_MAX_ID:,} (2^63 - 1), got {int(new_ids.max()):,}")
             new_ids = new_ids.astype(np.int64)
             if n and new_ids.min() < 0:
                 raise OndeviceError("ids must be >= 0 (-1 marks a missing result)")
@@ -594,10 +599,10 @@ class HammingIndex:
         return range_search(self._codes, queries, radius, ids=self._ids, threads=self._threads(threads), path=path)
 
     # -- persistence ----------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
         """Write the index to `path` atomically (format version 2, see the module docstring); an existing file there
-        is replaced only when it is an index file."""
-        path = check_out_index_file(path)
+        is replaced only when it is an index file, or with `force` (a caller that checked what it replaces)."""
+        path = check_out_file(path) if force else check_out_index_file(path)
         n = len(self)
         codes_off = HEADER_BYTES
         ids_off = _align(codes_off + n * self._nbytes)
@@ -672,6 +677,10 @@ class HammingIndex:
                         digest.update(flat[start : start + _CHUNK])
                 if digest.digest() != expect:
                     raise OndeviceError(f"{path} is corrupt (data checksum mismatch); rebuild the index")
+            pad = nb * 8 - head["bits"]
+            if pad and n and bool(np.any(codes[:, -1] >> (8 - pad))):  # a distance would count bits no code has
+                raise OndeviceError(f"{path} stores codes with bits set past bit {head['bits']} (the padding of its "
+                                    f"{nb}-byte codes); rebuild the index")
         if "scales" in arrays and n:
             scales = arrays["scales"]
             if not (np.all(np.isfinite(scales)) and float(scales.min()) >= 0):

@@ -11,7 +11,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,22 @@ from ondevice.errors import OndeviceError
 
 
 def cache_dir() -> Path:
-    """Root of ondevice's caches: $ONDEVICE_CACHE or ~/.cache/ondevice."""
-    return Path(os.environ.get("ONDEVICE_CACHE", Path.home() / ".cache" / "ondevice"))
+    """Root of ondevice's caches: $ONDEVICE_CACHE or ~/.cache/ondevice; a setting that is empty, or names a file or
+    something inside a file, is a one-line SettingError (an empty one would otherwise mean the current folder)."""
+    from ondevice.errors import SettingError
+
+    raw = os.environ.get("ONDEVICE_CACHE")
+    if raw is None:
+        return Path.home() / ".cache" / "ondevice"
+    if not raw.strip() or "\0" in raw:
+        raise SettingError("ONDEVICE_CACHE is set but empty; unset it (for ~/.cache/ondevice) or name a folder")
+    path = Path(raw)
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise SettingError(f"ONDEVICE_CACHE={raw}: {p} is not a folder; name a folder for the caches")
+            break
+    return path
 
 
 def new_file_mode() -> int:
@@ -148,6 +162,90 @@ def check_out_index_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     return path
 
 
+def same_or_inside(path: Path, other: Path) -> bool:
+    """Whether `path` is the file `other`, or lies inside the folder `other` (links and `..` resolved)."""
+    try:
+        if path.exists() and other.exists() and os.path.samefile(path, other):
+            return True
+        return other.is_dir() and path.resolve().is_relative_to(other.resolve())
+    except (OSError, ValueError, RuntimeError):  # a link loop, an unreadable folder: compare the spellings only
+        return os.path.abspath(path) == os.path.abspath(other)
+
+
+def check_replace(path: str | os.PathLike, flag: str, *, force: bool = False,
+                  inputs: tuple[str | os.PathLike | None, ...] = (), ours: Callable[[Path], bool] | None = None,
+                  what: str = "a file of this kind") -> Path:
+    """`path` as one file a command writes, checked before any work: it may be new, or a file the same kind of
+    run wrote before (`ours(path)` is true); an input of the same run, a file inside an artifact's folder, a link
+    or any other file is a one-line error unless `force` (the write itself is atomic either way, `atomic_path`)."""
+    path = check_out_file(path, flag)
+    for given in inputs:
+        if not force and given is not None and same_or_inside(path, Path(given)):
+            raise OndeviceError(f"{flag} {path} is an input of this run ({given}); choose another name "
+                                "(or --force to replace it)")
+    if not (path.exists() or path.is_symlink()) or force:
+        return path
+    if path.is_symlink():
+        raise OndeviceError(f"{flag} {path} is a symbolic link; give the real path (or --force to replace the link)")
+    if not path.is_file():
+        raise OndeviceError(f"{flag} {path} exists and is not a regular file (a pipe or device); choose another name")
+    for folder in (path.parent, path.parent.parent):
+        kind = layouts.identify(folder)
+        if kind is not None and kind != "index":
+            raise OndeviceError(f"{flag} {path} is a file of {layouts.KINDS[kind].what} ({folder}); choose a name "
+                                "outside it (or --force to replace it)")
+    try:
+        mine = bool(ours(path)) if ours is not None else False
+    except (OSError, ValueError):
+        mine = False
+    if not mine:
+        raise OndeviceError(f"{flag} {path} exists and is not {what}; choose another name (or --force to replace it)")
+    return path
+
+
+def check_replace_dir(path: str | os.PathLike, flag: str, names: tuple[str, ...], *, force: bool = False,
+                      inputs: tuple[str | os.PathLike | None, ...] = (), ours: Callable[[Path], bool] | None = None,
+                      what: str = "an earlier output of this command") -> Path:
+    """`path` as a folder a command writes the files `names` into: new, empty, or an earlier output of the same
+    command (`ours(path)`); an artifact's folder, an input of the run or a folder holding other files of those
+    names is a one-line error unless `force`."""
+    path = check_out_dir(path, flag)
+    for given in inputs:
+        if given is not None and not force and (same_or_inside(path, Path(given)) or
+                                                same_or_inside(Path(given), path)):
+            raise OndeviceError(f"{flag} {path} holds or is an input of this run ({given}); choose another folder "
+                                "(or --force)")
+    if force or not path.is_dir() or not any(path.iterdir()):
+        return path
+    kind = layouts.identify(path)
+    if kind is not None:
+        raise OndeviceError(f"{flag} {path} holds {layouts.KINDS[kind].what}; choose an empty or new {flag} "
+                            "(or --force to write into it)")
+    try:
+        mine = bool(ours(path)) if ours is not None else False
+    except (OSError, ValueError):
+        mine = False
+    clash = [n for n in names if (path / n).exists() or (path / n).is_symlink()]
+    if clash and not mine:
+        raise OndeviceError(f"{flag} {path} holds a {clash[0]} that is not {what}; choose an empty or new {flag} "
+                            "(or --force to replace it)")
+    return path
+
+
+def is_npy_codes(path: str | os.PathLike) -> bool:
+    """Whether `path` is a .npy file of packed codes (a 2-D uint8 array), as `--codes-out` writes."""
+    import numpy as np
+
+    with open(path, "rb") as fh:
+        if fh.read(6) != np.lib.format.MAGIC_PREFIX:
+            return False
+        fh.seek(0)
+        version = np.lib.format.read_magic(fh)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = header(fh)
+    return dtype == np.uint8 and len(shape) == 2
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
@@ -196,17 +294,111 @@ def _default(obj: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write `obj` (dataclasses allowed) as indented, key-sorted JSON, atomically."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_default, ensure_ascii=False) + "\n")
+    """Write `obj` (dataclasses allowed) as indented, key-sorted JSON, atomically; NaN or infinity anywhere in it is
+    a one-line error and nothing is written (JSON has no such numbers: the web runtime refuses a file with them)."""
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=True, default=_default, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        if "JSON compliant" not in str(exc):
+            raise
+        raise OndeviceError(f"refusing to write {Path(path).name}: it would hold NaN or infinity "
+                            f"({_nonfinite_at(obj)}); nothing was written") from None
+    write_text(path, text + "\n")
+
+
+def check_finite_json(obj: Any, what: str) -> Any:
+    """`obj` unchanged, or a one-line error naming the first NaN or infinity in it (read from a JSON file that
+    Python parsed with its NaN extension): checked before work whose output would carry the value."""
+    found = _nonfinite_at(obj)
+    if found != "a value":
+        raise OndeviceError(f"{what} holds NaN or infinity ({found}); JSON has no such numbers, write null or a number")
+    return obj
+
+
+def nonfinite_to_null(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float (numpy ones included) replaced by None: for results where a metric
+    is undefined (a constant side of a correlation), written as JSON null rather than refused by `write_json`."""
+    import math
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        obj = obj.tolist()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: nonfinite_to_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [nonfinite_to_null(v) for v in obj]
+    return obj
+
+
+def write_record(path: str | os.PathLike, obj: Any) -> None:
+    """`write_json` for measurement records (benchmark results, dev metrics): a metric that is undefined (NaN, a
+    correlation with a constant side) is written as null instead of failing the run that measured it."""
+    write_json(path, nonfinite_to_null(obj))
+
+
+def _nonfinite_at(obj: Any, where: str = "") -> str:
+    """The first key path in `obj` holding a non-finite float ("a value" when none is found)."""
+    import math
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        obj = obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return f"{where or 'the value'} = {obj}"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _nonfinite_at(value, f"{where}.{key}" if where else str(key))
+        if found != "a value":
+            return found
+    return "a value"
+
+
+MAX_JSON_BYTES = 256 << 20  # settings, manifests and reports are KB to MB; a larger "JSON" file is not one of them
+MAX_TEXT_BYTES = 1 << 30  # a text file read whole (pairs, golden sentences): larger ones are streamed or refused
+
+
+def regular_file(path: str | os.PathLike, what: str) -> Path:
+    """`path` as a regular file to read: a folder, a pipe (FIFO), a device such as /dev/zero or a missing file is a
+    one-line error (a pipe would block forever, /dev/zero never ends)."""
+    path = Path(path)
+    if path.is_dir():
+        raise OndeviceError(f"{what} {path} is a folder; give a file")
+    if path.exists() and not path.is_file():
+        raise OndeviceError(f"{what} {path} is not a regular file (a pipe, socket or device); give a file, which is "
+                            "read to its end (streams are not read)")
+    if not path.is_file():
+        raise OndeviceError(f"cannot read {what} {path}: no such file")
+    return path
+
+
+def read_bounded(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`, read once; larger or non-regular files are a one-line
+    error naming `what`, read no further than the limit."""
+    path = regular_file(path, what)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise OndeviceError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > max_bytes:
+        raise OndeviceError(f"{what} {path} is larger than {max_bytes >> 20} MB, more than such a file ever holds; "
+                            "give a smaller file")
+    return data
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:
-    """Read a JSON file, turning a missing or corrupt file into a one-line error."""
+    """Read a JSON file, turning a missing, corrupt, non-regular or oversized file into a one-line error."""
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        regular_file(path, what)  # a pipe or device: its one line
     if not path.is_file():
         raise OndeviceError(f"{what} not found: {path}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_bounded(path, what, MAX_JSON_BYTES).decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, an over-long integer, absurd nesting
         raise OndeviceError(f"{what} {path} is not valid JSON ({str(exc)[:160]}); re-create it") from None
     except OSError as exc:

@@ -82,6 +82,57 @@ def _walk(buf: memoryview, kind: str, depth: int, found: list[str]) -> None:
         found.append(name or "(unnamed tensor)")
 
 
+_NODE_OP_TYPE, _NODE_DOMAIN = 4, 7
+
+
+def _walk_nodes(buf: memoryview, kind: str, depth: int, found: set[tuple[str, str]]) -> None:
+    if depth > _MAX_DEPTH:
+        raise MalformedModel("graphs nested too deeply")
+    op, domain = None, ""
+    for field, wire, value in _fields(buf):
+        if kind == "node" and wire == 2 and field == _NODE_OP_TYPE:
+            op = bytes(value).decode("utf-8", "replace")
+        elif kind == "node" and wire == 2 and field == _NODE_DOMAIN:
+            domain = bytes(value).decode("utf-8", "replace")
+        if wire == 2 and field in _SCHEMA[kind] and _SCHEMA[kind][field] != "tensor":
+            _walk_nodes(value, _SCHEMA[kind][field], depth + 1, found)
+    if kind == "node":
+        found.add(("" if domain == "ai.onnx" else domain, op or ""))
+
+
+def operators(model: bytes) -> set[tuple[str, str]]:
+    """Every (domain, op_type) a serialized ONNX model uses, in its graph, subgraphs (If/Loop/Scan bodies), functions
+    and training graphs; the default domain is "" (also when written "ai.onnx")."""
+    found: set[tuple[str, str]] = set()
+    try:
+        _walk_nodes(memoryview(model), "model", 0, found)
+    except MalformedModel as exc:
+        raise OndeviceError(f"malformed protobuf: {exc}") from None
+    return found
+
+
+# The operators ondevice's exporters emit (collected from the encoder graphs of every pooling in fp32 and int8, the
+# DSE and DiPair heads and the shipped pretrained bundle), plus the few another torch version emits for the same
+# layers. Control flow (Loop, Scan, If), random, string and sequence operators are never emitted: a graph that uses
+# one is not ours, and a Loop of 10^12 trips would run before any check could stop it.
+EXPORTED_OPS: dict[str, frozenset[str]] = {
+    "": frozenset({
+        "Abs", "Add", "And", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "DequantizeLinear", "Div",
+        "DynamicQuantizeLinear", "Equal", "Expand", "Flatten", "Gather", "GatherND", "Gemm", "Greater",
+        "GreaterOrEqual", "Identity", "LSTM", "LayerNormalization", "Less", "LessOrEqual", "MatMul", "MatMulInteger",
+        "Max", "Min", "Mul", "Neg", "Not", "Or", "Pad", "QuantizeLinear", "Range", "ReduceMax", "ReduceMean",
+        "ReduceSum", "Relu", "Reshape", "Round", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Squeeze",
+        "Sub", "Tanh", "Transpose", "Unsqueeze", "Where",
+    }),
+    "com.microsoft": frozenset({"DynamicQuantizeLSTM", "DynamicQuantizeMatMul"}),
+}
+
+
+def foreign_operators(model: bytes) -> list[str]:
+    """The operators of `model` that ondevice's exporters never emit ("domain:op", sorted; empty for our graphs)."""
+    return sorted(f"{d}:{op}" if d else op for d, op in operators(model) if op not in EXPORTED_OPS.get(d, ()))
+
+
 def external_tensors(model: bytes) -> list[str]:
     """Names of the tensors in `model` whose data lives in another file (empty for a self-contained model)."""
     found: list[str] = []

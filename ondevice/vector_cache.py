@@ -77,8 +77,16 @@ def fill_lock(folder: Path) -> Iterator[None]:
     """Hold `folder`'s fill lock: one process at a time creates and fills a cache folder; a second one waits,
     then finds the chunks done and reuses them (without it both would compute everything, and a second process
     creating the folder's array could truncate the first one's). The lock dies with its process."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = folder / LOCK_NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+            raise OndeviceError(f"cache {folder}: {LOCK_NAME} is not a plain file (a folder or link stands where the "
+                                "lock file goes); remove it and run again")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        raise OndeviceError(f"cannot use the cache {folder} ({exc.strerror or type(exc).__name__}); check "
+                            "ONDEVICE_CACHE names a writable folder") from None
     try:
         if not _try_lock(fd, block=False):
             print(f"waiting for another process that is filling the cache {folder}", file=sys.stderr, flush=True)
@@ -90,6 +98,36 @@ def fill_lock(folder: Path) -> Iterator[None]:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def chunk_sum(rows: np.ndarray) -> str:
+    """A checksum of one chunk's rows as stored (blake2b of their bytes): state.json keeps one per finished chunk,
+    so rows damaged on disk later (zeroed, overwritten, a bad sector) are found before anything trains on them."""
+    return hashlib.blake2b(np.ascontiguousarray(rows).tobytes(), digest_size=16).hexdigest()
+
+
+def _sums(state: Any) -> dict[str, str]:
+    """The per-chunk checksums of a state.json ({} for one written before they were kept)."""
+    sums = state.get("sums") if isinstance(state, dict) else None
+    return {k: v for k, v in sums.items() if isinstance(v, str)} if isinstance(sums, dict) else {}
+
+
+def damaged_chunks(vectors: np.ndarray, chunk: int, done: set[int], sums: dict[str, str], check: Check | None,
+                   what: str) -> set[int]:
+    """The finished chunks whose rows no longer match their checksum (or, for a chunk of an older cache without
+    one, fail `check`: zero rows, rows of the wrong length for a normalized teacher, non-finite values)."""
+    bad = set()
+    for c in sorted(done):
+        rows = np.asarray(vectors[c * chunk: min(len(vectors), (c + 1) * chunk)])
+        if str(c) in sums:
+            if chunk_sum(rows) != sums[str(c)]:
+                bad.add(c)
+        elif check is not None:
+            try:
+                check(rows, what)
+            except OndeviceError:
+                bad.add(c)
+    return bad
 
 
 def parse_state(state: Any, n: int | None = None) -> tuple[int, set[int]] | None:
@@ -121,24 +159,31 @@ class VectorCache:
         self.folder, self.n, self.dim, self.check = folder, n, dim, check
         self.vec_path, self.state_path = folder / "vectors.npy", folder / "state.json"
         folder.mkdir(parents=True, exist_ok=True)
-        self.chunk, self.done = chunk, set()
+        self.chunk, self.done, self.sums = chunk, set(), {}
         if self.state_path.is_file() and self.vec_path.is_file():
             state = read_json(self.state_path, "vector cache state")
             try:
                 self.vectors = np.lib.format.open_memmap(self.vec_path, mode="r+")
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, EOFError) as exc:
                 raise OndeviceError(f"cache {folder}: vectors.npy cannot be opened ({exc}); delete that folder") from None
             if self.vectors.shape != (n, dim) or self.vectors.dtype != np.dtype(dtype):
                 raise OndeviceError(f"cache {folder} holds {self.vectors.dtype} {self.vectors.shape}, expected "
                                     f"{np.dtype(dtype)} {(n, dim)}; delete that folder")
             parsed = parse_state(state, n)
+            self.sums = _sums(state)
             if parsed is not None:
                 self.chunk, self.done = parsed
+                bad = damaged_chunks(self.vectors, self.chunk, self.done, self.sums, check, f"cache {folder}")
+                if bad:  # damaged on disk since they were written: computed again, never used
+                    print(f"cache {folder}: {len(bad)} finished chunk(s) do not match what was written (damaged "
+                          "on disk); computing them again", file=sys.stderr, flush=True)
+                    self.done -= bad
+                    self._save_state()
             elif isinstance(state, dict) and "chunks" not in state and _is_int(state.get("done")) and state["done"] >= 0:
                 # format of earlier versions: a finished prefix of `done` rows, rewritten as chunks (donors read those)
                 prefix = int(state["done"])
                 self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
-                write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
+                self._save_state()
             else:
                 raise OndeviceError(f"cache {folder} has a state.json this ondevice cannot trust (chunk size, chunk "
                                     "numbers or row count wrong); delete that folder and run again")
@@ -177,7 +222,13 @@ class VectorCache:
         self.vectors[lo:hi] = rows
         self.vectors.flush()
         self.done.add(c)
-        write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n})
+        self.sums[str(c)] = chunk_sum(self.vectors[lo:hi])
+        self._save_state()
+
+    def _save_state(self) -> None:
+        """Write state.json: the finished chunks and each one's checksum (atomically)."""
+        sums = {str(c): self.sums[str(c)] for c in sorted(self.done) if str(c) in self.sums}
+        write_json(self.state_path, {"chunk": self.chunk, "chunks": sorted(self.done), "n": self.n, "sums": sums})
 
     def result(self) -> np.ndarray:
         """The finished vectors, read-only and memory-mapped."""
@@ -202,14 +253,19 @@ class Donors:
                     continue
                 hashes = np.load(folder / "rows.npy")
                 vectors = np.load(folder / "vectors.npy", mmap_mode="r")
-                parsed = parse_state(read_json(folder / "state.json", "cache state"), len(vectors))
-            except (OndeviceError, OSError, ValueError):
+                state = read_json(folder / "state.json", "cache state")
+                parsed = parse_state(state, len(vectors))
+            except (OndeviceError, OSError, ValueError, EOFError):
                 continue  # an unreadable cache is just not a donor
             if parsed is None or hashes.shape != (len(vectors),) or hashes.dtype != np.uint64 or vectors.ndim != 2 \
                     or (dtype is not None and vectors.dtype != dtype):
                 continue
             cache = VectorCache.__new__(VectorCache)
             cache.n, (cache.chunk, cache.done) = len(hashes), parsed
+            try:  # a donor's damaged rows must not spread into this cache: only its intact chunks are lent
+                cache.done -= damaged_chunks(vectors, cache.chunk, cache.done, _sums(state), None, str(folder))
+            except (OSError, ValueError):
+                continue
             rows = np.flatnonzero(cache.done_rows())
             order = np.argsort(hashes[rows], kind="stable")
             self.parts.append((hashes[rows][order], rows[order], vectors))
@@ -248,10 +304,52 @@ def cached_rows(root: Path, field: str, identity: dict[str, Any], texts: Sequenc
     """
     name, key_src = key or cache_key(field, identity, texts)
     folder = root / name
-    if _finished(folder, len(texts)):  # a finished folder is only read: no lock needed
-        return np.load(folder / "vectors.npy", mmap_mode="r"), False
+    if _finished(folder, len(texts)):  # a finished folder is only read (no lock needed), once its rows check out
+        found = _intact(folder, dim, check)
+        if found is not None:
+            return found, False
     with fill_lock(folder):
         return _fill(folder, key_src, field, identity, texts, fn, chunk, check, progress, desc, dim, dtype, unit)
+
+
+def _intact(folder: Path, dim: int | None, check: Check | None) -> np.ndarray | None:
+    """A finished folder's vectors when every chunk matches its checksum and the row width is `dim`; else None
+    (the fill under the lock then recomputes what is damaged)."""
+    try:
+        state = read_json(folder / "state.json", "vector cache state")
+        vectors = np.load(folder / "vectors.npy", mmap_mode="r")
+        parsed = parse_state(state, len(vectors))
+        if parsed is None or (dim is not None and vectors.shape[1] != dim):
+            return None
+        if damaged_chunks(vectors, parsed[0], parsed[1], _sums(state), check, f"cache {folder}"):
+            return None
+    except (OndeviceError, OSError, ValueError, EOFError):
+        return None
+    return vectors
+
+
+def _unusable(folder: Path, n: int, dim: int | None) -> tuple[str | None, int, Any]:
+    """(why the folder's array cannot be resumed, or None; its row width; its dtype)."""
+    try:
+        head = np.load(folder / "vectors.npy", mmap_mode="r")
+    except (OSError, ValueError, EOFError) as exc:  # truncated, empty, or not an array at all
+        return f"its array cannot be read ({(str(exc).splitlines() or ['damaged'])[0][:120]})", 0, None
+    if head.ndim != 2 or len(head) != n or head.dtype.kind != "f":
+        return f"its array is {head.dtype} {head.shape}, not ({n}, dim) floats", 0, None
+    if dim is not None and head.shape[1] != dim:
+        return f"its rows are {head.shape[1]} wide, not {dim}", 0, None
+    # a state.json that cannot be trusted is refused by VectorCache with one line (someone edited it: look first)
+    return None, int(head.shape[1]), head.dtype
+
+
+def _discard(folder: Path, reason: str) -> None:
+    """Remove a cache folder's damaged array and state (under its fill lock) so that it is computed again."""
+    print(f"cache {folder}: {reason}; computing it again", file=sys.stderr, flush=True)
+    for name in ("vectors.npy", "state.json", "rows.npy"):
+        try:
+            (folder / name).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _finished(folder: Path, n: int) -> bool:
@@ -259,7 +357,7 @@ def _finished(folder: Path, n: int) -> bool:
     try:
         parsed = parse_state(read_json(folder / "state.json", "vector cache state"), n)
         head = np.load(folder / "vectors.npy", mmap_mode="r")
-    except (OndeviceError, OSError, ValueError):
+    except (OndeviceError, OSError, ValueError, EOFError):
         return False
     return parsed is not None and head.ndim == 2 and len(head) == n and parsed[1] == set(range(-(-n // parsed[0])))
 
@@ -273,11 +371,13 @@ def _fill(folder: Path, key_src: dict[str, Any], field: str, identity: dict[str,
     root, n = folder.parent, len(texts)
     cache = None
     if (folder / "state.json").is_file() and (folder / "vectors.npy").is_file():
-        head = np.load(folder / "vectors.npy", mmap_mode="r")
-        cache = VectorCache(folder, n, head.shape[1], chunk, key_src, head.dtype, check)
-        del head
-        if not cache.pending():  # another process finished it while this one waited for the lock
-            return cache.result(), False
+        problem, width, dtype_found = _unusable(folder, n, dim)
+        if problem is not None:  # what a crash, a full disk or a bad sector left: computed again under the lock
+            _discard(folder, problem)
+        else:
+            cache = VectorCache(folder, n, width, chunk, key_src, dtype_found, check)
+            if not cache.pending():  # another process finished it while this one waited for the lock
+                return cache.result(), False
     hashes = row_hashes(texts)
     donors = Donors(root, field, identity, skip=folder)
 

@@ -41,11 +41,15 @@ def load_word_vectors(spec: str | Path = DEFAULT, allow_pickle: bool = False):
         return _packaged_glove()
     gensim_models = require("gensim.models", "train")
     path = Path(spec)
+    if path.exists() and not path.is_file():
+        raise OndeviceError(f"word vectors {path} is not a regular file (a folder, pipe or device); pass --word-vectors FILE")
     if not path.is_file():
         raise OndeviceError(f"word vectors not found: {path}; pass --word-vectors FILE or '{DEFAULT}'")
     if path.stat().st_size == 0:
         raise OndeviceError(f"word vectors file {path} is empty; give word2vec/GloVe text or binary vectors")
     pickled = refuse_pickle(path, allow_pickle)
+    if not pickled:
+        _check_header_size(path, binary=path.suffix == ".bin")
     KeyedVectors = gensim_models.KeyedVectors
     try:
         if pickled:
@@ -64,6 +68,19 @@ def load_word_vectors(spec: str | Path = DEFAULT, allow_pickle: bool = False):
         raise OndeviceError(f"cannot read word vectors {path}: {first}; give word2vec/GloVe text or binary, "
                             "or .vec") from None
     return check_vectors(kv, path)
+
+
+def _check_header_size(path: Path, binary: bool) -> None:
+    """A word2vec header ("COUNT DIM") must fit the file: gensim allocates COUNT x DIM floats before reading a row,
+    so a 20-byte file claiming 10^9 x 10^6 would exhaust memory; each value takes 4 bytes (binary) or 2 (text)."""
+    with open(path, "rb") as fh:
+        first = fh.readline(256).split()
+    if len(first) != 2 or not all(x.isdigit() for x in first):
+        return
+    count, dim = int(first[0]), int(first[1])
+    if dim > 65_536 or count * dim * (4 if binary else 2) > path.stat().st_size:
+        raise OndeviceError(f"word vectors {path} claim {count:,} words of {dim:,} values in its header, more than its "
+                            f"{path.stat().st_size:,} bytes can hold; the file is truncated or not word2vec")
 
 
 def _check_rows(path: Path, header: bool) -> None:

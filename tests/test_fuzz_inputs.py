@@ -783,7 +783,8 @@ def test_index_cli_bounds_k_radius_and_bits(tmp_path, capsys):
 
 def test_listed_files_are_hashed_in_blocks_and_capped(bundle_dir, tmp_path, monkeypatch):
     """A file the runtime only checks is hashed in blocks and not kept; a listed file over its cap is refused unread."""
-    from ondevice.bundle import manifest as runtime  # the bundle format's owner holds the caps and the hashing
+    # the bundle format's owner holds the caps and the hashing
+    from ondevice.bundle import manifest as runtime
     from ondevice.runtime import Bundle
 
     bad = _copy(bundle_dir, tmp_path / "b")

@@ -104,17 +104,24 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user mistakes print one line to stderr and return non-zero."""
+    for stream in (sys.stdout, sys.stderr):  # a query or file name of invalid UTF-8 prints escaped, never crashes
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # a stream without reconfigure (a test's)
+            stream.reconfigure(errors="backslashreplace")
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
-        args = build_parser(_command(argv)).parse_args(argv)
+        parser = build_parser(_command(argv))
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
         return int(exc.code or 0)
     try:
+        from ondevice.checks import check_flag_ranges
+
+        check_flag_ranges(parser, args)  # every number of the command line in its range, before any work
         if getattr(args, "seed", None) is not None:
             seed_globals(args.seed)
         return int(args._run(args) or 0)
     except OndeviceError as exc:
-        print(f"ondevice {args.command}: error: {exc}", file=sys.stderr)
+        _say_error(args.command, str(exc))
         return 2
     except KeyboardInterrupt:
         print(f"ondevice {args.command}: interrupted", file=sys.stderr)
@@ -124,6 +131,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout without a descriptor (a test's)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # a read-only or full disk, a permission, a vanished file: one line, never a traceback
+        _say_error(args.command, os_error_line(exc))
+        return 2
+    except MemoryError:
+        _say_error(args.command, "out of memory; use smaller inputs or limits (see --help)")
+        return 2
+    except Exception as exc:
+        if type(exc).__name__ != "SafetensorError":  # a real bug: its traceback is what a report needs
+            raise
+        # the safetensors writer reports a full or read-only disk as its own error type, not an OSError
+        _say_error(args.command, f"cannot write a weights file ({(str(exc).splitlines() or ['failed'])[0][:200]})")
+        return 2
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an OSError: what failed and on which path (ENOSPC and EROFS say what to do)."""
+    import errno
+
+    reason = exc.strerror or type(exc).__name__
+    hint = {errno.ENOSPC: "; free some space and run again (nothing half-written was kept)",
+            errno.EROFS: "; write to another folder",
+            errno.EACCES: "; check the permissions", errno.EDQUOT: "; free some space and run again"}.get(exc.errno, "")
+    where = f" {exc.filename}" if exc.filename is not None else ""
+    return f"cannot complete the command:{where} ({reason}){hint}"[:400]
+
+
+def _say_error(command: str, message: str) -> None:
+    """Print the one error line on stderr, safely on any terminal: text that is not valid in its encoding (an
+    undecodable file name, a query of invalid UTF-8 bytes) is escaped, never a UnicodeEncodeError."""
+    line = f"ondevice {command}: error: {' '.join(message.splitlines()) or 'failed'}\n"
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    try:
+        sys.stderr.write(line.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nothing more can be said
+        pass
 
 
 if __name__ == "__main__":

@@ -40,7 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bits", type=int, required=True, help="code length; threshold needs bits = dim, pca bits <= dim")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="binarizer directory to write")
-    p.add_argument("--codes-out", help="also write the packed uint8 codes of the input as this .npy")
+    p.add_argument("--codes-out", help="also write the packed uint8 codes of the input as this .npy (an existing file "
+                                       "is replaced only when it holds codes, never an input or an artifact's file)")
+    p.add_argument("--force", action="store_true",
+                   help="let --codes-out replace an existing file of any kind, even an input of this run (atomically; "
+                        "a folder is never replaced)")
     p.add_argument("--threshold", type=finite_float, default=None, help="threshold method: the cut s (default 0)")
     ae = p.add_argument_group("autoencoder (ae, ae-sp)")
     ae.add_argument("--epochs", type=int, default=d.epochs)
@@ -151,13 +155,15 @@ def run(a: argparse.Namespace) -> int:
     from ondevice.binarize import Binarizer, as_embeddings, check_bits
     from ondevice.checks import check_int
     from ondevice.errors import OndeviceError
-    from ondevice.io import atomic_path, check_out_file, check_out_kind
+    from ondevice.io import atomic_path, check_out_kind, check_replace, is_npy_codes
 
     check_out_kind(a.out, "binarizer")  # fail before any encoding or training work
     check_bits(a.method, a.bits, a.bits)  # the range of --bits; the input's dim is checked once it is read
     check_int(a.threads, "--threads", 0, 4096)  # every method: the autoencoders use it, the others never ignore a bad one
-    if a.codes_out:
-        check_out_file(a.codes_out, "--codes-out")
+    if a.codes_out:  # never a file this run reads, nor one it did not write (a manifest, weights, embeddings)
+        check_replace(a.codes_out, "--codes-out", force=a.force, ours=is_npy_codes, what="a .npy of packed codes",
+                      inputs=(a.embeddings, a.student, a.corpus,
+                              a.teacher if a.teacher and "/" in a.teacher else None))
     ae_hyper: dict = {}
     if a.method in ("ae", "ae-sp"):
         from ondevice.binarize_ae import AEConfig

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not read or write ~/.cache/ondevice/eval")
     p.add_argument("--no-speed", action="store_true", help="skip the encode-speed measurement")
     p.add_argument("--no-plots", action="store_true", help="write report.json and report.md only")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out folder that holds other files named like the report's (they are replaced)")
     p.add_argument("--merge", nargs="+", metavar="REPORT_JSON", default=None,
                    help="evaluate nothing: merge these report.json files into one report in --out")
 
@@ -42,9 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
     from ondevice.eval import evaluate, markdown_table, write_report
-    from ondevice.io import check_out_dir
+    from ondevice.eval.report import REPORT_FILES, is_report_folder
+    from ondevice.io import check_replace_dir
 
-    check_out_dir(a.out)
+    # new, empty or an earlier report: never a bundle, a student, or a folder whose report.json is someone else's
+    check_replace_dir(a.out, "--out", REPORT_FILES, force=a.force, ours=is_report_folder,
+                      what="part of an earlier `ondevice eval` report", inputs=tuple(a.merge or ()))
     if a.merge:
         from ondevice.eval.report import merge_reports
         from ondevice.io import read_json

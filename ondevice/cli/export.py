@@ -39,7 +39,7 @@ def run(a: argparse.Namespace) -> int:
     from ondevice.corpus import read_exact_lines
     from ondevice.errors import OndeviceError
     from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import check_out_dir, read_json
+    from ondevice.io import check_finite_json, check_out_dir, read_json
     from ondevice.student import Student
 
     check_out_dir(a.out)
@@ -50,7 +50,7 @@ def run(a: argparse.Namespace) -> int:
     config.validate()  # before any file is read: --golden-sentences without --golden, ...
     if a.golden_sentences:  # .gz allowed like a corpus, but every character kept, and text that is not UTF-8 refused
         config.golden_extra = tuple(read_exact_lines(a.golden_sentences, "--golden-sentences"))
-    evaluation = read_json(a.eval, "--eval summary") if a.eval else None
+    evaluation = check_finite_json(read_json(a.eval, "--eval summary"), f"--eval {a.eval}") if a.eval else None
     if evaluation is not None and not isinstance(evaluation, dict):
         raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
     student = Student.load(a.student)

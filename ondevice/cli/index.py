@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--tags", help="uint64 tag masks (n,) as .npy: attributes for `index search --tags-all/--tags-any`")
     b.add_argument("--categories", help="int32 categories (n,) as .npy: attributes for `index search --category`")
     b.add_argument("--out", required=True, help="index file to write (e.g. catalog.odx); with --shards a folder")
+    b.add_argument("--force", action="store_true",
+                   help="let --out replace an existing file that is not an index, even an input of this run (atomically)")
     b.add_argument("--shards", type=int, default=0,
                    help="write S shard files (ids global) and a manifest.json with their checksums into folder --out")
     _add_encoder(b)
@@ -193,9 +196,10 @@ class _Encoder:
 def _build(a: argparse.Namespace) -> int:
     import numpy as np
 
+    from ondevice import layouts
     from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex
-    from ondevice.io import check_out_index_file, check_out_kind, read_npy
+    from ondevice.io import check_out_index_file, check_out_kind, check_replace, read_npy
 
     if bool(a.codes) == bool(a.corpus):
         raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
@@ -210,7 +214,12 @@ def _build(a: argparse.Namespace) -> int:
     if a.shards:  # before any encoding: never into a bundle or other artifact, never over a file not an index
         check_out_kind(a.out, "sharded-index")
     else:
-        check_out_index_file(a.out)
+        if not a.force:
+            check_out_index_file(a.out)
+        # never an input of this run, a file inside an artifact folder or a link, unless --force
+        check_replace(a.out, "--out", force=a.force, ours=lambda p: layouts.identify(p) == "index",
+                      what="a Hamming index file", inputs=(a.codes, a.ids, a.corpus, a.tags, a.categories, a.bundle,
+                                                           a.student))
     started = time.perf_counter()
     codes = read_npy(a.codes, "--codes") if a.codes else None  # empty, truncated, non-.npy or pickled: one line
     ids = read_npy(a.ids, "--ids") if a.ids else None
@@ -261,7 +270,7 @@ def _build(a: argparse.Namespace) -> int:
         return 0
     index = HammingIndex(bits, encoder=encoder.identity if encoder is not None else None)
     index.add(codes, ids, vectors=vectors, **attrs)
-    index.save(a.out)
+    index.save(a.out, force=a.force)
     print(f"index saved to {a.out}: {len(index):,} codes x {bits} bits "
           f"({Path(a.out).stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     return 0
@@ -485,6 +494,14 @@ def _info(a: argparse.Namespace) -> int:
     return 0
 
 
+def _physical_memory() -> int:
+    """This machine's physical memory in bytes (0 when the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
 def _calibrate(a: argparse.Namespace) -> int:
     from ondevice.errors import OndeviceError
     from ondevice.kernels import hamming
@@ -494,6 +511,10 @@ def _calibrate(a: argparse.Namespace) -> int:
     if a.repeats < 2:
         raise OndeviceError(f"--repeats must be >= 2 (a percentile needs two timings), got {a.repeats}")
     max_bytes = int(a.max_mb * (1 << 20))
+    memory = _physical_memory()
+    if memory and max_bytes > memory // 4:  # the measured database is held in memory, plus the kernels' buffers
+        raise OndeviceError(f"--max-mb {a.max_mb:g} is more than a quarter of this machine's {memory >> 20:,} MB of "
+                            f"memory; use at most {memory >> 22:,}")
     if max_bytes < 64 << 10:
         raise OndeviceError(f"--max-mb must be at least 0.0625 (64 KB, the smallest size measured), got {a.max_mb}")
     threads = hamming.default_threads()

@@ -21,15 +21,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or $ONDEVICE_DATA)")
     p.add_argument("--eval", default=None, help="JSON file with an evaluation of the new bundle to put in the manifest "
                                                "(without it the source's is kept as eval_before_requantization)")
+    p.add_argument("--force", action="store_true", help="let --out be the --bundle folder itself (replaced atomically)")
     add_seed(p)
 
 
 def run(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ondevice.errors import OndeviceError
     from ondevice.export.requantize import requantize_bundle
-    from ondevice.io import read_json
+    from ondevice.io import check_finite_json, read_json, same_or_inside
 
-    evaluation = read_json(a.eval, "--eval summary") if a.eval else None
+    source = Path(a.bundle)
+    if not a.force and source.exists() and (same_or_inside(Path(a.out), source) or same_or_inside(source, Path(a.out))):
+        raise OndeviceError(f"--out {a.out} is the --bundle being read (or holds it); choose a new --out "
+                            "(or --force to replace the source)")
+    evaluation = check_finite_json(read_json(a.eval, "--eval summary"), f"--eval {a.eval}") if a.eval else None
     if evaluation is not None and not isinstance(evaluation, dict):
         raise OndeviceError(f"--eval {a.eval} must hold a JSON object")
     record = requantize_bundle(a.bundle, a.out, evaluation=evaluation, data=a.data)

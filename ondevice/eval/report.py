@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ondevice.eval.tasks import TASKS
-from ondevice.io import write_json, write_text
+from ondevice.io import nonfinite_to_null, write_json, write_text
 
 # Markdown column per task: (header, function of the task's result dict -> cell text)
 _CELLS = {
-    "similarity": lambda r: f"{r['spearman']:.1f}",
-    "paraphrase": lambda r: f"{r['acc']:.1f}/{r['f1']:.1f}",
-    "transfer": lambda r: f"{r['acc']:.1f}",
+    "similarity": lambda r: _f(r['spearman']),
+    "paraphrase": lambda r: f"{_f(r['acc'])}/{_f(r['f1'])}",
+    "transfer": lambda r: _f(r['acc']),
 }
+
+
+def _f(x: Any) -> str:
+    """One decimal, or "-" for a metric that is undefined (null in report.json, NaN before it was written)."""
+    return "-" if x is None or math.isnan(x) else f"{x:.1f}"
 
 
 def _header(task: str) -> str:
@@ -68,8 +74,8 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
               "MRPC: accuracy/F1 × 100 with the mean-score threshold. Transfer: logistic-regression probe accuracy × 100. "
               + (f"Retrieval reference: `{ref}`. " if ref else "")
               + f"Speed measured on {report.get('speed_sentences', 0)} STS-B test sentences on this machine "
-              f"({report['versions'].get('platform', '')}).", ""]
-    parts += ["Protocol:", ""] + [f"- {k}: {v}" for k, v in report["protocol"].items()] + [""]
+              f"({(report.get('versions') or {}).get('platform', '')}).", ""]
+    parts += ["Protocol:", ""] + [f"- {k}: {v}" for k, v in (report.get("protocol") or {}).items()] + [""]
     if report["skipped"]:
         parts += ["Skipped:", ""] + [f"- {t}: {why}" for t, why in report["skipped"].items()] + [""]
     if plots:
@@ -77,7 +83,7 @@ def markdown_report(report: dict[str, Any], command: str | None = None, plots: l
     if report.get("commit"):  # reports written before 2026-11-27 do not name it
         parts += [f"Run {report['created']} at commit {report['commit']} on {report.get('cpu_model', '')}.", ""]
     parts += [f"Total time {report['total_seconds']:.0f} s; versions: "
-              + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if k != "platform"), ""]
+              + ", ".join(f"{k} {v}" for k, v in (report.get("versions") or {}).items() if k != "platform"), ""]
     return "\n".join(parts)
 
 
@@ -134,13 +140,29 @@ def merge_reports(reports: list[dict[str, Any]], names: Sequence[str] | None = N
     return out
 
 
+REPORT_FILES = ("report.json", "report.md", "quality_vs_bits.png", "quality_vs_speed.png", "quality_vs_size.png")
+
+
+def is_report_folder(folder: str | Path) -> bool:
+    """Whether `folder` holds an earlier `ondevice eval` report (a report.json that is one): its files may be replaced."""
+    from ondevice.io import read_json
+
+    path = Path(folder) / "report.json"
+    if not path.is_file() or path.is_symlink() or path.stat().st_size > 64 << 20:
+        return False
+    try:
+        return _report_problem(read_json(path, "report")) is None
+    except Exception:  # noqa: BLE001 - anything unreadable is simply not an earlier report
+        return False
+
+
 def write_report(report: dict[str, Any], out_dir: str | Path, command: str | None = None, plots: bool = True) -> list[Path]:
     """Write report.json, report.md and (with matplotlib) the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if command:
         report = {**report, "command": command}
-    write_json(out / "report.json", report)
+    write_json(out / "report.json", nonfinite_to_null(report))  # an undefined metric (NaN) is written as null
     pngs: list[Path] = []
     if plots:
         from ondevice.eval.plots import write_plots

@@ -324,12 +324,12 @@ def _dvbert(a: argparse.Namespace) -> int:
 
 def _read_pair_file(path: str) -> tuple[list[str], list[str]]:
     """first<TAB>second per line (blank lines skipped); a line without exactly one tab is a one-line error."""
-    from pathlib import Path
 
     from ondevice.errors import OndeviceError
+    from ondevice.io import read_bounded
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded(path, "--pairs").decode("utf-8")  # a regular file, bounded: never /dev/zero or a FIFO
     except (OSError, UnicodeDecodeError) as exc:
         raise OndeviceError(f"--pairs {path}: cannot read it as UTF-8 text ({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
     a, b = [], []

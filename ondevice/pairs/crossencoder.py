@@ -24,7 +24,15 @@ from ondevice.checks import first_failure, training_checks
 from ondevice.devices import device_check, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
-from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_file, write_json, write_text
+from ondevice.io import (
+    check_out_kind,
+    dataclass_from_dict,
+    read_json,
+    sha256_file,
+    write_json,
+    write_record,
+    write_text,
+)
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 from ondevice.teacher import quiet_loading
@@ -129,6 +137,10 @@ class CrossEncoderTeacher:
                                                      device=self.device, activation_fn=torch.nn.Identity())
             except (OSError, ValueError) as exc:
                 raise OndeviceError(f"cannot load {self.directory / layouts.TEACHER_MODEL}: {str(exc).splitlines()[0]}") from None
+            if not all(bool(torch.isfinite(t).all()) for t in self._model.parameters()):
+                self._model = None  # never scores (or passes `info --verify`) with weights that give NaN
+                raise OndeviceError(f"{weights} holds NaN or inf weights (a diverged run); train the teacher again "
+                                    "with a lower --lr")
         return self._model
 
     @property
@@ -229,18 +241,21 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
         trainer.train(resume_from_checkpoint=str(ckpts[-1]) if resume else None)
     except KeyboardInterrupt:
         raise OndeviceError("interrupted; the last epoch's checkpoint is kept, continue with --resume") from None
+    if not all(bool(torch.isfinite(t).all()) for t in model.parameters()):  # diverged: never saved as a teacher
+        raise OndeviceError(f"training diverged: the teacher's weights hold NaN or inf (--lr {config.lr:g} is too "
+                            "large for this task); nothing was saved as a teacher, lower --lr and run again")
     model.save_pretrained(str(out / layouts.TEACHER_MODEL))
     weights = out / layouts.TEACHER_MODEL / "model.safetensors"
     info = {"config": config, "weights_sha256": sha256_file(weights), "train_pairs": len(train),
             "train_seconds": round(time.time() - started, 1), "losses": _log_losses(trainer)}
     write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in info["losses"]))
-    write_json(out / layouts.TEACHER_INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
+    write_record(out / layouts.TEACHER_INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))
     teacher = CrossEncoderTeacher.load(out, device=device)
     dev_logits = teacher.logits(dev.a, dev.b)
     info = teacher.info
     info["dev"], threshold = dev_metrics(spec, dev_logits, dev.gold)
     info["threshold"] = threshold
-    write_json(out / layouts.TEACHER_INFO, info)
+    write_record(out / layouts.TEACHER_INFO, info)
     return teacher  # its info is the dict just written
 
 

@@ -29,7 +29,7 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, pair_run_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, read_json, write_json, write_text
+from ondevice.io import artifact_file, read_json, write_json, write_record, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
@@ -326,7 +326,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         head_cfg.threshold = threshold
         save_head(out, proj, head, head_cfg, vproj)
         student.save(out / layouts.RUN_STUDENT)
-        write_json(out / layouts.RUN_DEV, metrics)
+        write_record(out / layouts.RUN_DEV, metrics)
         write_sra_cosine(out, read_json(out / layouts.RUN_DATA, "data summary").get("sra_dev_cosine_before"), cosine)
 
     target_t = on_device(targets, device)

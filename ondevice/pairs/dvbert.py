@@ -46,7 +46,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import load_pairs, task_spec
-from ondevice.io import atomic_path, read_json, write_json, write_text
+from ondevice.io import atomic_path, read_json, write_json, write_record, write_text
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import PairHeadConfig, build_head
@@ -337,7 +337,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         head_cfg.threshold = threshold
         save_head_arrays(out, head_arrays(model.head, head_type, head_cfg), head_cfg)
         student.save(out / layouts.RUN_STUDENT)
-        write_json(out / layouts.RUN_DEV, metrics)
+        write_record(out / layouts.RUN_DEV, metrics)
 
     probs_t, gold_t, labeled_t = on_device(probs, device), on_device(gold, device), on_device(labeled, device)
 

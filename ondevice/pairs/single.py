@@ -18,7 +18,7 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.eval.pair_tasks import load_sst2
-from ondevice.io import artifact_file, atomic_path, read_json, write_json
+from ondevice.io import artifact_file, atomic_path, read_json, write_json, write_record
 from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
@@ -120,7 +120,7 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
             state["best"] = {"epoch": epoch + 1, "dev_accuracy": acc}
             _save_head(out, model, student, {"task": config.task, "dim": student.config.output_dim,
                                               "hidden": config.hidden, "classes": classes})
-            write_json(out / layouts.RUN_DEV, {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
+            write_record(out / layouts.RUN_DEV, {"accuracy": round(100 * acc, 2), "epoch": epoch + 1, "n": len(dev_ids)})
         return {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
                 "dev_accuracy": round(100 * acc, 2), "time": time.time()}
 

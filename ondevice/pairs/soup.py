@@ -21,7 +21,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, check_out_dir, dataclass_from_dict, read_json, write_json
+from ondevice.io import artifact_file, check_out_dir, dataclass_from_dict, read_json, write_json, write_record
 
 
 def average_states(a: dict, b: dict) -> dict:
@@ -120,7 +120,7 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
             save_head(out, soup.proj, soup.head, cfg, soup.vproj)
             _write_sra_cosine(run, out, config, soup, dev)
         soup.student.save(out / layouts.RUN_STUDENT)
-        write_json(out / layouts.RUN_DEV, {**metrics, "epoch": f"soup of {best_epoch} and {last_epoch}", "soup": record})
+        write_record(out / layouts.RUN_DEV, {**metrics, "epoch": f"soup of {best_epoch} and {last_epoch}", "soup": record})
     write_json(out / "soup.json", record)
     return record
 

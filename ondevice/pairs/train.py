@@ -24,7 +24,7 @@ from ondevice.checks import first_failure, pair_run_checks, training_checks
 from ondevice.devices import device_check, on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
-from ondevice.io import artifact_file, check_out_kind, read_json, write_json
+from ondevice.io import artifact_file, check_out_kind, read_json, write_json, write_record
 from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
@@ -229,7 +229,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
         head_cfg.threshold = threshold
         save_head(out, model.head, head_cfg)
         student.save(out / layouts.RUN_STUDENT)
-        write_json(out / layouts.RUN_DEV, metrics)
+        write_record(out / layouts.RUN_DEV, metrics)
 
     gold_t, target_t = torch.from_numpy(np.nan_to_num(gold)).to(device), torch.from_numpy(targets).to(device)
     labeled_t = torch.from_numpy(~np.isnan(gold)).to(device)

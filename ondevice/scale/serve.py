@@ -13,6 +13,7 @@ line naming the problem.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +26,12 @@ from ondevice.scale.shards import Manifest, ShardedResult, ShardInfo, merge_topk
 
 MAX_QUERIES = 10_000  # per request: bounds the memory one HTTP call can ask for
 MAX_K = 10_000
+MAX_ANSWER = 1_000_000  # queries x k (k clamped to the catalog's size): at most ~20 MB of JSON in one answer
+MAX_BODY_BYTES = 16 << 20  # a request of 10,000 2048-bit hex codes is ~5 MB
+
+
+class TooLarge(OndeviceError):
+    """A request whose answer (or body) would exceed the bounds: HTTP 413."""
 
 
 class ShardReplica:
@@ -39,8 +46,9 @@ class ShardReplica:
         return self.index.search(queries, k, threads=self.threads)
 
 
-def parse_request(body: object, code_bytes: int) -> tuple[np.ndarray, int, bool]:
-    """(queries uint8 (n, code_bytes), k, partial) from a JSON body {"queries": [hex, ...], "k": int, "partial": bool}."""
+def parse_request(body: object, code_bytes: int, count: int | None = None) -> tuple[np.ndarray, int, bool]:
+    """(queries uint8 (n, code_bytes), k, partial) from a JSON body {"queries": [hex, ...], "k": int, "partial": bool};
+    with the catalog's `count`, k is clamped to it (no answer is padded beyond the catalog) and queries x k bounded."""
     if not isinstance(body, dict):
         raise OndeviceError('the request body must be a JSON object like {"queries": ["<hex code>"], "k": 10}')
     queries, k, partial = body.get("queries"), body.get("k", 10), body.get("partial", False)
@@ -52,6 +60,11 @@ def parse_request(body: object, code_bytes: int) -> tuple[np.ndarray, int, bool]
         raise OndeviceError(f'"k" must be an integer in 1..{MAX_K}, got {k!r}')
     if not isinstance(partial, bool):
         raise OndeviceError(f'"partial" must be true or false, got {partial!r}')
+    if count is not None:
+        k = max(1, min(k, int(count)))
+    if len(queries) * k > MAX_ANSWER:
+        raise TooLarge(f"{len(queries):,} queries x k {k:,} is more than the {MAX_ANSWER:,} results one answer may hold; "
+                       "send fewer queries per request or a smaller k")
     out = np.zeros((len(queries), code_bytes), dtype=np.uint8)
     for row, text in enumerate(queries):
         try:
@@ -68,8 +81,8 @@ def parse_request(body: object, code_bytes: int) -> tuple[np.ndarray, int, bool]
 class SearchIngress:
     """Serve ingress: fans a query batch out to every shard deployment and merges like `RayShardedIndex`."""
 
-    def __init__(self, bits: int, files: list[str], *shards):
-        self.bits, self.files, self.shards = bits, files, list(shards)
+    def __init__(self, bits: int, files: list[str], *shards, count: int | None = None):
+        self.bits, self.files, self.shards, self.count = bits, files, list(shards), count
         self.code_bytes = HammingIndex(bits).code_bytes
 
     async def search(self, queries: np.ndarray, k: int, partial: bool = False) -> ShardedResult:
@@ -100,12 +113,20 @@ class SearchIngress:
         """HTTP: POST a JSON body (see `parse_request`); answers distances, ids, partial and missing."""
         from starlette.responses import JSONResponse
 
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
+            return JSONResponse({"error": f"the request body is over {MAX_BODY_BYTES >> 20} MB"}, status_code=413)
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:  # a chunked body without a length
+            return JSONResponse({"error": f"the request body is over {MAX_BODY_BYTES >> 20} MB"}, status_code=413)
         try:
-            body = await request.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
         try:
-            queries, k, partial = parse_request(body, self.code_bytes)
+            queries, k, partial = parse_request(body, self.code_bytes, self.count)
+        except TooLarge as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
         except OndeviceError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         try:
@@ -134,7 +155,7 @@ def search_app(path: str | os.PathLike, verify: bool = True, threads: int = 1, c
                                ray_actor_options={"num_cpus": cpus_per_shard}).bind(spec, where, i, verify, threads)
               for i in range(len(manifest.shards))]
     ingress = serve.deployment(SearchIngress, name="ingress", ray_actor_options={"num_cpus": 0})
-    return ingress.bind(manifest.bits, [s.file for s in manifest.shards], *shards)
+    return ingress.bind(manifest.bits, [s.file for s in manifest.shards], *shards, count=manifest.count)
 
 
 def serve_http(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, route_prefix: str = "/search",

@@ -22,6 +22,7 @@ from ondevice.index import HammingIndex
 from ondevice.io import artifact_file, check_out_kind, read_json, sha256_file, write_json
 
 VERSION = 1
+MAX_SHARDS = 4096  # each shard is a memory-mapped open file; more would exhaust the process's descriptors
 
 
 @dataclass
@@ -79,8 +80,8 @@ def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
 def build_shards(codes: np.ndarray, out: str | os.PathLike, shards: int, ids: np.ndarray | None = None,
                  bits: int | None = None) -> Manifest:
     """Write `shards` index files of contiguous rows (ids global) and their manifest into folder `out`."""
-    if not isinstance(shards, (int, np.integer)) or shards < 1:
-        raise OndeviceError(f"--shards must be a positive integer, got {shards!r}")
+    if not isinstance(shards, (int, np.integer)) or not 1 <= shards <= MAX_SHARDS:
+        raise OndeviceError(f"--shards must be a positive integer up to {MAX_SHARDS:,}, got {shards!r}")
     codes = np.asarray(codes)
     if codes.dtype != np.uint8 or codes.ndim != 2:
         raise OndeviceError(f"codes must be uint8 of shape (n, code_bytes), got {codes.dtype} {codes.shape}")
@@ -127,6 +128,9 @@ def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
         raise OndeviceError(f"{mpath} is not an ondevice sharded index manifest; build one with `ondevice index build --shards S`")
     if raw.get("version") != VERSION:
         raise OndeviceError(f"{mpath} is manifest version {raw.get('version')}; this ondevice reads version {VERSION}")
+    if isinstance(raw.get("shards"), list) and len(raw["shards"]) > MAX_SHARDS:
+        raise OndeviceError(f"{mpath} lists {len(raw['shards']):,} shards, more than the {MAX_SHARDS:,} an index may have "
+                            "(each is an open file); rebuild the index with fewer --shards")
     try:
         shards = [ShardInfo(**s) for s in raw["shards"]]
         manifest = Manifest(bits=int(raw["bits"]), count=int(raw["count"]), shards=shards)
@@ -140,8 +144,14 @@ def read_manifest(path: str | os.PathLike) -> tuple[Manifest, Path]:
                             "type); rebuild the index")
     if not shards or sum(s.count for s in shards) != manifest.count:
         raise OndeviceError(f"{mpath} is inconsistent (shard counts do not add up); rebuild the index")
+    seen: dict[str, int] = {}
     for i in range(len(shards)):
         manifest.path_of(mpath.parent, i)
+        folded = shards[i].file.casefold()  # one file twice (or twice on a case-insensitive file system): duplicate ids
+        if folded in seen:
+            raise OndeviceError(f"{mpath} lists shard file {shards[i].file!r} twice (shards {seen[folded]} and {i}); "
+                                "rebuild the index")
+        seen[folded] = i
     return manifest, mpath.parent
 
 
