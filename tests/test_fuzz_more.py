@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_fuzz_inputs import _rehash
 
 from ondevice.cli import build_parser, main
 from ondevice.errors import OndeviceError
@@ -106,14 +107,6 @@ def _tiny_student(seed: int = 0, pooling: str = "mean"):
 
 def _texts(n: int = 64) -> list[str]:
     return [" ".join(np.random.default_rng(i).choice(WORDS, 5)) for i in range(n)]
-
-
-def _rehash(bundle: Path, name: str) -> None:
-    """Make the manifest agree with a changed file: the consistent forgery a hostile bundle would be."""
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    data = (bundle / name).read_bytes()
-    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,26 @@ from ondevice.errors import OndeviceError
 from ondevice.index import Filter, HammingIndex, quantize_int8, read_header
 
 
+def golden_cases(index, queries: np.ndarray, qv: np.ndarray, specs) -> list[dict]:
+    """Python's answers for each (filter, k, rescore m) spec, -1 padding dropped: the golden cases JS and Java match."""
+    cases = []
+    for flt, k, m in specs:
+        case = {"k": k, "rescore": m, "filter": None if flt is None else
+                {"tags_all": str(flt.tags_all), "tags_any": str(flt.tags_any), "categories": flt.categories}}
+        if m:
+            r = index.search(queries, k, filter=flt, rescore=m, query_vectors=qv)
+            ids, dist, scores = r.ids, r.distances, r.scores
+        else:
+            dist, ids = index.search(queries, k, filter=flt)
+            scores = None
+        keep = [row >= 0 for row in ids]
+        case["ids"] = [row[kp].tolist() for row, kp in zip(ids, keep)]
+        case["distances"] = [row[kp].tolist() for row, kp in zip(dist, keep)]
+        case["scores"] = None if scores is None else [row[kp].tolist() for row, kp in zip(scores, keep)]
+        cases.append(case)
+    return cases
+
+
 def _data(n: int, bits: int, seed: int, dim: int = 12):
     rng = np.random.default_rng(seed)
     codes = pack(rng.random((n, bits)) < 0.15)  # sparse bits: many tied distances
@@ -305,21 +325,7 @@ def golden_search_apps(seed: int = 4) -> dict:
     qv = rng.standard_normal((len(queries), dim)).astype(np.float32)
     specs = [(None, 10, 0), (Filter(tags_all=1 << 40), 10, 0), (Filter(tags_any=0b011, categories=[1, 2]), 7, 0),
              (Filter(categories=[]), 5, 0), (None, 10, 4), (Filter(tags_all=0b100), 5, 3)]
-    cases = []
-    for flt, k, m in specs:
-        case = {"k": k, "rescore": m, "filter": None if flt is None else
-                {"tags_all": str(flt.tags_all), "tags_any": str(flt.tags_any), "categories": flt.categories}}
-        if m:
-            r = index.search(queries, k, filter=flt, rescore=m, query_vectors=qv)
-            ids, dist, scores = r.ids, r.distances, r.scores
-        else:
-            dist, ids = index.search(queries, k, filter=flt)
-            scores = None
-        keep = [row >= 0 for row in ids]
-        case["ids"] = [row[kp].tolist() for row, kp in zip(ids, keep)]
-        case["distances"] = [row[kp].tolist() for row, kp in zip(dist, keep)]
-        case["scores"] = None if scores is None else [row[kp].tolist() for row, kp in zip(scores, keep)]
-        cases.append(case)
+    cases = golden_cases(index, queries, qv, specs)
     return {"code_bytes": codes.shape[1], "dim": dim, "codes": codes.tolist(), "tags": [str(t) for t in tags.tolist()],
             "categories": cats.tolist(), "vectors": q8.tolist(), "scales": scales.tolist(), "queries": queries.tolist(),
             "query_vectors": qv.tolist(), "cases": cases}

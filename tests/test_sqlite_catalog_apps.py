@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_search_apps import golden_cases
 
 from ondevice.bits import pack
 from ondevice.index import Filter
@@ -53,21 +54,7 @@ def write_golden_catalog(path: Path, seed: int = 5) -> dict:
     qv = rng.standard_normal((len(queries), dim)).astype(np.float32)
     specs = [(None, 10, 0), (Filter(tags_all=1 << 63), 10, 0), (Filter(tags_any=0b011, categories=[-1, 2]), 7, 0),
              (Filter(categories=[]), 5, 0), (None, 10, 4), (Filter(tags_all=0b100), 5, 3), (None, 400, 0)]
-    cases = []
-    for flt, k, m in specs:
-        case = {"k": k, "rescore": m, "filter": None if flt is None else
-                {"tags_all": str(flt.tags_all), "tags_any": str(flt.tags_any), "categories": flt.categories}}
-        if m:
-            r = index.search(queries, k, filter=flt, rescore=m, query_vectors=qv)
-            found, dist, scores = r.ids, r.distances, r.scores
-        else:
-            dist, found = index.search(queries, k, filter=flt)
-            scores = None
-        keep = [row >= 0 for row in found]
-        case["ids"] = [row[kp].tolist() for row, kp in zip(found, keep)]
-        case["distances"] = [row[kp].tolist() for row, kp in zip(dist, keep)]
-        case["scores"] = None if scores is None else [row[kp].tolist() for row, kp in zip(scores, keep)]
-        cases.append(case)
+    cases = golden_cases(index, queries, qv, specs)
     return {"bits": bits, "dim": dim, "rev": rev, "ids": sorted(index.ids.tolist()), "texts": stored,
             "queries": queries.tolist(), "query_vectors": qv.tolist(), "cases": cases}
 
