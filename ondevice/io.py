@@ -172,6 +172,14 @@ def same_or_inside(path: Path, other: Path) -> bool:
         return os.path.abspath(path) == os.path.abspath(other)
 
 
+def _made_by_us(ours: Callable[[Path], bool] | None, path: Path) -> bool:
+    """Whether `ours` recognises `path` as an earlier output of the command; unreadable means no."""
+    try:
+        return bool(ours(path)) if ours is not None else False
+    except (OSError, ValueError):
+        return False
+
+
 def check_replace(path: str | os.PathLike, flag: str, *, force: bool = False,
                   inputs: tuple[str | os.PathLike | None, ...] = (), ours: Callable[[Path], bool] | None = None,
                   what: str = "a file of this kind") -> Path:
@@ -194,10 +202,7 @@ def check_replace(path: str | os.PathLike, flag: str, *, force: bool = False,
         if kind is not None and kind != "index":
             raise OndeviceError(f"{flag} {path} is a file of {layouts.KINDS[kind].what} ({folder}); choose a name "
                                 "outside it (or --force to replace it)")
-    try:
-        mine = bool(ours(path)) if ours is not None else False
-    except (OSError, ValueError):
-        mine = False
+    mine = _made_by_us(ours, path)
     if not mine:
         raise OndeviceError(f"{flag} {path} exists and is not {what}; choose another name (or --force to replace it)")
     return path
@@ -221,10 +226,7 @@ def check_replace_dir(path: str | os.PathLike, flag: str, names: tuple[str, ...]
     if kind is not None:
         raise OndeviceError(f"{flag} {path} holds {layouts.KINDS[kind].what}; choose an empty or new {flag} "
                             "(or --force to write into it)")
-    try:
-        mine = bool(ours(path)) if ours is not None else False
-    except (OSError, ValueError):
-        mine = False
+    mine = _made_by_us(ours, path)
     clash = [n for n in names if (path / n).exists() or (path / n).is_symlink()]
     if clash and not mine:
         raise OndeviceError(f"{flag} {path} holds a {clash[0]} that is not {what}; choose an empty or new {flag} "

@@ -102,6 +102,7 @@ def java_check(tmp_path_factory) -> list[str]:
     names = ["HammingIndex", "Codes", "Filter", "Json", "BundleException", "SqliteCatalog"]
     sources = [str(CORE / "main/java/ai/ondevice/core" / f"{n}.java") for n in names]
     sources.append(str(CORE / "test/java/ai/ondevice/core/SqliteCatalogCheck.java"))
+    sources.append(str(CORE / "test/java/ai/ondevice/core/SearchAppsCheck.java"))  # its golden-case filter parser
     res = subprocess.run([javac, "-J-XX:+UseSerialGC", "-J-XX:TieredStopAtLevel=1", "--release", "8", "-Xlint:all",
                           "-Xlint:-options", "-Werror", "-encoding", "UTF-8", "-d", str(classes), *sources],
                          capture_output=True, text=True, timeout=300, check=False)

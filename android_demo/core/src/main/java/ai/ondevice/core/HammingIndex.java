@@ -126,13 +126,7 @@ public final class HammingIndex {
         n = Math.min(n, want);
         int[] ids = new int[n];
         int[] dists = new int[n];
-        for (int m = n; m > 0; m--) {
-            ids[m - 1] = hi[0];
-            dists[m - 1] = hd[0];
-            hd[0] = hd[m - 1];
-            hi[0] = hi[m - 1];
-            siftDown(hd, hi, m - 1);
-        }
+        drain(hd, hi, n, ids, dists);
         if (rescore == 0) {
             return new Hits(ids, dists);
         }
@@ -226,13 +220,7 @@ public final class HammingIndex {
         // Pop the heap from the back: largest first.
         int[] ids = new int[n];
         int[] dists = new int[n];
-        for (int m = n; m > 0; m--) {
-            ids[m - 1] = hi[0];
-            dists[m - 1] = hd[0];
-            hd[0] = hd[m - 1];
-            hi[0] = hi[m - 1];
-            siftDown(hd, hi, m - 1);
-        }
+        drain(hd, hi, n, ids, dists);
         return new Hits(ids, dists);
     }
 
@@ -274,6 +262,17 @@ public final class HammingIndex {
             }
             swap(hd, hi, i, p);
             i = p;
+        }
+    }
+
+    /** Pops the max-heap of n hits from the back, so ids and dists come out nearest first. */
+    private static void drain(int[] hd, int[] hi, int n, int[] ids, int[] dists) {
+        for (int m = n; m > 0; m--) {
+            ids[m - 1] = hi[0];
+            dists[m - 1] = hd[0];
+            hd[0] = hd[m - 1];
+            hi[0] = hi[m - 1];
+            siftDown(hd, hi, m - 1);
         }
     }
 

@@ -65,21 +65,7 @@ public final class SearchAppsCheck {
         for (int c = 0; c < cases.size(); c++) {
             @SuppressWarnings("unchecked")
             Map<String, Object> spec = (Map<String, Object>) cases.get(c);
-            Filter filter = null;
-            if (spec.get("filter") != null) {
-                @SuppressWarnings("unchecked")
-                Map<String, Object> f = (Map<String, Object>) spec.get("filter");
-                int[] allowed = null;
-                if (f.get("categories") != null) {
-                    List<?> cl = list(f.get("categories"));
-                    allowed = new int[cl.size()];
-                    for (int i = 0; i < allowed.length; i++) {
-                        allowed[i] = (int) (long) (Long) cl.get(i);
-                    }
-                }
-                filter = new Filter(Long.parseUnsignedLong((String) f.get("tags_all")),
-                        Long.parseUnsignedLong((String) f.get("tags_any")), allowed);
-            }
+            Filter filter = filterOf(spec);
             int k = (int) Json.getLong(spec, "k", "case");
             int rescore = (int) Json.getLong(spec, "rescore", "case");
             StringBuilder ids = new StringBuilder();
@@ -97,5 +83,24 @@ public final class SearchAppsCheck {
         }
         out.append("]}");
         Files.write(Paths.get(args[1]), out.toString().getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** The golden case's filter (null when the case has none): tags as unsigned decimal strings, categories or null. */
+    static Filter filterOf(Map<String, Object> spec) {
+        if (spec.get("filter") == null) {
+            return null;
+        }
+        @SuppressWarnings("unchecked")
+        Map<String, Object> f = (Map<String, Object>) spec.get("filter");
+        int[] allowed = null;
+        if (f.get("categories") != null) {
+            List<?> cl = list(f.get("categories"));
+            allowed = new int[cl.size()];
+            for (int i = 0; i < allowed.length; i++) {
+                allowed[i] = (int) (long) (Long) cl.get(i);
+            }
+        }
+        return new Filter(Long.parseUnsignedLong((String) f.get("tags_all")),
+                Long.parseUnsignedLong((String) f.get("tags_any")), allowed);
     }
 }
