@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=20_000)
     p.add_argument("--bits", type=int, default=256)
     p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--cold-runs", type=int, default=None, help="runs that compile every kernel (default: runs / 3, at least 2)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     a = p.parse_args(argv)
     import numpy as np
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     cache_files = {}
     for name, env in settings.items():
         runs = []
-        for i in range(a.runs if name != "numba, cold" else max(2, a.runs // 3)):
+        cold = a.cold_runs if a.cold_runs is not None else max(2, a.runs // 3)
+        for i in range(a.runs if name != "numba, cold" else cold):
             if name == "numba, cold":  # a new empty cache each time: every run compiles
                 env = {**env, "NUMBA_CACHE_DIR": tempfile.mkdtemp(dir=tmp)}
             if name == "numba, warm" and i == 0:

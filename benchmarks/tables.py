@@ -492,23 +492,28 @@ def coverage(path: str) -> str:
             f"{r['tests']}). Numba-compiled kernel bodies run as machine code and count as not run.")
 
 
-def record_coverage(data_file: Path, test_command: str, tests: str) -> Path:
-    """Write a coverage results file from a `.coverage` data file of a full test run."""
-    import tempfile
+def suite(path: str) -> str:
+    """One test-suite run (benchmarks/suite.py): pytest time and counts, the whole command's time, coverage if measured."""
+    blob = _load(path)
+    m, r = blob["meta"], blob["results"]
 
-    import coverage as cov_lib
+    def clock(seconds: float) -> str:
+        return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
-    from ondevice.results import start_run, write_result
-
-    meta = start_run()
-    cov = cov_lib.Coverage(data_file=str(data_file))
-    cov.load()
-    with tempfile.TemporaryDirectory() as tmp:
-        cov.json_report(outfile=f"{tmp}/c.json")
-        totals = json.loads(Path(f"{tmp}/c.json").read_text())["totals"]
-    return write_result("coverage", {"percent": totals["percent_covered"], "statements": totals["num_statements"],
-                                     "missing": totals["missing_lines"], "test_command": test_command,
-                                     "tests": tests}, meta)
+    counts = ", ".join(f"{n:,} {word}" for word, n in r["counts"].items() if word not in ("warning", "deselected"))
+    text = (f"**{clock(r['pytest_seconds'])}** (min:s) of pytest, {counts}, on {m['cpu_model']} with "
+            f"{m['cpu_count']} cores")
+    if r["command_seconds"]:
+        text += f"; {clock(r['command_seconds'])} for the whole command, install included"
+    if r["coverage"]:
+        c = r["coverage"]
+        text += (f"; line coverage **{c['percent']:.1f}%** of {c['statements']:,} statements ({c['missing']:,} not "
+                 "run; Numba-compiled kernel bodies run as machine code and count as not run)")
+    text += f". Run `{Path(path).name}` (commit {m['commit'][:12]}, {m['date']}, `{r['test_command']}`)."
+    if r["slowest"]:
+        text += "\n\n| slowest tests | phase | seconds |\n|---|---|---:|\n"
+        text += "\n".join(f"| `{x['test']}` | {x['phase']} | {x['seconds']:.1f} |" for x in r["slowest"][:10])
+    return text
 
 
 def eval_table(path: str) -> str:
@@ -1131,7 +1136,7 @@ def _retrieval_snli(r: dict, path: str, run_line: bool = True) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {f.__name__: f for f in (
     pair_head_on_bundle, bundle_quality, dipair_quality, distill_ablation, distill_quality, distill_students, distill_targets, distill_speed, pairs_seeds, pairs_teachers,
     binarize_methods, binarize_summary, binarize_seeds, binarize_median, binarize_judged, binarize_starts, hamming_main, hamming_scaling, bundle_sizes, bundle_latency,
-    bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, bundle_codes,
+    bundle_by_length, bundle_meta, bundle_int8_products, demo_output, walkthrough, eval_table, eval_median, jvm_core, bundle_runs, bundle_summary, coverage, suite, bundle_codes,
     hamming_grid, devices, hamming_ab, hamming_stream_bound, web_demo, token_probe, cli_reference, retrieval)}
 
 
@@ -1147,14 +1152,7 @@ def render(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="only report blocks that differ; exit 1 if any")
-    p.add_argument("--record-coverage", type=Path, metavar="DATA_FILE",
-                   help="write a coverage results file from this .coverage file (of a full `make test`) and stop")
-    p.add_argument("--tests", default="", help="with --record-coverage: what ran, e.g. '612 passed'")
-    p.add_argument("--test-command", default="make coverage", help="with --record-coverage: the command that ran")
     a = p.parse_args(argv)
-    if a.record_coverage:
-        print(record_coverage(a.record_coverage, a.test_command, a.tests))
-        return 0
     stale = []
     for doc in DOCS:
         path = ROOT / doc

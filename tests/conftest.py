@@ -184,7 +184,12 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def _slow_cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("slow-cache")
+    # One folder for both pytest-xdist workers (the parent of their base folders is the run's): the vector cache's
+    # fill lock lets one worker fill a folder while the other waits, so STS-B is encoded once per run, not per worker.
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "slow-cache"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ TINY = {
     # it measures: rows independent with range anchors, the float16 projection)
     "bundle_codes": ["--help"],
     "web_demo": ["--help"],
-    "cli_search": ["--n", "2000", "--runs", "2", "--out-dir", "{tmp}/out"],
+    "cli_search": ["--n", "2000", "--runs", "2", "--cold-runs", "1", "--out-dir", "{tmp}/out"],
     # Added on main while this list was written; --help only until their authors give tiny sizes.
     "scale": ["--help"],
     "web_variants": ["--help"],
@@ -49,8 +49,10 @@ TINY = {
     "devices": ["--help"],
     "plots": ["--out", "{tmp}/plots"],
     "tables": ["--check"],
-    # QQP retrieval on the first 2,000 corpus questions; timing on 3,000 items
-    "retrieval": ["--max-corpus", "2000", "--timed", "5", "--timing-n", "3000", "--multipliers", "2", "4",
+    # a real run is the whole suite; test_suite_record_from_a_real_log below records a small pytest run's output
+    "suite": ["--help"],
+    # QQP retrieval on the first 500 corpus questions; timing on 3,000 items
+    "retrieval": ["--max-corpus", "500", "--timed", "5", "--timing-n", "3000", "--multipliers", "2", "4",
                   "--snli-queries", "50"],
     "walkthrough": [],  # README's first ten minutes with the shipped model: ~10 s
     "hamming_prefetch_ab": ["--sizes", "20000", "--bits", "64", "--distances", "0", "512", "--set", "COUNT_FIRST_MAX_WORDS=0,1",
@@ -200,6 +202,40 @@ def test_benchmark_runs_with_tiny_sizes(name, shared_data, slow_cache, tmp_path)
         row = next(line for line in res.stdout.splitlines() if line.startswith("| 20,000 | 256 | 1 |"))
         assert row.split("|")[-3].strip().endswith("%") and row.split("|")[-2].strip().endswith("x")
         assert "one-thread cells also timed in one process:" in res.stdout
+
+
+def test_suite_record_from_a_real_log(tmp_path):
+    """benchmarks/suite.py reads a finished pytest run's summary line and durations into one results file, and the
+    tables renderer shows it; a log without a summary line is one error."""
+    import json
+
+    tests = tmp_path / "test_two.py"
+    tests.write_text("import time\n\ndef test_slow():\n    time.sleep(0.3)\n\ndef test_fast():\n    pass\n\n"
+                     "def test_skipped():\n    import pytest\n    pytest.skip('no')\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                          "--durations=5", "--durations-min=0", str(tests)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, check=False)
+    log = tmp_path / "run.log"
+    log.write_text(run.stdout + run.stderr)
+    bench, env = _bench_copy(tmp_path)
+    res = _bench_run(bench, env, "suite", ["--log", str(log), "--command", "pytest test_two.py"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    (path,) = (bench / "results").glob("suite-*.json")
+    r = json.loads(path.read_text())["results"]
+    assert r["counts"] == {"passed": 2, "skipped": 1} and 0.3 <= r["pytest_seconds"] < 300
+    assert r["slowest"][0]["test"].endswith("test_two.py::test_slow") and r["slowest"][0]["seconds"] >= 0.3
+    assert r["coverage"] is None and r["test_command"] == "pytest test_two.py"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tables_copy", bench / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    text = tables.suite(str(path))
+    assert "2 passed, 1 skipped" in text and "test_two.py::test_slow" in text
+    bad = tmp_path / "bad.log"
+    bad.write_text("collected 0 items\n")
+    res = _bench_run(bench, env, "suite", ["--log", str(bad)])
+    assert res.returncode != 0 and "no pytest summary line" in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.slow

@@ -590,35 +590,30 @@ def test_prefetch_distance_follows_env_vendor_and_family(monkeypatch, tmp_path, 
     assert _scan._parallel_prefetch_words() == (_scan.NO_LIMIT if words is None else words)
 
 
-def test_other_prefetch_build_matches_brute_force(tmp_path):
-    """The build this CPU does not default to (prefetch on or off) is correct too: run in a fresh process."""
-    import os
-    import subprocess
-    import sys
-
+@pytest.mark.parametrize("pf", [0, 512])
+def test_prefetch_on_and_off_builds_match_brute_force(monkeypatch, pf):
+    """Both prefetch builds are correct whichever one this CPU defaults to: serial (`one`) and parallel (`few_par`,
+    two chunks) scans of narrow (rows8) and wide (row by row) codes, built here with the patched constants."""
     from ondevice.kernels import _scan
 
-    other = "0" if _scan.PREFETCH_BYTES or _scan.PREFETCH_PARALLEL_BYTES else "512"
-    script = f"""
-import numpy as np
-from ondevice.kernels import _scan, hamming as H
-assert _scan.PREFETCH_BYTES == _scan.PREFETCH_PARALLEL_BYTES == {other}
-H._PARALLEL_MIN_BYTES[:] = [1]  # two threads take every catalog here, so the parallel build runs too
-rng = np.random.default_rng(1)
-for nb in (8, 32, 256):
-    codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
-    q = codes[[7]]
-    for threads in (1, 2):
-        d, i = H.knn(codes, q, 20, threads=threads)
-        ref = np.unpackbits(codes ^ q, axis=1).sum(1)
-        order = np.lexsort((np.arange(len(ref)), ref))[:20]
-        assert (d[0] == ref[order]).all() and (i[0] == order).all(), nb
-print("ok")
-"""
-    env = dict(os.environ, ONDEVICE_PREFETCH_BYTES=other, NUMBA_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
-                         check=False)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    monkeypatch.setattr(_scan, "PREFETCH_BYTES", pf)
+    monkeypatch.setattr(_scan, "PREFETCH_PARALLEL_BYTES", pf)
+    monkeypatch.setattr(_scan, "PREFETCH_PARALLEL_MAX_WORDS", _scan.NO_LIMIT)
+    rng = np.random.default_rng(1)
+    for nb in (8, 256):
+        kern = _scan.Kernels(nb, 0)
+        assert f"_pf{pf}" in kern.one.py_func.__name__ and f"_pf{pf}" in kern.few_par.py_func.__name__
+        codes = np.packbits(rng.random((2000, nb * 8)) < 0.05, axis=1, bitorder="little")
+        q = codes[[7]]
+        rd, ri = reference_knn(codes, q, 20)
+        d, i = np.empty((1, 20), np.int32), np.empty((1, 20), np.int64)
+        kern.one(codes, q, 20, np.empty(2 + _scan.scratch_words(nb, kern.tile_rows, 1, 1, 20), np.int64), d, i)
+        np.testing.assert_array_equal(d, rd, err_msg=f"nb={nb} serial")
+        np.testing.assert_array_equal(i, ri, err_msg=f"nb={nb} serial")
+        scratch = np.empty(3 + _scan.scratch_words(nb, kern.tile_rows, 2, 1, 20), np.int64)
+        kern.few_par(codes, q, 20, np.empty(0, np.int64), 1, 2, scratch, d, i)
+        np.testing.assert_array_equal(d, rd, err_msg=f"nb={nb} parallel")
+        np.testing.assert_array_equal(i, ri, err_msg=f"nb={nb} parallel")
 
 
 def test_parallel_prefetch_by_width_matches_brute_force(monkeypatch):
@@ -762,7 +757,9 @@ for nb in map(int, sys.argv[2:]):
 print("ok")
 """
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    for seed, widths in ((0, ["8", "128"]), (1, ["32", "8"]), (2, ["128", "32", "8"])):  # cache first, then mixed
+    # 64-bit kernels cached by one process; the next compiles 256-bit ones, then loads the cached 64-bit ones (the
+    # case that failed); the last loads both from the cache in the other order
+    for seed, widths in ((0, ["8"]), (1, ["32", "8"]), (2, ["8", "32"])):
         out = subprocess.run([sys.executable, "-c", script, str(seed), *widths], env=env, capture_output=True, text=True,
                              timeout=600, check=False)
         assert out.returncode == 0 and out.stdout.strip() == "ok", (widths, out.returncode, out.stderr[-2000:])
