@@ -13,7 +13,6 @@ teacher, STS-B dev and test and SICK-R test Spearman x100, training minutes and 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ from ondevice.results import results_path, run_metadata
 
 def parse_variant(text: str) -> dict:
     """'a=1,b=x' -> {'a': 1, 'b': 'x'}, typed by the DistillConfig field."""
-    types = {f.name: f.type for f in dataclasses.fields(DistillConfig)}
+    types = {name: f.type for name, f in DistillConfig.flat_fields().items()}
     out = {}
     for item in filter(None, text.split(",")):
         key, _, value = item.partition("=")
@@ -85,7 +84,7 @@ def main(argv=None) -> int:
         cfg = DistillConfig(corpus=str(a.data / WIKI_RELPATH), max_sentences=a.sentences, epochs=a.epochs,
                             train_splits=a.train_splits, teacher_backend=a.teacher_backend, seed=a.seed,
                             threads=a.threads, **parse_variant(variant))
-        tag = sha256_text([json.dumps(dataclasses.asdict(cfg), sort_keys=True)])[:12]
+        tag = sha256_text([json.dumps(cfg.to_dict(), sort_keys=True)])[:12]  # the flat layout: tags of earlier runs hold
         out = cache_dir() / "ablation" / f"{a.sentences // 1000}k-{tag}"
         start = time.monotonic()
         student = distill(cfg, out, resume=(out / layouts.CHECKPOINT).exists(), progress=False)

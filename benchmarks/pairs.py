@@ -37,7 +37,6 @@ blend), fp32 and int8 folders.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -319,8 +318,6 @@ def speed(a: argparse.Namespace, argv: list[str]) -> dict:
 
 def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     """DvBERT vs DSE over several seeds: train each (or reuse finished runs in --workdir), test metrics, mean and spread."""
-    import dataclasses
-
     import torch
 
     from ondevice.eval.pair_tasks import load_pairs, task_spec
@@ -328,9 +325,9 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     from ondevice.pairs.dvbert import _RESUME_KEYS as DVBERT_KEYS
     from ondevice.pairs.dvbert import DvBERTConfig, finished, train_dvbert
     from ondevice.pairs.metrics import evaluate_scores
-    from ondevice.pairs.runloop import same_settings
     from ondevice.pairs.train import DSEConfig, PairStudent, train_dse_alphas
     from ondevice.pairs.views import MeanTeacher, open_view, parse_teachers, parse_view
+    from ondevice.trainloop import same_settings
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -387,7 +384,7 @@ def seeds(a: argparse.Namespace, argv: list[str]) -> dict:
     d, e = out["summary"]["dvbert"][spec.metric], out["summary"]["dse"][spec.metric]
     widest = max(d["std"] or 0.0, e["std"] or 0.0)
     out["dvbert_minus_dse"]["beyond_seed_spread"] = bool(d["mean"] - e["mean"] > widest) if len(seed_list) > 1 else None
-    out["dvbert_config"] = dataclasses.asdict(vcfg)
+    out["dvbert_config"] = vcfg.to_dict()
     out["dse_alphas_test"] = {f"{x:g}": {spec.metric: spread([rows["dse"][s]["alphas_test"][f"{x:g}"][spec.metric]
                                                                for s in seed_list])} for x in alphas}
     if not a.skip_teachers:
@@ -776,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--teacher", default=None, help="cross-encoder teacher dir (default: the same-cost packaged MiniLM)")
     ds.add_argument("--task", default="stsb")
     ds.add_argument("--run", default=None, help="`ondevice pairs dipair` run folder whose trained head to time (default: a random head)")
-    shape = {f.name: f.default for f in dataclasses.fields(DiPairConfig)}
+    shape = DiPairConfig.flat_defaults()
     for name in ("n", "m", "d", "layers", "heads", "ffn"):
         ds.add_argument(f"--{name}", type=int, default=shape[name])
     ds.add_argument("--pooled-slot", action=argparse.BooleanOptionalAction, default=shape["pooled_slot"],

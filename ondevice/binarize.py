@@ -40,7 +40,7 @@ and for the autoencoders the decoder). Loading and transforming need only numpy 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +234,7 @@ class Binarizer:
             checkpoint_dir = hyper.pop("checkpoint_dir", None)
             resume = bool(hyper.pop("resume", False))
             judge_pairs = hyper.pop("judge_pairs", None)  # a binarize_ae.JudgePairs for select "pairs"
-            unknown = sorted(set(hyper) - {f for f in AEConfig.__dataclass_fields__})
+            unknown = sorted(set(hyper) - set(AEConfig.flat_names()))
             if unknown:
                 raise OndeviceError(f"unknown hyper-parameters for {method}: {unknown}; see AEConfig in ondevice.binarize_ae")
             ae_cfg = AEConfig(**hyper)
@@ -243,7 +243,7 @@ class Binarizer:
             result = train_autoencoder(x, bits, seed, ae_cfg, sp=(method == "ae-sp"), checkpoint_dir=checkpoint_dir,
                                        resume=resume, progress=progress, train_sha256=config.train_sha256,
                                        judge_pairs=judge_pairs)
-            config.hyper = asdict(ae_cfg)
+            config.hyper = ae_cfg.to_dict()
             config.metrics = result.metrics
             A, c, extras = result.projection, result.offset, result.extras
         return cls(config, A, c, extras)

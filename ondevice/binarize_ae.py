@@ -40,17 +40,27 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ondevice import layouts
+from ondevice import checkpoints, layouts
 from ondevice._deps import require
+from ondevice.configs import (
+    Composed,
+    Optimization,
+    choice_check,
+    composed,
+    first_problem,
+    float_check,
+    int_check,
+)
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, atomic_path
+from ondevice.io import artifact_file
 from ondevice.projections import column_mean, orthogonal_rows, pca_components, random_projection, whitening
+from ondevice.trainloop import Position, check_start, check_weights, run_epochs
 
 DECODER_INPUTS = ("pm1", "01")
 RELAXATIONS = ("expected", "st")
@@ -61,13 +71,12 @@ INPUTS = ("standardize", "whiten")
 SP_STARTS = ("start", "ae")
 
 
-@dataclass
-class AEConfig:
-    """Autoencoder hyper-parameters (saved in binarizer.json under "hyper")."""
+@composed
+class AEConfig(Composed):
+    """Autoencoder hyper-parameters (saved flat in binarizer.json under "hyper")."""
 
-    epochs: int = 8
-    batch_size: int = 256
-    lr: float = 1e-3  # 3e-4 with input "whiten" (docs/results/binarize.md)
+    optim: Optimization = field(default_factory=lambda: Optimization(epochs=8, batch_size=256, lr=1e-3))
+    # lr: 3e-4 with input "whiten" (docs/results/binarize.md)
     decoder_input: str = "pm1"  # how the decoder reads a bit: "pm1" = -1/+1, "01" = 0/1
     init: str = "random"  # encoder start: "random" = the centered random projection, "orthogonal" = the same rows
     # made orthogonal in blocks of the input width (Super-Bit LSH), "pca" = the top principal axes (then random rows
@@ -93,24 +102,17 @@ class AEConfig:
     threads: int = 0  # torch threads; 0 = torch default
 
     def validate(self) -> None:
-        """Reject values that cannot train."""
-        from ondevice.checks import check_float, check_int
-
-        check_int(self.epochs, "epochs", 1, 100_000)
-        check_int(self.batch_size, "batch_size", 2, 1 << 20)
-        check_int(self.sp_triplets, "sp_triplets", 1, 1 << 24)
-        check_int(self.threads, "threads", 0, 4096)
-        check_int(self.sp_epochs, "sp_epochs", 0, 100_000)
-        check_float(self.lr, "lr", 0.0, 100.0, lo_open=True)
-        check_float(self.sp_lambda, "sp_lambda", 0.0, 1e6)  # NaN would silently switch the SP loss off
-        check_float(self.holdout, "holdout", 0.0, 0.5, lo_open=True)
-        check_float(self.whiten_variance, "whiten_variance", 0.0, 1.0, lo_open=True)
-        for name, value, allowed in (("decoder_input", self.decoder_input, DECODER_INPUTS),
-                                     ("sp_relax", self.sp_relax, RELAXATIONS), ("init", self.init, INITS),
-                                     ("sp_sampling", self.sp_sampling, SAMPLINGS), ("select", self.select, SELECTS),
-                                     ("input", self.input, INPUTS), ("sp_start", self.sp_start, SP_STARTS)):
-            if value not in allowed:
-                raise OndeviceError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        """Reject values that cannot train, with a one-line ConfigError naming the field."""
+        first_problem([
+            *self.optim.checks(), (self.optim.batch_size != 1, "{batch_size} must be >= 2 (a batch has pairs)"),
+            int_check(self.sp_triplets, "sp_triplets", 1, 1 << 24), int_check(self.threads, "threads", 0, 4096),
+            int_check(self.sp_epochs, "sp_epochs", 0, 100_000),
+            float_check(self.sp_lambda, "sp_lambda", 0.0, 1e6),  # NaN would silently switch the SP loss off
+            float_check(self.holdout, "holdout", 0.0, 0.5, lo_open=True),
+            float_check(self.whiten_variance, "whiten_variance", 0.0, 1.0, lo_open=True),
+            *(choice_check(getattr(self, name), name, allowed) for name, allowed in (
+                ("decoder_input", DECODER_INPUTS), ("sp_relax", RELAXATIONS), ("init", INITS),
+                ("sp_sampling", SAMPLINGS), ("select", SELECTS), ("input", INPUTS), ("sp_start", SP_STARTS)))])
 
 
 @dataclass
@@ -360,7 +362,7 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
         with torch.no_grad():
             model.encoder.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
             model.encoder.bias.zero_()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr)
 
     def encoder_now() -> tuple[np.ndarray, np.ndarray]:
         return model.encoder.weight.detach().numpy().copy(), model.encoder.bias.detach().numpy().copy()
@@ -382,28 +384,31 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
 
     # sp_start "ae": epochs [0, epochs) train ae, then [epochs, total) fine-tune its pick with the SP term
     phased = sp and cfg.sp_start == "ae"
-    sp_from = cfg.epochs if phased else 0
-    total = cfg.epochs + ((cfg.sp_epochs or cfg.epochs) if phased else 0)
+    sp_from = cfg.optim.epochs if phased else 0
+    total = cfg.optim.epochs + ((cfg.sp_epochs or cfg.optim.epochs) if phased else 0)
     # everything that shapes the trajectory except the (last phase's) epoch count, so a finished run can be extended
     # with --resume; a phased run's ae epochs fix where the fine-tune starts
     identity = {"bits": bits, "dim": dim, "in_dim": in_dim, "seed": seed, "sp": sp, "train_sha256": train_sha256,
-                "config": {k: v for k, v in asdict(cfg).items() if k not in ("epochs", "threads", "sp_start", "sp_epochs")}}
+                "config": {k: v for k, v in cfg.to_dict().items() if k not in ("epochs", "threads", "sp_start", "sp_epochs")}}
     if phased:
-        identity["sp_start"] = {"start": "ae", "ae_epochs": cfg.epochs}
+        identity["sp_start"] = {"start": "ae", "ae_epochs": cfg.optim.epochs}
     if judge_pairs is not None:
         identity["judge_pairs_sha256"] = judge_pairs.sha256
     ckpt = artifact_file(checkpoint_dir, layouts.AE_CHECKPOINT, "binarizer") if checkpoint_dir else None
     start_epoch, log = 0, []
-    if ckpt is not None and ckpt.exists():
-        if not resume:
-            raise OndeviceError(f"{ckpt.parent} holds an autoencoder checkpoint; pass --resume to continue it, or choose another --out")
-        start_epoch, log, saved_best = _load_checkpoint(ckpt, model, opt, identity)
-        best = saved_best or best
+    if ckpt is not None:
+        check_start(ckpt.parent, resume, ckpt.exists(), layouts.AE_CHECKPOINT, "an autoencoder checkpoint")
+        if resume:
+            start_epoch, log, saved_best = _load_checkpoint(ckpt, model, opt, identity)
+            best = saved_best or best
     elif resume:
         raise OndeviceError(f"nothing to resume in {checkpoint_dir} (no {layouts.AE_CHECKPOINT}); run without --resume")
 
     began = time.monotonic()
-    for epoch in range(start_epoch, total):
+
+    def train_epoch(pos: Position) -> dict:  # one epoch from its start: a checkpoint is taken at epoch ends only
+        nonlocal opt, best
+        epoch = pos.epoch
         use_sp = sp and epoch >= sp_from
         if phased and epoch == sp_from:  # the fine-tune starts from ae's pick with fresh Adam moments
             if best:
@@ -411,13 +416,14 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
                     for param, key in ((model.encoder.weight, "weight"), (model.encoder.bias, "bias"),
                                        (model.decoder.weight, "dec_weight"), (model.decoder.bias, "dec_bias")):
                         param.copy_(torch.from_numpy(best[key]))
-            opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+            opt = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr)
         # per-epoch streams: a resumed run replays the same batches; the fine-tune replays the first epochs' streams,
         # so a fine-tune of the start is the joint training (sp_start "start") of as many epochs
         rng = np.random.default_rng([seed, epoch - sp_from if use_sp else epoch])
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         perm = torch.from_numpy(rng.permutation(n))
-        batches = [perm[i : i + cfg.batch_size] for i in range(0, n, cfg.batch_size)]
+        size = cfg.optim.batch_size
+        batches = [perm[i : i + size] for i in range(0, n, size)]
         if len(batches) > 1 and len(batches[-1]) < 2:
             batches.pop()  # a 1-row batch has no triplets and adds only noise
         sums = {"rec": 0.0, "sp": 0.0, "ones": 0.0}
@@ -444,19 +450,22 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
             if i % 50 == 0:
                 bar.set_postfix(rec=f"{sums['rec'] / (i + 1):.4f}", sp=f"{sums['sp'] / (i + 1):.4f}")
         bar.close()
-        if not all(torch.isfinite(t).all() for t in model.parameters()):
-            raise OndeviceError(f"autoencoder diverged in epoch {epoch + 1} (NaN weights); lower --lr")
-        log.append({"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
-                    "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)})
+        check_weights(model, f"in epoch {epoch + 1}", "lower --lr")
+        entry = {"epoch": epoch + 1, "rec_loss": sums["rec"] / len(batches), "sp_loss": sums["sp"] / len(batches),
+                 "ones_fraction": sums["ones"] / len(batches), "seconds": round(time.monotonic() - began, 2)}
         if phased:
-            log[-1]["phase"] = "sp" if use_sp else "ae"
+            entry["phase"] = "sp" if use_sp else "ae"
         if judge is not None:
             w_e, k_e = encoder_now()
-            log[-1][judged_key] = judge(w_e, k_e)
-            if log[-1][judged_key] > best["order"]:
-                best = snapshot(epoch + 1, log[-1][judged_key], w_e, k_e)
-        if ckpt is not None:
-            _save_checkpoint(ckpt, model, opt, identity, epoch + 1, log, best)
+            entry[judged_key] = judge(w_e, k_e)
+            if entry[judged_key] > best["order"]:
+                best = snapshot(epoch + 1, entry[judged_key], w_e, k_e)
+        return entry
+
+    def save(pos: Position) -> None:
+        _save_checkpoint(ckpt, model, opt, identity, pos.epoch, log, best)
+
+    run_epochs(Position(start_epoch, 0), total, train_epoch, save if ckpt is not None else None, log, steps_resume=False)
     if best:  # the held-out judge's pick replaces the last epoch's encoder (the decoder stays the last one)
         with torch.no_grad():
             model.encoder.weight.copy_(torch.from_numpy(best["weight"]))
@@ -497,44 +506,25 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
 
 
 def _save_checkpoint(path: Path, model, opt, identity: dict, epoch: int, log: list, best: dict) -> None:
-    """Model + Adam state + position (+ the held-out pick so far) in one safetensors file, written atomically."""
+    """Model + Adam state + position (+ the held-out pick so far) in one checkpoint file."""
     torch = require("torch", "train")
-    st = require("safetensors.torch", "train")
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    if best:
-        for key in ("weight", "bias", "dec_weight", "dec_bias"):
-            if key in best:  # a resumed checkpoint from before the decoder was kept has only the encoder
-                tensors[f"best.{key}"] = torch.from_numpy(best[key])
-    osd = opt.state_dict()
-    for i, s in osd["state"].items():
-        for k, v in s.items():
-            tensors[f"opt.{i}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).contiguous()
+    extra = {f"best.{key}": torch.from_numpy(best[key]) for key in ("weight", "bias", "dec_weight", "dec_bias")
+             if best and key in best}  # a resumed checkpoint from before the decoder was kept has only the encoder
     meta = {"identity": json.dumps(identity, sort_keys=True), "epoch": str(epoch), "log": json.dumps(log),
-            "param_groups": json.dumps(osd["param_groups"]),
             "best": json.dumps({"epoch": best["epoch"], "order": best["order"]} if best else {})}
-    with atomic_path(path) as tmp:
-        st.save_file(tensors, str(tmp), metadata=meta)
+    checkpoints.save_file(path, model, opt, extra, meta)
 
 
 def _load_checkpoint(path: Path, model, opt, identity: dict) -> tuple[int, list, dict]:
-    st = require("safetensors.torch", "train")
+    meta, tensors = checkpoints.read_file(path)
     try:
-        with st.safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 -- safe_open is not iterable
         saved = json.loads(meta["identity"])
-    except Exception as exc:  # noqa: BLE001 -- truncated file, foreign file, missing metadata
-        raise OndeviceError(f"cannot read checkpoint {path} ({type(exc).__name__}); delete it and start again") from None
+    except (KeyError, ValueError):  # a foreign safetensors file, or one without our metadata
+        raise OndeviceError(f"cannot read checkpoint {path} (KeyError); delete it and start again") from None
     if saved != json.loads(json.dumps(identity, sort_keys=True)):
         diff = sorted(k for k in identity if saved.get(k) != json.loads(json.dumps(identity[k])))
         raise OndeviceError(f"--resume with different data or settings ({', '.join(diff)}); use the original ones or a new --out")
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    opt_state: dict = {}
-    for key, value in tensors.items():
-        if key.startswith("opt."):
-            i, name = key[4:].split(".", 1)
-            opt_state.setdefault(int(i), {})[name] = value
-    opt.load_state_dict({"state": opt_state, "param_groups": json.loads(meta["param_groups"])})
+    checkpoints.load_file(meta, tensors, model, opt)
     best = json.loads(meta.get("best", "{}"))
     if best:
         for key in ("weight", "bias", "dec_weight", "dec_bias"):

@@ -84,9 +84,9 @@ BIG = 1e6
 # what the bound means: "--queries must be >= 1").
 FLAG_RANGES: dict[str, tuple[float | None, float, bool]] = {
     "--seed": (0, MAX_SEED, False), "--split-seed": (0, MAX_SEED, False),
-    "--epochs": (None, MAX_EPOCHS, False), "--stage1-epochs": (None, MAX_EPOCHS, False),
-    "--stage2-epochs": (None, MAX_EPOCHS, False), "--sp-epochs": (None, MAX_EPOCHS, False),
-    "--batch-size": (None, MAX_BATCH, False), "--teacher-batch-size": (None, 1 << 16, False),
+    "--epochs": (1, MAX_EPOCHS, False), "--stage1-epochs": (0, MAX_EPOCHS, False),
+    "--stage2-epochs": (0, MAX_EPOCHS, False), "--sp-epochs": (0, MAX_EPOCHS, False),
+    "--batch-size": (1, MAX_BATCH, False), "--teacher-batch-size": (1, 1 << 16, False),
     "--lr": (0.0, MAX_LR, True), "--lr1": (0.0, MAX_LR, True), "--lr2": (0.0, MAX_LR, True),
     "--warmup-ratio": (0.0, 1.0, False), "--warmup-steps": (0, MAX_COUNT, False),
     "--threads": (None, 4096, False), "--ray-workers": (0, 4096, False),
@@ -103,8 +103,8 @@ FLAG_RANGES: dict[str, tuple[float | None, float, bool]] = {
     "--dropout": (0.0, 1.0, False), "--augment-random": (None, MAX_COUNT, False),
     "--augment-neighbors": (None, 1000, False), "--augment-tasks-max": (None, MAX_COUNT, False),
     "--augment-text-max": (None, MAX_COUNT, False), "--augment-edits": (None, 1000, False),
-    "--holdout": (None, 1.0, False), "--whiten-variance": (None, 1.0, False), "--sp-lambda": (0.0, BIG, False),
-    "--sp-triplets": (None, 10_000_000, False), "--threshold": (-BIG, BIG, False),
+    "--holdout": (0.0, 0.5, True), "--whiten-variance": (0.0, 1.0, True), "--sp-lambda": (0.0, BIG, False),
+    "--sp-triplets": (1, 1 << 24, False), "--threshold": (-BIG, BIG, False),
     "--clip-grad-norm": (None, BIG, False), "--sim-loss-weight": (None, BIG, False),
     "--val-fraction": (None, 1.0, False), "--checkpoint-minutes": (None, 10_000_000, False),
     "--int8-weight-bits": (7, 8, False),

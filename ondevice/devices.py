@@ -15,10 +15,10 @@ from ondevice.errors import OndeviceError
 DEVICE_HELP = "torch device for training: cpu, cuda, cuda:N or auto (CUDA when available)"
 
 
-def device_check(spec: str) -> tuple[bool, str]:
-    """The (ok, message) check of a --device value, for `checks.first_failure`."""
+def device_check(spec: str, name: str = "--device") -> tuple[bool, str]:
+    """The (ok, message) check of a device setting called `name`, for `checks.first_failure`."""
     ok = spec in ("cpu", "auto") or re.fullmatch(r"cuda(:\d+)?", str(spec)) is not None
-    return ok, f"--device must be cpu, cuda, cuda:N or auto, got {spec!r}"
+    return ok, f"{name} must be cpu, cuda, cuda:N or auto, got {spec!r}"
 
 
 def on_device(x, device):

@@ -245,6 +245,8 @@ class HammingIndex:
         self._tags: np.ndarray | None = None  # uint64 (n,), optional: filters
         self._cats: np.ndarray | None = None  # int32 (n,)
         self._order: np.ndarray | None = None  # argsort of the ids, for id -> row when ids are not ascending
+        self._unchecked_padding: Path | None = None  # the file of a mapped load whose padding bits are checked at
+        # the first search (a search reads every code anyway; a load that maps the file reads none)
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -322,6 +324,21 @@ class HammingIndex:
             knn(self._codes[:n], queries, 1, ids=self._ids[:n], ids_ascending=self._ascending, threads=1)
 
     # -- input checks ---------------------------------------------------------------------------------
+    def _check_padding(self) -> None:
+        """Once, before the first search of a memory-mapped load: no stored code may set a padding bit past the bit
+        count (a distance would count bits no code has: a row 3 away from itself)."""
+        path = self._unchecked_padding
+        if path is None:
+            return
+        pad = self._nbytes * 8 - self._bits
+        last = self._codes[:, -1]
+        step = 1 << 22  # slices: a full-length temporary would double the memory of a large mapped file
+        for start in range(0, len(last), step):
+            if bool(np.any(last[start : start + step] >> (8 - pad))):
+                raise OndeviceError(f"{path} stores codes with bits set past bit {self._bits} (the padding of its "
+                                    f"{self._nbytes}-byte codes); rebuild the index")
+        self._unchecked_padding = None
+
     def _check_codes(self, codes, what: str) -> np.ndarray:
         arr = np.asarray(codes)
         if arr.ndim == 1 and what == "queries":
@@ -507,6 +524,7 @@ class HammingIndex:
         from ondevice.kernels.hamming import knn
 
         queries = self._check_codes(queries, "queries")
+        self._check_padding()
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise OndeviceError(f"k must be a positive integer, got {k!r}")
         k = int(k)
@@ -591,6 +609,7 @@ class HammingIndex:
         from ondevice.kernels.hamming import range_search
 
         queries = self._check_codes(queries, "queries")
+        self._check_padding()
         if not isinstance(radius, (int, np.integer)) or radius < 0:
             raise OndeviceError(f"radius must be a non-negative integer, got {radius!r}")
         if len(self) == 0:
@@ -700,6 +719,8 @@ class HammingIndex:
             index._cats = arrays["categories"].astype(np.int32, copy=False).view(np.ndarray)
         index.encoder = head["encoder"]
         index.verified = bool(verify) or n == 0
+        if not verify and n and nb * 8 != head["bits"]:
+            index._unchecked_padding = path
         return index
 
 

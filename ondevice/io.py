@@ -281,8 +281,15 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write UTF-8 `text` to `path` atomically."""
-    write_bytes(path, text.encode("utf-8"))
+    """Write UTF-8 `text` to `path` atomically; text that is not valid Unicode (a lone surrogate from an undecodable
+    file name or an escaped one in JSON) is a one-line error and nothing is written."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        shown = text[max(exc.start - 20, 0): exc.end + 20].encode("utf-8", "backslashreplace").decode("utf-8")
+        raise OndeviceError(f"refusing to write {Path(path).name}: it would hold text that is not valid Unicode "
+                            f"(near {shown!r}); nothing was written") from None
+    write_bytes(path, data)
 
 
 def _default(obj: Any) -> Any:
@@ -400,11 +407,38 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
     if not path.is_file():
         raise OndeviceError(f"{what} not found: {path}")
     try:
-        return json.loads(read_bounded(path, what, MAX_JSON_BYTES).decode("utf-8"))
+        obj = json.loads(read_bounded(path, what, MAX_JSON_BYTES).decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, an over-long integer, absurd nesting
         raise OndeviceError(f"{what} {path} is not valid JSON ({str(exc)[:160]}); re-create it") from None
     except OSError as exc:
         raise OndeviceError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__})") from None
+    try:
+        bad = _bad_text_at(obj)
+    except RecursionError:
+        raise OndeviceError(f"{what} {path} is nested too deeply for a settings or report file; re-create it") from None
+    if bad is not None:  # "\udcff" is valid JSON but no text: writing it anywhere (a manifest, a report) would fail
+        raise OndeviceError(f"{what} {path} holds text that is not valid Unicode (an escaped lone surrogate at "
+                            f"{bad}); re-create it")
+    return obj
+
+
+def _bad_text_at(obj: Any, where: str = "") -> str | None:
+    """The key path of the first string (key or value) in parsed JSON that cannot be encoded as UTF-8, or None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the value"
+        return None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        at = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and _bad_text_at(key) is not None:
+            return at.encode("utf-8", "backslashreplace").decode("utf-8")
+        found = _bad_text_at(value, at)
+        if found is not None:
+            return found.encode("utf-8", "backslashreplace").decode("utf-8")
+    return None
 
 
 def read_npy(path: str | os.PathLike, what: str = "array", mmap: bool = True) -> Any:
@@ -415,6 +449,8 @@ def read_npy(path: str | os.PathLike, what: str = "array", mmap: bool = True) ->
     path = Path(path)
     if path.is_dir():
         raise OndeviceError(f"{what} {path} is a folder; give a .npy file (numpy.save)")
+    if path.exists() and not path.is_file():
+        regular_file(path, what)  # a pipe or device: its one line, not "not found"
     if not path.is_file():
         raise OndeviceError(f"{what} file not found: {path}")
     fix = "write it with numpy.save"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ondevice._deps import require
@@ -18,14 +21,47 @@ from ondevice._deps import require
 EXACT_INT8 = ("session.x64quantprecision", "1")
 
 
-def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False, exact_int8: bool = True) -> Any:
+# Graphs that come from elsewhere (a bundle's encoder and heads) run on one shared onnxruntime memory arena of at
+# most this many bytes, so a graph that allocates without bound (ConstantOfShape of a size it computes from its
+# input, 10^9 times the batch) fails with an allocation error instead of taking the machine's memory. An encoder of
+# this project needs tens of MB per batch of 64 sentences; the cap also holds its weights (a parsed bundle file is
+# at most 1 GB).
+MAX_GRAPH_MEMORY = 4 << 30
+_CAPPED: list[bool] = []  # whether the capped arena is registered (once per process)
+_CAP_LOCK = threading.Lock()
+
+
+def _register_capped_arena(ort: Any) -> bool:
+    """Register the process's capped CPU arena for sessions that ask for it; False where onnxruntime cannot."""
+    with _CAP_LOCK:
+        if not _CAPPED:
+            try:
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                ort.create_and_register_allocator(info, ort.OrtArenaCfg(MAX_GRAPH_MEMORY, -1, -1, -1))
+                _CAPPED.append(True)
+            except Exception:  # noqa: BLE001 - an onnxruntime without shared allocators: sessions run uncapped
+                _CAPPED.append(False)
+        return _CAPPED[0]
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """Whether an onnxruntime error is the capped arena refusing an allocation."""
+    text = str(exc)
+    return "Failed to allocate memory" in text or "is smaller than requested bytes" in text
+
+
+def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False, exact_int8: bool = True,
+                    capped: bool = False) -> Any:
     """onnxruntime SessionOptions with `threads` intra-op threads (0: onnxruntime's default) and exact int8 products
-    (exact_int8=False: onnxruntime's default kernels, for benchmarks/bundle.py's comparison only)."""
+    (exact_int8=False: onnxruntime's default kernels, for benchmarks/bundle.py's comparison only); `capped` runs the
+    session on the shared arena of at most MAX_GRAPH_MEMORY bytes (for graphs made elsewhere)."""
     from ondevice.checks import check_int
 
     check_int(threads, "threads", 0, 4096)  # a negative count would silently mean onnxruntime's default
     ort = require("onnxruntime", "base")
     options = ort.SessionOptions()
+    if capped and _register_capped_arena(ort):
+        options.add_session_config_entry("session.use_env_allocators", "1")
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = inter_op
     if quiet:
@@ -40,3 +76,25 @@ def cpu_session(model: bytes | str, options: Any = None) -> Any:
     ort = require("onnxruntime", "base")
     return ort.InferenceSession(model, options if options is not None else session_options(),
                                 providers=["CPUExecutionProvider"])
+
+
+@contextlib.contextmanager
+def run_options_with_limit(limit_s: float | None) -> Iterator[Any]:
+    """onnxruntime RunOptions (None without a limit) that a timer tells to terminate the run after `limit_s` seconds;
+    onnxruntime stops between two operators and raises an error that names the termination."""
+    if limit_s is None:
+        yield None
+        return
+    ort = require("onnxruntime", "base")
+    options = ort.RunOptions()
+
+    def stop() -> None:
+        options.terminate = True
+
+    timer = threading.Timer(limit_s, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield options
+    finally:
+        timer.cancel()

@@ -46,7 +46,7 @@ from ondevice.bundle.manifest import (  # noqa: F401
     verify_files,
 )
 from ondevice.errors import OndeviceError, ort_error_line
-from ondevice.onnxproto import foreign_operators
+from ondevice.onnxproto import allocation_problem, foreign_operators
 from ondevice.tokenizer import Tokenizer, as_texts
 
 if TYPE_CHECKING:  # the index module loads only when an index is used
@@ -79,6 +79,9 @@ def _safetensors_metadata(data: bytes) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+PROBE_SECONDS = 10.0  # the load probe encodes 2 sentences of at most 2 tokens: milliseconds for any real encoder
+
+
 class CodeIndex(Protocol):
     """What `Bundle.search` needs from an index: FAISS-style search over packed codes."""
 
@@ -92,8 +95,11 @@ def _session(path: Path, model: bytes, threads: int):
     if foreign:
         raise _bundle_error(path, f"{layouts.ENCODER_ONNX} uses operators ondevice never exports ({', '.join(foreign[:5])}); "
                                   "it was not written by `ondevice export`: re-export the bundle")
-    try:
-        return cpu_session(model, session_options(threads, inter_op=1, quiet=True))
+    too_big = allocation_problem(model)  # a size it computes from constants or input shapes, checked before any run
+    if too_big:
+        raise _bundle_error(path, f"{layouts.ENCODER_ONNX} is not an encoder ondevice exports: {too_big}; re-export the bundle")
+    try:  # sizes that follow from tensor values meet the session's capped memory arena instead
+        return cpu_session(model, session_options(threads, inter_op=1, quiet=True, capped=True))
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types for bad graphs
         raise _bundle_error(path, f"{layouts.ENCODER_ONNX} cannot be loaded by onnxruntime ({ort_error_line(exc)}); upgrade onnxruntime "
                                   "or re-export the bundle") from None
@@ -161,7 +167,8 @@ class Bundle:
         codes must be the binarizer file's codes of its vectors (a binarizer of another width or weights is refused)."""
         top = len(self.tokenizer) - 1
         ids = np.array([[top, 1, 0], [1, 0, 0]], dtype=np.int64)  # the last id, [UNK], and a [PAD] beyond the length
-        emb, code = self.run_ids(ids, np.array([2, 1], dtype=np.int64), what="vocab.txt against the graph's embedding table")
+        emb, code = self.run_ids(ids, np.array([2, 1], dtype=np.int64), what="vocab.txt against the graph's embedding table",
+                                 limit_s=PROBE_SECONDS)
         data = (self.path / layouts.BINARIZER_WEIGHTS).read_bytes()
         if hashlib.sha256(data).hexdigest() != self.manifest["files"][layouts.BINARIZER_WEIGHTS]["sha256"]:
             raise _bundle_error(self.path, f"{layouts.BINARIZER_WEIGHTS} changed while the bundle was loading; load it again")
@@ -194,13 +201,25 @@ class Bundle:
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, precision={self.precision!r}, dim={self.dim}, bits={self.bits})"
 
-    def run_ids(self, ids: np.ndarray, lengths: np.ndarray, what: str = "") -> tuple[np.ndarray, np.ndarray]:
+    def run_ids(self, ids: np.ndarray, lengths: np.ndarray, what: str = "",
+                limit_s: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The graph on token ids: (embeddings float32 (n, dim), codes uint8 (n, code_bytes)), checked on every call:
-        the shapes and types the manifest says, finite vectors, no bits set past the code length."""
+        the shapes and types the manifest says, finite vectors, no bits set past the code length. With `limit_s` the
+        run is stopped (one line) once it takes longer (between two operators of the graph)."""
+        from ondevice.ort_session import MAX_GRAPH_MEMORY, is_memory_error, run_options_with_limit
+
         try:
-            emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths})
+            with run_options_with_limit(limit_s) as options:
+                emb, code = self.session.run(["embedding", "code"], {"ids": ids, "lengths": lengths}, options)
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own, unexported error types
             check = f" (checking {what})" if what else ""
+            if is_memory_error(exc):
+                raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} needs more than {MAX_GRAPH_MEMORY >> 30} GB of memory for "
+                                               f"{len(ids)} sentences{check}; encode fewer at a time (--batch-size), or the graph "
+                                               "is not an encoder ondevice exports: re-export it") from None
+            if limit_s is not None and "terminate" in str(exc).lower():
+                raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} ran over {limit_s:g} s for {len(ids)} short sentences{check}; "
+                                               "an exported encoder takes milliseconds: re-export the bundle") from None
             raise _bundle_error(self.path, f"{layouts.ENCODER_ONNX} failed to run{check}: {ort_error_line(exc)}; the bundle's files do not fit "
                                            "together, re-export it") from None
         n = len(ids)

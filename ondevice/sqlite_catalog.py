@@ -24,6 +24,7 @@ journal, synchronous FULL): a crash loses at most the batch in flight, never a c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -63,7 +64,12 @@ class Catalog:
             raise OndeviceError(f"{path} has broken catalog metadata ({e}); recreate the catalog") from None
         if not 1 <= self.bits <= MAX_BITS or not 0 <= self.vector_dim <= MAX_VECTOR_DIM:
             raise OndeviceError(f"{path} has out-of-range catalog metadata (bits {self.bits}, dim {self.vector_dim})")
+        fields = {f.name for f in dataclasses.fields(EncoderId)}
+        if enc is not None and not (isinstance(enc, dict) and set(enc) <= fields and all(isinstance(v, str) for v in enc.values())):
+            raise OndeviceError(f"{path} has broken catalog metadata (encoder {str(enc)[:80]!r} is not an object of "
+                                f"{', '.join(sorted(fields))} texts); recreate the catalog")
         self.encoder = EncoderId(**enc) if isinstance(enc, dict) else None
+        _ = self.rev  # a change counter that is not a number fails here, not at the first refresh
 
     # -- opening ----------------------------------------------------------------------------------------
     @staticmethod
@@ -137,7 +143,12 @@ class Catalog:
     @property
     def rev(self) -> int:
         """The change counter: incremented by every committed add, remove or update."""
-        return int(self._db.execute("SELECT value FROM ondevice_catalog WHERE key = 'rev'").fetchone()[0])
+        row = self._db.execute("SELECT value FROM ondevice_catalog WHERE key = 'rev'").fetchone()
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):
+            raise OndeviceError(f"{self.path} has broken catalog metadata (rev {row[0] if row else None!r} is not a "
+                                "number); recreate the catalog") from None
 
     # -- writing ------------------------------------------------------------------------------------------
     def _rows(self, codes, ids, vectors, tags, categories, texts) -> list[tuple]:
@@ -221,7 +232,9 @@ class Catalog:
         out = []
         for i in ids:
             row = self._db.execute(f"SELECT text FROM {self.table} WHERE id = ?", (int(i),)).fetchone()
-            out.append(row[0] if row else None)
+            text = row[0] if row else None
+            out.append(text.decode("utf-8", "replace") if isinstance(text, bytes) else text if isinstance(text, str) or text is None
+                       else str(text))  # a row written by another tool: text as text
         return out
 
     def _select(self, where: str = "", args: tuple = ()) -> dict:
@@ -229,8 +242,12 @@ class Catalog:
         rows = self._db.execute(f"SELECT id, code, vector, scale, tags, category FROM {self.table} {where} ORDER BY id",
                                 args).fetchall()
         n = len(rows)
-        if any(len(r[1]) != nb for r in rows):
+        if any(not isinstance(r[1], bytes) or len(r[1]) != nb for r in rows):
             raise OndeviceError(f"{self.path} holds a code that is not {nb} bytes; the catalog is corrupt")
+        if any(not isinstance(r[4], int) or not isinstance(r[5], int) for r in rows):
+            raise OndeviceError(f"{self.path} holds tags or a category that is not an integer; the catalog is corrupt")
+        if self.vector_dim and any(not isinstance(r[2], bytes) or not isinstance(r[3], (int, float)) for r in rows):
+            raise OndeviceError(f"{self.path} holds a vector that is not {self.vector_dim} int8 values with a scale")
         codes = np.frombuffer(b"".join(r[1] for r in rows), np.uint8).reshape(n, nb)
         out = {"ids": np.array([r[0] for r in rows], np.int64), "codes": codes,
                "tags": np.array([r[4] for r in rows], np.int64).view(np.uint64),

@@ -10,11 +10,11 @@ import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.configs import POOLINGS, Architecture
 from ondevice.errors import OndeviceError
 from ondevice.io import artifact_file, dataclass_from_dict, read_json, write_json
 from ondevice.tokenizer import PAD_ID, Tokenizer
 
-POOLINGS = ("mean", "max", "last", "meanmax")
 MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
 # Every file of a student folder that is read (Student.load; export and `ondevice info` read the records after it):
 # none may be a symbolic link, which could make a student someone else sends read any file of this machine.
@@ -22,15 +22,13 @@ FILES = (*layouts.STUDENT_FILES, layouts.DISTILL_CONFIG, layouts.UNPACKED, layou
 
 
 @dataclass
-class StudentConfig:
-    """Architecture of a student; saved as config.json beside the weights."""
+class StudentConfig(Architecture):
+    """A student's architecture (hidden_size, pooling and max_tokens: the `Architecture` a distillation chose) with
+    its sizes and provenance; saved as config.json beside the weights."""
 
     vocab_size: int
     embedding_dim: int
-    hidden_size: int = 256
-    pooling: str = "mean"
     output_dim: int = 384
-    max_tokens: int = 128
     teacher: dict = field(default_factory=dict)
     word_vectors: str = ""
     format_version: int = 1

@@ -122,12 +122,20 @@ def damaged_chunks(vectors: np.ndarray, chunk: int, done: set[int], sums: dict[s
         if str(c) in sums:
             if chunk_sum(rows) != sums[str(c)]:
                 bad.add(c)
-        elif check is not None:
-            try:
-                check(rows, what)
-            except OndeviceError:
-                bad.add(c)
+            continue
+        try:
+            (check or plain_rows)(rows, what)
+        except OndeviceError:
+            bad.add(c)
     return bad
+
+
+def plain_rows(rows: np.ndarray, what: str) -> None:
+    """The check of a finished chunk without a checksum when its cache names none: float rows must be finite and
+    none of them all zero (what a zeroed or never-written stretch of the file holds)."""
+    if rows.dtype.kind == "f" and (not np.isfinite(rows).all() or (rows.ndim == 2 and rows.shape[1] and
+                                                                    not np.any(rows, axis=1).all())):
+        raise OndeviceError(f"{what}: rows that are zero or not finite")
 
 
 def parse_state(state: Any, n: int | None = None) -> tuple[int, set[int]] | None:
@@ -183,6 +191,11 @@ class VectorCache:
                 # format of earlier versions: a finished prefix of `done` rows, rewritten as chunks (donors read those)
                 prefix = int(state["done"])
                 self.done = {c for c in range(self.n_chunks) if min(n, (c + 1) * self.chunk) <= prefix}
+                bad = damaged_chunks(self.vectors, self.chunk, self.done, {}, check, f"cache {folder}")
+                if bad:  # no checksums in that format: rows that fail the check are computed again, never used
+                    print(f"cache {folder}: {len(bad)} finished chunk(s) of an older cache hold zero or non-finite "
+                          "rows; computing them again", file=sys.stderr, flush=True)
+                    self.done -= bad
                 self._save_state()
             else:
                 raise OndeviceError(f"cache {folder} has a state.json this ondevice cannot trust (chunk size, chunk "

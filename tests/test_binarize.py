@@ -581,7 +581,7 @@ def test_cli_fit_codes_and_errors(x, tmp_path, capsys):
     rc = main(["binarize", "--embeddings", str(tmp_path / "x.npy"), "--method", "ae", "--bits", "8",
                "--whiten-variance", "0", "--out", str(tmp_path / "b8"), "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "whiten_variance" in err
+    assert rc == 2 and err.count("\n") == 1 and "--whiten-variance must be" in err  # the field, named by its flag
 
 
 def test_codes_load_into_the_hamming_kernels(x):

@@ -40,9 +40,9 @@ def test_cuda_is_resolved_or_refused_in_one_line():
 def test_distill_device_flags(tiny_corpus, tiny_teacher, tmp_path, capsys):
     from ondevice.distill import DistillConfig
 
-    with pytest.raises(OndeviceError, match="--device must be"):
+    with pytest.raises(OndeviceError, match="^device must be"):
         DistillConfig(corpus="x", device="gpu").validate()
-    with pytest.raises(OndeviceError, match="--teacher-backend onnx runs on the CPU"):
+    with pytest.raises(OndeviceError, match="^teacher_backend onnx runs on the CPU"):
         DistillConfig(corpus="x", device="cuda", teacher_backend="onnx").validate()
     DistillConfig(corpus="x", device="auto", teacher_backend="onnx").validate()  # auto: the ONNX teacher stays on the CPU
     code = main(["distill", "--corpus", str(tiny_corpus), "--teacher", str(tiny_teacher), "--word-vectors", "random",
@@ -65,7 +65,7 @@ def test_dipair_device_flag():
     from ondevice.pairs.dipair_train import DiPairConfig
 
     cfg = DiPairConfig(task="stsb", data="data", student="student", teacher="teacher", device="tpu")
-    with pytest.raises(OndeviceError, match="--device must be"):
+    with pytest.raises(OndeviceError, match="^device must be"):
         cfg.validate()
 
 

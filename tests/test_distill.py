@@ -182,7 +182,7 @@ def test_distill_without_a_word_vectors_file(tiny_corpus, tiny_teacher, spec, tm
 
 
 def test_embedding_dim_needs_a_generated_init(tiny_corpus, tiny_teacher, tiny_word_vectors):
-    with pytest.raises(OndeviceError, match="embedding-dim"):
+    with pytest.raises(OndeviceError, match="embedding_dim applies to word_vectors teacher"):
         _config(tiny_corpus, tiny_teacher, tiny_word_vectors, embedding_dim=6).validate()
 
 
@@ -219,7 +219,7 @@ def test_similarity_matching_term_trains_and_is_checked(tiny_corpus, tiny_teache
     a, b = _weights(out), _weights(plain)
     assert any(not np.array_equal(a[k], b[k]) for k in a)  # the term changes the training
     assert json.loads((out / "distill_config.json").read_text())["sim_loss_weight"] == 1.0
-    with pytest.raises(OndeviceError, match="--sim-loss-weight"):
+    with pytest.raises(OndeviceError, match="sim_loss_weight must be >= 0"):
         DistillConfig(corpus="x", sim_loss_weight=-1).validate()
 
 
@@ -289,7 +289,7 @@ def test_train_split_repeats_upweight_the_front(tiny_corpus, tiny_teacher, tiny_
     assert sizes[3] - sizes[1] == 2 * front_train > 0
     idx = distill_mod.upweighted(np.array([0, 2, 5, 7]), 3, 2)
     assert sorted(idx.tolist()) == [0, 0, 2, 2, 5, 7]
-    with pytest.raises(OndeviceError, match="--train-split-repeats needs --train-splits"):
+    with pytest.raises(OndeviceError, match="train_split_repeats needs train_splits"):
         DistillConfig(corpus="x", train_split_repeats=2).validate()
 
 

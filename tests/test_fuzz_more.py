@@ -1258,3 +1258,393 @@ def test_streams_in_a_real_process_end_with_one_line(argv, zoo, tmp_path):
     err = res.stderr.strip()
     assert res.returncode == 2 and "\n" not in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------- 3. graphs of allowed operators that allocate out of proportion
+
+
+def _sized_graph(op: str, source: str, n: int):
+    """An edit that makes `embedding` depend on a tensor that `op` (ConstantOfShape, Expand, Range, Pad) sizes from
+    `source`: a constant n, the batch or token count times n, the batch squared times n, or the largest token id
+    times n (a tensor value, known only when the graph runs). The tensor is summed, multiplied by 0 and added."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def edit(model):
+        g = model.graph
+        _rename_output(model, "embedding", "emb_0")
+        i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+        g.initializer.extend([i64("z_n", [n]), i64("z_0", [0]), i64("z_1", [1]), i64("z_ax", [0]),
+                              numpy_helper.from_array(np.array([1.0], np.float32), "z_one"),
+                              numpy_helper.from_array(np.array(0.0, np.float32), "z_zero")])
+        nodes = [helper.make_node("Shape", ["ids"], ["z_shape"])]
+        if source == "const":
+            nodes.append(helper.make_node("Identity", ["z_n"], ["z_count"]))
+        elif source in ("batch", "tokens"):
+            nodes += [helper.make_node("Gather", ["z_shape", "z_0" if source == "batch" else "z_1"], ["z_dim"]),
+                      helper.make_node("Mul", ["z_dim", "z_n"], ["z_count"])]
+        elif source == "square":
+            nodes += [helper.make_node("Gather", ["z_shape", "z_0"], ["z_dim"]),
+                      helper.make_node("Mul", ["z_dim", "z_dim"], ["z_sq"]),
+                      helper.make_node("Mul", ["z_sq", "z_n"], ["z_count"])]
+        else:  # "value": the largest token id of the batch
+            nodes += [helper.make_node("ReduceMax", ["ids"], ["z_max"], keepdims=0),
+                      helper.make_node("Unsqueeze", ["z_max", "z_ax"], ["z_max1"]),
+                      helper.make_node("Mul", ["z_max1", "z_n"], ["z_count"])]
+        if op == "ConstantOfShape":
+            nodes.append(helper.make_node("ConstantOfShape", ["z_count"], ["z_big"],
+                                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])))
+        elif op == "Expand":
+            nodes.append(helper.make_node("Expand", ["z_one", "z_count"], ["z_big"]))
+        elif op == "Range":
+            nodes += [helper.make_node("Squeeze", ["z_count", "z_ax"], ["z_limit"]),
+                      helper.make_node("Squeeze", ["z_0", "z_ax"], ["z_start"]),
+                      helper.make_node("Squeeze", ["z_1", "z_ax"], ["z_delta"]),
+                      helper.make_node("Range", ["z_start", "z_limit", "z_delta"], ["z_range"]),
+                      helper.make_node("Cast", ["z_range"], ["z_big"], to=TensorProto.FLOAT)]
+        else:  # Pad
+            nodes += [helper.make_node("Concat", ["z_0", "z_count"], ["z_pads"], axis=0),
+                      helper.make_node("Pad", ["z_one", "z_pads"], ["z_big"])]
+        nodes += [helper.make_node("ReduceSum", ["z_big"], ["z_sum"], keepdims=0),
+                  helper.make_node("Mul", ["z_sum", "z_zero"], ["z_nothing"]),
+                  helper.make_node("Add", ["emb_0", "z_nothing"], ["embedding"])]
+        g.node.extend(nodes)
+    return edit
+
+
+_SIZED_OPS = ["ConstantOfShape", "Expand", "Range", "Pad"]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("n", [10**8, 10**12, 2**62])
+@pytest.mark.parametrize("source", ["const", "batch", "tokens"])
+@pytest.mark.parametrize("op", _SIZED_OPS)
+def test_allowed_operators_that_allocate_without_bound_are_refused_before_they_run(op, source, n, precision, bundles,
+                                                                                   tmp_path):
+    """A 10 KB graph of allowed operators whose ConstantOfShape, Expand, Range or Pad sizes itself from a constant or
+    from the input's shape times n: refused by the static size check, before onnxruntime sees the graph."""
+    from ondevice.runtime import Bundle
+
+    bundle = _forge(bundles[precision], tmp_path / "b", _sized_graph(op, source, n))
+    before = _snapshot(bundle)
+    with _time_bound(), pytest.raises(OndeviceError) as e:
+        Bundle.load(bundle)
+    assert f"its {op} operator allocates" in _one_line(e.value)
+    assert _snapshot(bundle) == before
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("op", _SIZED_OPS)
+def test_allocations_growing_faster_than_the_input_are_refused(op, precision, bundles, tmp_path):
+    from ondevice.runtime import Bundle
+
+    bundle = _forge(bundles[precision], tmp_path / "b", _sized_graph(op, "square", 64))
+    with _time_bound(), pytest.raises(OndeviceError) as e:
+        Bundle.load(bundle)
+    assert "growing faster than its inputs" in _one_line(e.value)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Expand"])
+@pytest.mark.parametrize("n", [10**9, 10**11])
+def test_sizes_from_tensor_values_meet_the_memory_cap(op, n, precision, bundles, tmp_path, capsys):
+    """A size that follows from a tensor's values (the largest token id times n) is not known before the run: the
+    capped memory arena refuses it at the load probe, one line, without taking the memory."""
+    bundle = _forge(bundles[precision], tmp_path / "b", _sized_graph(op, "value", n))
+    err = _refused(["info", bundle, "--verify"], capsys, bundle)
+    assert "GB of memory" in err
+
+
+@pytest.mark.parametrize("op", _SIZED_OPS)
+@pytest.mark.parametrize("source", ["const", "batch", "tokens", "value"])
+def test_small_allocations_of_the_same_operators_still_load(op, source, bundles, tmp_path):
+    from ondevice.runtime import Bundle
+
+    bundle = _forge(bundles["fp32"], tmp_path / "b", _sized_graph(op, source, 3))
+    assert Bundle.load(bundle).encode(["the cat sat"]).shape == (1, 8)
+
+
+def test_the_shipped_bundle_passes_the_size_check():
+    from ondevice.onnxproto import allocation_problem
+    from ondevice.pretrained import pretrained_path
+
+    for name in ("encoder.onnx", "pair_head.onnx"):
+        assert allocation_problem((pretrained_path() / name).read_bytes()) is None
+
+
+@pytest.mark.parametrize("cmd", ["info", "index"])
+@pytest.mark.parametrize("op", _SIZED_OPS)
+def test_sized_graphs_are_one_line_from_the_command_line(op, cmd, bundles, zoo, tmp_path, capsys):
+    bundle = _forge(bundles["fp32"], tmp_path / "b", _sized_graph(op, "batch", 10**10))
+    argv = (["info", bundle, "--verify"] if cmd == "info" else
+            ["index", "build", "--bundle", bundle, "--corpus", zoo["corpus"], "--out", tmp_path / "x.odx"])
+    assert "allocates" in _refused(argv, capsys, bundle, zoo["root"])
+    assert not (tmp_path / "x.odx").exists()
+
+
+def test_a_slow_load_probe_is_stopped(bundles, tmp_path, monkeypatch):
+    """The load probe runs under a time limit: a graph that takes longer (here: any, with the limit at 0 s) is one line."""
+    from ondevice import runtime
+
+    monkeypatch.setattr(runtime, "PROBE_SECONDS", 0.0)
+    with _time_bound(), pytest.raises(OndeviceError) as e:
+        runtime.Bundle.load(bundles["fp32"])
+    assert "ran over" in _one_line(e.value) or "failed to run" in str(e.value)
+
+
+# ------------------------------------------------------ 6. caches of older versions: no checksums, a done prefix
+
+
+_OLD_DAMAGE = ["zero-row", "zero-chunk", "nan-row", "inf-row", "scaled-row", "all-zero"]
+
+
+def _old_damage(vectors: np.ndarray, how: str, rng: np.random.Generator) -> None:
+    row = int(rng.integers(len(vectors)))
+    if how == "zero-row":
+        vectors[row] = 0
+    elif how == "zero-chunk":
+        vectors[16:32] = 0
+    elif how == "nan-row":
+        vectors[row, 0] = np.nan
+    elif how == "inf-row":
+        vectors[row, -1] = np.inf
+    elif how == "scaled-row":
+        vectors[row] *= 3.0
+    else:
+        vectors[:] = 0
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("how", _OLD_DAMAGE)
+@pytest.mark.parametrize("layout", ["done-prefix", "no-sums"])
+def test_older_caches_without_checksums_are_checked_before_use(layout, how, seed, tmp_path, capsys):
+    """A cache of an earlier version (state.json with a finished prefix `done`, or chunks without checksums) whose
+    rows were damaged: the damaged chunks are computed again, never returned."""
+    texts = _texts(40)
+    _fill(tmp_path, texts)
+    folder = next(p for p in tmp_path.iterdir() if p.is_dir())
+    vectors = np.load(folder / "vectors.npy", mmap_mode="r+")
+    _old_damage(vectors, how, np.random.default_rng(seed))
+    vectors.flush()
+    del vectors
+    state = json.loads((folder / "state.json").read_text())
+    state = {"chunk": 16, "done": 40, "n": 40} if layout == "done-prefix" else {k: v for k, v in state.items() if k != "sums"}
+    (folder / "state.json").write_text(json.dumps(state))
+    calls: list[str] = []
+    with _time_bound():
+        got, _ = _fill(tmp_path, texts, calls)
+    assert calls, "damaged rows of an older cache were used without recomputing them"
+    norms = np.linalg.norm(np.asarray(got), axis=1)
+    assert np.isfinite(np.asarray(got)).all() and np.allclose(norms, 1, atol=1e-3)
+
+
+@pytest.mark.parametrize("how", _OLD_DAMAGE[:4])
+def test_a_cache_opened_without_a_check_still_refuses_unchecked_zero_rows(how, tmp_path):
+    """The Ray labeller's cache (and any caller that names no check): an older chunk without a checksum holding zero
+    or non-finite rows is pending again, not done."""
+    from ondevice.vector_cache import VectorCache
+
+    _fill(tmp_path, _texts(40))
+    folder = next(p for p in tmp_path.iterdir() if p.is_dir())
+    vectors = np.load(folder / "vectors.npy", mmap_mode="r+")
+    _old_damage(vectors, how, np.random.default_rng(0))
+    vectors.flush()
+    del vectors
+    state = json.loads((folder / "state.json").read_text())
+    (folder / "state.json").write_text(json.dumps({k: v for k, v in state.items() if k != "sums"}))
+    assert VectorCache(folder, 40, 8, 16, {}).pending()
+
+
+# -------------------------------------------------------------- 7. eval reports checked whole before merging
+
+
+def _report() -> dict:
+    view = {"method": "float", "dim": 8, "binary": False, "bytes_per_sentence": 32, "model_bytes": 100,
+            "encoder": "a", "sentences_per_second": None}
+    return {"tasks": ["stsb-dev", "mrpc", "retrieval", "trec"], "skipped": {}, "total_seconds": 1.0, "created": "x",
+            "views": {"a": view, "a/itq-8": {**view, "method": "itq", "binary": True, "bytes_per_sentence": 1}},
+            "results": {"a": {"stsb-dev": {"spearman": 50.0}, "mrpc": {"acc": 60.0, "f1": 70.0},
+                              "retrieval": {"k": 10, "recall_vs_float": None}, "trec": {"acc": 40.0}},
+                        "a/itq-8": {"stsb-dev": {"spearman": 40.0}}}}
+
+
+def _set(path: str, value):
+    def edit(report: dict) -> None:
+        *parents, last = path.split(".")
+        node = report
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return edit
+
+
+_BAD_REPORTS = {
+    "task-list": _set("tasks", [["stsb-dev"]]), "task-unknown": _set("tasks", ["stsb-dev", "nosuch"]),
+    "task-number": _set("tasks", [5]), "total-text": _set("total_seconds", "abc"), "total-bool": _set("total_seconds", True),
+    "versions-list": _set("versions", [1, 2]), "protocol-text": _set("protocol", "x"), "created-number": _set("created", 5),
+    "commit-list": _set("commit", ["x"]), "skipped-list": _set("skipped", {"stsb-dev": ["a"]}),
+    "dim-text": _set("views.a.dim", "eight"), "dim-negative": _set("views.a.dim", -1), "dim-bool": _set("views.a.dim", True),
+    "bytes-null": _set("views.a.bytes_per_sentence", None), "size-text": _set("views.a.model_bytes", "1 MB"),
+    "method-number": _set("views.a.method", 5), "binary-text": _set("views.a.binary", "yes"),
+    "speed-text": _set("views.a.sentences_per_second", "fast"), "encoder-number": _set("views.a/itq-8.encoder", 5),
+    "result-number": _set("results.a.stsb-dev", 5), "spearman-text": _set("results.a.stsb-dev.spearman", "high"),
+    "spearman-missing": _set("results.a.stsb-dev", {"pearson": 1.0}), "f1-list": _set("results.a.mrpc.f1", [1]),
+    "acc-bool": _set("results.a.trec.acc", True), "k-text": _set("results.a.retrieval.k", "ten"),
+    "recall-text": _set("results.a.retrieval.recall_vs_float", "x"), "reference-number": _set("results.a.retrieval.reference", 3),
+    "results-list": _set("results.a", [1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD_REPORTS))
+def test_merge_refuses_a_report_of_wrong_types_before_writing_anything(case, tmp_path, capsys):
+    report = _report()
+    _BAD_REPORTS[case](report)
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(report))
+    err = _refused(["eval", "--merge", src, "--out", tmp_path / "out"], capsys, tmp_path)
+    assert "is not a report.json of `ondevice eval`" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sound_report_still_merges_with_plots(tmp_path, capsys):
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(_report()))
+    assert main(["eval", "--merge", str(src), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+# ------------------------------------------------------------- 7. text that is valid JSON but not valid Unicode
+
+
+_SURROGATE_JSON = ['{"a": "\\udcff"}', '{"\\udcff": 1}', '{"a": {"b": ["ok", "x\\ud800y"]}}', '{"a": "\\udfff\\udfff"}',
+                   '{"eval": {"note": "caf\\udce9"}}']
+
+
+@pytest.mark.parametrize("text", _SURROGATE_JSON)
+def test_an_eval_summary_with_lone_surrogates_is_refused_before_any_work(text, zoo, tmp_path, capsys):
+    src = tmp_path / "eval.json"
+    src.write_text(text)
+    err = _refused(["export", "--student", zoo["student"], "--binarizer", zoo["binarizer"], "--out", tmp_path / "out",
+                    "--eval", src], capsys, zoo["root"])
+    assert "not valid Unicode" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["view", "reason", "task-result"])
+def test_a_report_with_lone_surrogates_is_refused_by_merge(where, tmp_path, capsys):
+    report = _report()
+    if where == "view":
+        report["views"]["a\udcff"] = report["views"].pop("a")
+        report["results"]["a\udcff"] = report["results"].pop("a")
+    elif where == "reason":
+        report["skipped"] = {"trec": "no data \udcff"}
+    else:
+        report["results"]["a"]["retrieval"]["reference"] = "t\udcff"
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(report))  # ensure_ascii escapes the surrogate: valid JSON
+    assert "not valid Unicode" in _refused(["eval", "--merge", src, "--out", tmp_path / "out"], capsys, tmp_path)
+
+
+@pytest.mark.parametrize("text", ["\udcff", "a\ud800b", "ok \udc80\udc81"])
+def test_write_text_refuses_text_that_is_not_unicode_and_writes_nothing(text, tmp_path):
+    from ondevice.io import write_json, write_text
+
+    (tmp_path / "old.txt").write_text("old\n")
+    for write, value in ((write_text, text), (write_json, {"k": text})):
+        with pytest.raises(OndeviceError) as e:
+            write(tmp_path / "old.txt", value)
+        assert "not valid Unicode" in _one_line(e.value)
+    assert (tmp_path / "old.txt").read_text() == "old\n" and len(list(tmp_path.iterdir())) == 1
+
+
+# ------------------------------------------------------------------- 7. SQLite catalogs checked field by field
+
+
+_CATALOG_DAMAGE = {
+    "encoder-keys": "UPDATE ondevice_catalog SET value = '{\"x\": 1}' WHERE key = 'encoder'",
+    "encoder-list": "UPDATE ondevice_catalog SET value = '[1]' WHERE key = 'encoder'",
+    "encoder-number-field": "UPDATE ondevice_catalog SET value = '{\"precision\": 5}' WHERE key = 'encoder'",
+    "encoder-text": "UPDATE ondevice_catalog SET value = '\"abc\"' WHERE key = 'encoder'",
+    "rev-text": "UPDATE ondevice_catalog SET value = 'abc' WHERE key = 'rev'",
+    "code-integer": "UPDATE items SET code = 5 WHERE id = 1",
+    "code-text": "UPDATE items SET code = 'ab' WHERE id = 1",
+    "code-real": "UPDATE items SET code = 1.5 WHERE id = 1",
+    "code-short": "UPDATE items SET code = x'00' WHERE id = 1",
+    "tags-text": "UPDATE items SET tags = 'abc' WHERE id = 1",
+    "tags-real": "UPDATE items SET tags = 1.5 WHERE id = 1",
+    "category-blob": "UPDATE items SET category = x'00' WHERE id = 1",
+    "category-huge": "UPDATE items SET category = 99999999999 WHERE id = 1",
+    "id-negative": "UPDATE items SET id = -5 WHERE id = 1",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CATALOG_DAMAGE))
+def test_a_damaged_sqlite_catalog_is_one_line(case, tmp_path):
+    import sqlite3
+
+    from ondevice.sqlite_catalog import Catalog
+
+    path = tmp_path / "c.db"
+    with Catalog.create(path, bits=16) as catalog:
+        catalog.add(np.zeros((3, 2), np.uint8), np.arange(3))
+    db = sqlite3.connect(path)
+    db.execute(_CATALOG_DAMAGE[case])
+    db.commit()
+    db.close()
+    with _time_bound(), pytest.raises(OndeviceError) as e, Catalog.open(path) as catalog:
+        catalog.to_index()
+    _one_line(e.value)
+
+
+# ------------------------------------------------- 7. padding bits of a memory-mapped index, at the first search
+
+
+@pytest.mark.parametrize("search", ["knn", "range", "filtered"])
+@pytest.mark.parametrize("bits", [1, 4, 7, 9, 12, 60, 252, 255])
+@pytest.mark.parametrize("row", [0, -1])
+def test_padding_bits_of_a_mapped_index_are_found_at_the_first_search(bits, row, search, tmp_path):
+    from ondevice.index import Filter, HammingIndex
+
+    nbytes = -(-bits // 8)
+    index = HammingIndex(bits)
+    index.add(np.zeros((5, nbytes), np.uint8), tags=np.zeros(5, np.uint64))
+    forged = index._codes.copy()
+    forged[row, -1] |= np.uint8(0xFF ^ ((1 << (bits % 8)) - 1))
+    index._codes = forged
+    index.save(tmp_path / "forged.odx")
+    loaded = HammingIndex.load(tmp_path / "forged.odx")  # memory-mapped: nothing read yet
+    query = np.zeros((1, nbytes), np.uint8)
+    with _time_bound(), pytest.raises(OndeviceError) as e:
+        if search == "range":
+            loaded.range_search(query, 1)
+        else:
+            loaded.search(query, 3, filter=Filter(tags_any=0) if search == "filtered" else None)
+    assert "padding" in _one_line(e.value)
+
+
+# ----------------------------------------------------- 5. flags a method ignores are still range-checked
+
+
+_IGNORED = [("--epochs", "-5"), ("--epochs", "0"), ("--batch-size", "0"), ("--batch-size", "-1"), ("--sp-triplets", "0"),
+            ("--holdout", "-1"), ("--holdout", "0"), ("--holdout", "0.9"), ("--sp-epochs", "-1"),
+            ("--whiten-variance", "0"), ("--whiten-variance", "-1"), ("--whiten-variance", "1.5")]
+
+
+@pytest.mark.parametrize("method", ["random", "pca", "itq"])
+@pytest.mark.parametrize("option, value", _IGNORED)
+def test_flags_the_method_ignores_are_range_checked_too(option, value, method, zoo, tmp_path, capsys):
+    err = _refused(["binarize", "--embeddings", zoo["embeddings"], "--method", method, "--bits", "8", option, value,
+                    "--out", tmp_path / "o", "--quiet"], capsys, zoo["root"])
+    assert option in err and not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------ 2. .npy inputs that are pipes or devices name what they are
+
+
+@pytest.mark.parametrize("kind", ["zero", "urandom", "fifo", "null"])
+@pytest.mark.parametrize("argv", [["index", "build", "--codes", "SRC", "--out", "OUT"],
+                                  ["index", "build", "--codes", "CODES", "--ids", "SRC", "--out", "OUT"],
+                                  ["index", "search", "INDEX", "--queries", "SRC"]], ids=["codes", "ids", "queries"])
+def test_npy_inputs_that_are_streams_say_so(argv, kind, zoo, tmp_path, capsys):
+    src = _special(kind, tmp_path)
+    subs = {"SRC": src, "OUT": tmp_path / "out.odx", "CODES": zoo["codes"], "INDEX": zoo["index"]}
+    err = _refused([subs.get(a, a) for a in argv], capsys, zoo["root"])
+    assert "not a regular file" in err and not (tmp_path / "out.odx").exists()

@@ -118,9 +118,9 @@ def test_augment_text_leaves_out_evaluation_text_and_is_checksummed(pair_env, tm
     extra_texts(again)
     assert sha and again.augment_text_sha256 != sha
     failed = [m for ok, m in extra_checks(pair_env.dse_config(augment_text=str(tmp_path / "nope.txt"))) if not ok]
-    assert len(failed) == 1 and "--augment-text" in failed[0] and "no such file" in failed[0]
+    assert len(failed) == 1 and failed[0].startswith("augment_text ") and "no such file" in failed[0]
     failed = [m for ok, m in extra_checks(pair_env.dse_config(augment_text=str(path), augment_text_max=0)) if not ok]
-    assert failed == ["--augment-text-max must be >= 1"]
+    assert failed == ["augment_text_max must be >= 1"]
 
 
 def test_edit_sentence_drops_or_replaces_each_word_at_its_rate():
@@ -175,4 +175,4 @@ def test_augment_bits_out_of_range_is_refused_even_when_nothing_augments():
 
     for bits in (0, -1, 1 << 20):
         cfg = DSEConfig(task="stsb", data="", student="", teacher="", alpha=0.0, augment_bits=bits)
-        assert [m for ok, m in extra_checks(cfg) if not ok] == [f"--augment-bits must be in 1..65536, got {bits}"]
+        assert [m for ok, m in extra_checks(cfg) if not ok] == [f"augment_bits must be in 1..65536, got {bits}"]

@@ -154,7 +154,8 @@ def test_cache_size_at_defaults_is_at_most_1kb():
                                               "low": 0.0, "high": 5.0})).cache_bytes(int8=True) <= 1024
 
 
-@pytest.mark.parametrize("kw,msg", [({"n": 0}, "--n"), ({"d": 6, "heads": 4}, "divisible"), ({"mode": "x"}, "--select")])
+@pytest.mark.parametrize("kw,msg", [({"n": 0}, "^n must be >= 1"), ({"d": 6, "heads": 4}, "divisible"),
+                                    ({"mode": "x"}, "^select must be one of")])
 def test_bad_head_config(kw, msg):
     with pytest.raises(OndeviceError, match=msg):
         _cfg(**kw).validate()
@@ -212,7 +213,7 @@ def test_pooled_side_states_hold_the_sentence_vector_then_tokens():
     np.testing.assert_allclose(s[:, 0], np.tanh(vec.numpy() @ vproj.weight.detach().numpy().T + vproj.bias.detach().numpy()), atol=1e-6)
     for row, n in enumerate(lengths):  # pooled slot + min(n, 3) token rows, the rest zero
         assert (np.abs(s[row]).sum(-1) > 0).sum() == 1 + min(n, 3) and (s[row, 1 + min(n, 3):] == 0).all()
-    with pytest.raises(OndeviceError, match="--pooled-slot"):
+    with pytest.raises(OndeviceError, match="^pooled_slot needs n and m >= 2"):
         _cfg(n=1, vec_dim=5).validate()
 
 

@@ -130,9 +130,10 @@ def test_pooled_slot_run_trains_resumes_exactly_and_reloads(pair_env, tiny_teach
 
 
 def test_bad_settings_are_one_line_errors(pair_env, tiny_teacher, tmp_path):
-    for kw, msg in (({"n": 0}, "--n"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"), ({"teacher": ""}, "--teacher"),
-                    ({"select": "mid"}, "--select"), ({"temperature": 0}, "--temperature"),
-                    ({"dropout": 1.0}, "--dropout"), ({"loss": "l1"}, "--loss must be one of bce, mse")):
+    for kw, msg in (({"n": 0}, "^n must be"), ({"stage1_epochs": 0, "stage2_epochs": 0}, "stage"),
+                    ({"teacher": ""}, "^teacher is required"), ({"select": "mid"}, "^select must be"),
+                    ({"temperature": 0}, "^temperature must be"), ({"dropout": 1.0}, "^dropout must be"),
+                    ({"loss": "l1"}, "^loss must be one of bce, mse")):
         with pytest.raises(OndeviceError, match=msg):
             train_dipair(_cfg(pair_env, tiny_teacher, **kw), tmp_path / "bad", progress=False)
     with pytest.raises(OndeviceError, match="trained for stsb"):

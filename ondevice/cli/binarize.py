@@ -167,9 +167,11 @@ def run(a: argparse.Namespace) -> int:
     ae_hyper: dict = {}
     if a.method in ("ae", "ae-sp"):
         from ondevice.binarize_ae import AEConfig
+        from ondevice.configs import flags_for_fields
 
-        ae_hyper = {name: getattr(a, name) for name in AEConfig.__dataclass_fields__}  # one flag per field
-        AEConfig(**ae_hyper).validate()
+        ae_hyper = {name: getattr(a, name) for name in AEConfig.flat_names()}  # one flag per setting
+        with flags_for_fields():  # the setting's message, with its flag
+            AEConfig(**ae_hyper).validate()
         if (a.select == "pairs") != bool(a.judge_task):
             raise OndeviceError("--select pairs and --judge-task go together: e.g. --select pairs --judge-task stsb")
     elif a.judge_task:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+# Settings whose flag is not --<field-name> (ondevice.configs.flag_of): validation names fields, the CLI these flags.
+FLAGS = {"hidden_size": "--hidden", "pooling": "--student-pooling", "teacher_pooling": "--pooling",
+         "teacher_normalize": "--no-normalize", "exclude_eval": "--keep-eval-text"}
+
 HELP = ("distill a Hugging Face teacher into a BiLSTM student (word vectors made from the teacher, or GloVe as in "
         "the paper; SRA cosine loss)")
 
@@ -89,9 +93,11 @@ def config_from_args(a: argparse.Namespace):
 
 
 def run(a: argparse.Namespace) -> int:
+    from ondevice.configs import flags_for_fields
     from ondevice.distill import distill
 
-    student = distill(config_from_args(a), a.out, resume=a.resume)
+    with flags_for_fields(FLAGS):
+        student = distill(config_from_args(a), a.out, resume=a.resume)
     print(f"student saved to {a.out} ({student.num_parameters():,} parameters, "
           f"{student.num_parameters(embeddings=False):,} without embeddings)")
     return 0

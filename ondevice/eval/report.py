@@ -97,11 +97,61 @@ def _report_problem(report: Any) -> str | None:
     for key, kind in (("tasks", list), ("views", dict), ("results", dict), ("skipped", dict)):
         if not isinstance(report.get(key), kind):
             return f"it has no {key!r} {'list' if kind is list else 'object'}"
+    if not all(isinstance(t, str) and t in TASKS for t in report["tasks"]):
+        bad = next(t for t in report["tasks"] if not (isinstance(t, str) and t in TASKS))
+        return f"its task {str(bad)[:40]!r} is not one of {', '.join(TASKS)}"
+    if not all(isinstance(why, str) for why in report["skipped"].values()):
+        return "its 'skipped' reasons are not text"
+    for key, kinds in (("total_seconds", (int, float)), ("speed_sentences", (int, float)), ("versions", dict),
+                       ("protocol", dict), ("created", str), ("commit", str), ("cpu_model", str)):
+        if report.get(key) is not None and (isinstance(report[key], bool) or not isinstance(report[key], kinds)):
+            return f"its {key!r} is a {type(report[key]).__name__}"
     for name, meta in report["views"].items():
         if not isinstance(meta, dict) or any(k not in meta for k in _VIEW_KEYS):
             return f"its view {name!r} lacks {', '.join(_VIEW_KEYS)}"
-        if not isinstance(report["results"].get(name, {}), dict):
+        if problem := _view_problem(meta):
+            return f"its view {name!r} has {problem}"
+        results = report["results"].get(name, {})
+        if not isinstance(results, dict):
             return f"its results of view {name!r} are not an object"
+        for task, res in results.items():
+            if task in TASKS and (problem := _result_problem(task, res)):
+                return f"its {task} result of view {name!r} has {problem}"
+    return None
+
+
+def _number(x: Any, none_ok: bool = True) -> bool:
+    """Whether `x` is a number (not a bool), or None when `none_ok`."""
+    return (x is None and none_ok) or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+def _view_problem(meta: dict) -> str | None:
+    """What a view's fields hold that the table and plots cannot show (None when they are sound)."""
+    if not isinstance(meta["method"], str) or not isinstance(meta["binary"], bool):
+        return "a 'method' that is not text or a 'binary' that is not true/false"
+    if not all(_number(meta[k], none_ok=False) and meta[k] >= 0 for k in ("dim", "bytes_per_sentence", "model_bytes")):
+        return "a 'dim', 'bytes_per_sentence' or 'model_bytes' that is not a number >= 0"
+    if not _number(meta.get("sentences_per_second")) or not isinstance(meta.get("encoder", ""), str):
+        return "a 'sentences_per_second' that is not a number or an 'encoder' that is not text"
+    if meta["binary"] and not isinstance(meta.get("encoder"), str):
+        return "no 'encoder' name"
+    return None
+
+
+_RESULT_KEYS = {"similarity": ("spearman",), "paraphrase": ("acc", "f1"), "transfer": ("acc",),
+                "retrieval": ("recall_vs_float", "recall_vs_reference")}
+
+
+def _result_problem(task: str, res: Any) -> str | None:
+    """What one task's result holds that the table and plots cannot show (None when it is sound)."""
+    if not isinstance(res, dict):
+        return f"a {type(res).__name__}, not an object"
+    group = "retrieval" if task == "retrieval" else TASKS[task].group
+    for key in _RESULT_KEYS.get(group, ()):
+        if not _number(res.get(key)) or (group != "retrieval" and key not in res):
+            return f"a {key!r} that is not a number or null"
+    if group == "retrieval" and (not _number(res.get("k", 10), none_ok=False) or not isinstance(res.get("reference", ""), (str, type(None)))):
+        return "a 'k' that is not a number or a 'reference' that is not text"
     return None
 
 

@@ -17,29 +17,68 @@ Every kind seeded and deduplicated (unordered) against the training pairs and ea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
+from ondevice.configs import Check, literal
 from ondevice.eval.pair_tasks import PairData
-
-# the augmentation fields every DSE, DvBERT and DiPair config has (same names and meaning); a resume must match them
-AUGMENT_KEYS = ("augment_random", "augment_neighbors", "augment_bits", "augment_tasks", "augment_tasks_max",
-                "augment_text", "augment_text_max", "augment_text_sha256", "augment_edits")
 
 
 @dataclass
 class AugmentConfig:
-    """How many augmentation pairs of each kind; saved with the student."""
+    """How many augmentation pairs of each kind, and the extra sentences they may come from.
+
+    The `augment` piece of every DSE, DvBERT and DiPair config, whose files name its fields as FLAT_NAMES does; a
+    run draws with its own seed and the default edit probability (`transfer_set`), so those two are not saved.
+    """
+
+    FLAT_NAMES: ClassVar[dict[str, str]] = {
+        "random_pairs": "augment_random", "neighbors": "augment_neighbors", "bits": "augment_bits",
+        "tasks": "augment_tasks", "tasks_max": "augment_tasks_max", "text": "augment_text",
+        "text_max": "augment_text_max", "text_sha256": "augment_text_sha256", "edits": "augment_edits"}
 
     random_pairs: int = 5000
     neighbors: int = 1  # nearest-neighbour pairings per training sentence
     bits: int = 256
     seed: int = 0
-    edits: int = 0  # edited copies per training pair
+    edits: int = 0  # edited copies per training pair (words dropped / replaced), scored by the teacher
     edit_prob: float = 0.1  # per word: dropped with this probability, else replaced with it (Tang et al.'s 0.1)
+    tasks: str = ""  # other tasks' train text as extra neighbour pairs (e.g. "sick,mrpc,qqp"); "" = none
+    tasks_max: int = 50000
+    text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
+    text_max: int = 50000
+    text_sha256: str = ""  # filled in by the trainer: the sentences read from `text`
+
+    def checks(self) -> list[Check]:
+        """Counts, code bits and extra sources, named by their flat names (checked whether or not the run augments:
+        a bad setting is never ignored)."""
+        from ondevice.bits import MAX_BITS
+        from ondevice.eval.pair_tasks import task_list, unlabeled_tasks_problem
+
+        names = task_list(self.tasks)
+        problem = unlabeled_tasks_problem(names, "{augment_tasks}") if names else ""
+        return [(self.random_pairs >= 0, "{augment_random} must be >= 0"),
+                (self.neighbors >= 0, "{augment_neighbors} must be >= 0"),
+                (not problem, problem), (self.tasks_max >= 1, "{augment_tasks_max} must be >= 1"),
+                (not self.text or Path(self.text).is_file(),
+                 (f"{{augment_text}} {literal(self.text)}: no such file; give a text file with one sentence per "
+                  "line (.gz allowed)")),
+                (self.text_max >= 1, "{augment_text_max} must be >= 1"),
+                (1 <= self.bits <= MAX_BITS, f"{{augment_bits}} must be in 1..{MAX_BITS}, got {self.bits}"),
+                (self.edits >= 0, "{augment_edits} must be >= 0")]
+
+    def any(self) -> bool:
+        """Whether these settings make any augmentation pairs."""
+        return bool(self.random_pairs or self.neighbors or self.tasks or self.text or self.edits)
+
+
+# the flat names of the augmentation settings every DSE, DvBERT and DiPair config has; a resume must match them
+AUGMENT_KEYS = tuple(AugmentConfig.FLAT_NAMES.values())
 
 
 @dataclass
@@ -118,11 +157,10 @@ def augmentation_pairs(train: PairData, encode: Callable[[list[str]], np.ndarray
 
 def transfer_set(train: PairData, encode: Callable[[list[str]], np.ndarray], config,
                  extra: Sequence[ExtraText] = ()) -> PairData:
-    """The augmentation pairs a DSE, DvBERT or DiPair config asks for (its `augment_*` fields and seed); `encode` is
-    the SRA student's, used only where neighbours are searched."""
-    return augmentation_pairs(train, encode if config.augment_neighbors or extra else None,
-                              AugmentConfig(config.augment_random, config.augment_neighbors, config.augment_bits,
-                                            config.seed, config.augment_edits), extra)
+    """The augmentation pairs a DSE, DvBERT or DiPair config asks for (its `augment` piece, drawn with the run's
+    seed); `encode` is the SRA student's, used only where neighbours are searched."""
+    draw = dataclasses.replace(config.augment, seed=config.seed, edit_prob=AugmentConfig.edit_prob)
+    return augmentation_pairs(train, encode if draw.neighbors or extra else None, draw, extra)
 
 
 def edit_sentence(sentence: str, rng: np.random.Generator, vocabulary: Sequence[str], prob: float) -> str:
@@ -168,36 +206,26 @@ def _draw(own: list[str], extra: Sequence[ExtraText], seed: int) -> list[str]:
 
 
 def extra_texts(config) -> list[ExtraText]:
-    """The extra sources a DSE or DiPair config names: `augment_tasks` train-split text, then the `augment_text`
-    file (evaluation text and carved dev/test splits held out); fills in `config.augment_text_sha256`."""
+    """The extra sources a DSE, DvBERT or DiPair config names: `augment.tasks` train-split text, then the
+    `augment.text` file (evaluation text and carved dev/test splits held out); fills in `augment.text_sha256`."""
     from ondevice.corpus import read_corpus
     from ondevice.eval.pair_tasks import pair_held_out_texts, task_list, unlabeled_train_sentences
     from ondevice.io import sha256_text
 
+    aug, pairs = config.augment, config.pairs
     out = []
-    names = task_list(config.augment_tasks)
+    names = task_list(aug.tasks)
     if names:
-        out.append(ExtraText(unlabeled_train_sentences(config.data, names, config.split_seed), config.augment_tasks_max))
-    if config.augment_text:
-        text = read_corpus(config.augment_text, exclude=pair_held_out_texts(config.data, config.split_seed),
-                           flag="--augment-text")
-        config.augment_text_sha256 = sha256_text(text)
-        out.append(ExtraText(text, config.augment_text_max))
+        out.append(ExtraText(unlabeled_train_sentences(pairs.data, names, pairs.split_seed), aug.tasks_max))
+    if aug.text:
+        text = read_corpus(aug.text, exclude=pair_held_out_texts(pairs.data, pairs.split_seed), flag="--augment-text")
+        aug.text_sha256 = sha256_text(text)
+        out.append(ExtraText(text, aug.text_max))
     return out
 
 
-def extra_checks(config) -> list[tuple[bool, str]]:
-    """Validation rows of `--augment-tasks` ("" = none), `--augment-text`, their maxima, `--augment-bits` and
-    `--augment-edits`, for `first_failure` (checked whether or not the run augments: a bad flag is never ignored)."""
-    from ondevice.bits import MAX_BITS
-    from ondevice.eval.pair_tasks import task_list, unlabeled_tasks_problem
+def extra_checks(config) -> list[Check]:
+    """The (ok, message) checks of a run config's augmentation settings, the messages naming its fields."""
+    from ondevice.configs import ConfigError
 
-    names = task_list(config.augment_tasks)
-    problem = unlabeled_tasks_problem(names, "--augment-tasks") if names else ""
-    text = config.augment_text
-    return [(not problem, problem), (config.augment_tasks_max >= 1, "--augment-tasks-max must be >= 1"),
-            (not text or Path(text).is_file(),
-             f"--augment-text {text}: no such file; give a text file with one sentence per line (.gz allowed)"),
-            (config.augment_text_max >= 1, "--augment-text-max must be >= 1"),
-            (1 <= config.augment_bits <= MAX_BITS, f"--augment-bits must be in 1..{MAX_BITS}, got {config.augment_bits}"),
-            (config.augment_edits >= 0, "--augment-edits must be >= 0")]
+    return [(ok, ConfigError(message).render()) for ok, message in config.augment.checks()]

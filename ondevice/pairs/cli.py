@@ -392,6 +392,14 @@ def _alphas(text: str) -> list[float]:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the pairs step; a config's field-named error is reported with the step's flag (--field-name)."""
+    from ondevice.configs import flags_for_fields
+
+    with flags_for_fields():
+        return _run_step(a)
+
+
+def _run_step(a: argparse.Namespace) -> int:
     from ondevice.checks import check_int
     from ondevice.errors import OndeviceError
 

@@ -13,62 +13,55 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
-from ondevice.checks import first_failure, training_checks
-from ondevice.devices import device_check, resolve_device
+from ondevice.configs import Composed, Compute, Optimization, composed, first_problem
+from ondevice.devices import resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
 from ondevice.io import (
     check_out_kind,
-    dataclass_from_dict,
     read_json,
     sha256_file,
     write_json,
     write_record,
     write_text,
 )
+from ondevice.pairs.config import PairSource
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 from ondevice.teacher import quiet_loading
 
 
-@dataclass
-class CrossEncoderConfig:
-    """Every setting of a cross-encoder fine-tuning run; saved in teacher.json."""
+@composed
+class CrossEncoderConfig(Composed):
+    """Every setting of a cross-encoder fine-tuning run, in pieces; saved (flat) in teacher.json and config.json."""
 
-    task: str
-    data: str
+    REQUIRED = ("task", "data")
+
+    pairs: PairSource = field(default_factory=PairSource)
     base: str = "all-MiniLM-L6-v2"
-    epochs: int = 3
-    batch_size: int = 16
-    lr: float = 5e-5
+    optim: Optimization = field(default_factory=lambda: Optimization(epochs=3, batch_size=16, lr=5e-5))
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_length: int = 128
     seed: int = 0
-    split_seed: int = 0
-    max_train_pairs: int | None = None
-    threads: int = 0
     logging_steps: int = 50
     swap: bool = False  # A/B input order: fine-tune and score on (b, a) instead of (a, b) (DvBERT teacher views)
     both_orders: bool = False  # fine-tune on (a, b) and (b, a); a logit is the mean over both orders
-    device: str = "cpu"  # cpu | cuda | cuda:N | auto; the saved teacher loads on any device
+    compute: Compute = field(default_factory=Compute)  # the saved teacher loads on any device
 
     def validate(self) -> None:
-        """Reject impossible values with a one-line error naming the flag."""
-        task_spec(self.task)
-        first_failure([*training_checks(self.epochs, self.batch_size, self.lr),
-                       (0 <= self.warmup_ratio < 1, "--warmup-ratio must be in [0, 1)"),
-                       (self.max_length >= 8, "--max-length must be >= 8"), (self.threads >= 0, "--threads must be >= 0"),
-                       (not (self.swap and self.both_orders), "--swap and --both-orders exclude each other; pick one"),
-                       device_check(self.device),
-                       (self.max_train_pairs is None or self.max_train_pairs >= 2, "--max-train-pairs must be >= 2")])
+        """Reject impossible values with a one-line ConfigError naming the field."""
+        first_problem([*self.pairs.checks(), *self.optim.checks(),
+                       (0 <= self.warmup_ratio < 1, "{warmup_ratio} must be in [0, 1)"),
+                       (self.max_length >= 8, "{max_length} must be >= 8"), *self.compute.checks(),
+                       (not (self.swap and self.both_orders), "{swap} and {both_orders} exclude each other; pick one")])
 
 
 def _st():
@@ -201,7 +194,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     if resume and not ckpts:
         raise OndeviceError(f"nothing to resume in {out} (no {layouts.TEACHER_CHECKPOINTS}/checkpoint-*); run without --resume")
     if resume and (out / layouts.TEACHER_CONFIG).is_file():
-        saved = dataclass_from_dict(CrossEncoderConfig, read_json(out / layouts.TEACHER_CONFIG, "teacher config"), "teacher config")
+        saved = CrossEncoderConfig.from_dict(read_json(out / layouts.TEACHER_CONFIG, "teacher config"), "teacher config")
         keys = [k for k in ("task", "base", "epochs", "batch_size", "lr", "seed", "split_seed", "max_train_pairs",
                             "max_length", "swap", "both_orders") if getattr(saved, k) != getattr(config, k)]
         if keys:
@@ -215,7 +208,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / layouts.TEACHER_CONFIG, config)
+    write_json(out / layouts.TEACHER_CONFIG, config.to_dict())
 
     torch.manual_seed(config.seed)
     with quiet_loading():  # the base has no classifier yet: its load report says so, which is the point
@@ -246,7 +239,7 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
                             "large for this task); nothing was saved as a teacher, lower --lr and run again")
     model.save_pretrained(str(out / layouts.TEACHER_MODEL))
     weights = out / layouts.TEACHER_MODEL / "model.safetensors"
-    info = {"config": config, "weights_sha256": sha256_file(weights), "train_pairs": len(train),
+    info = {"config": config.to_dict(), "weights_sha256": sha256_file(weights), "train_pairs": len(train),
             "train_seconds": round(time.time() - started, 1), "losses": _log_losses(trainer)}
     write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in info["losses"]))
     write_record(out / layouts.TEACHER_INFO, json.loads(json.dumps(info, default=lambda o: o.__dict__)))

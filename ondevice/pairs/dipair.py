@@ -29,6 +29,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.checks import check_float
+from ondevice.configs import first_problem
 from ondevice.errors import OndeviceError
 from ondevice.io import artifact_file, atomic_path, dataclass_from_dict, read_json, write_json
 from ondevice.pairs.model import KINDS
@@ -83,16 +84,15 @@ class DiPairHeadConfig:
             raise OndeviceError(f"DiPair head config: {exc}; re-create the run") from None
         if self.kind not in KINDS or not isinstance(self.labels, list):
             raise OndeviceError(f"DiPair head config: kind {self.kind!r} / labels are not valid; re-create the run")
-        checks = [(self.n >= 1, "--n must be >= 1"), (self.m >= 1, "--m must be >= 1"), (self.d >= 1, "--d must be >= 1"),
-                  (self.layers >= 1, "--layers must be >= 1"), (self.heads >= 1, "--heads must be >= 1"),
-                  (self.d % max(self.heads, 1) == 0, f"--d ({self.d}) must be divisible by --heads ({self.heads})"),
-                  (self.ffn >= 1, "--ffn must be >= 1"), (self.mode in MODES, f"--select must be one of {', '.join(MODES)}"),
-                  (self.n <= 512 and self.m <= 512, "--n and --m must be <= 512"), (self.d <= 4096, "--d must be <= 4096"),
-                  (self.vec_dim >= 0, "vec_dim must be >= 0"),
-                  (not self.pooled or min(self.n, self.m) >= 2, "--pooled-slot needs --n and --m >= 2 (slot 0 is the sentence vector)")]
-        for ok, msg in checks:
-            if not ok:
-                raise OndeviceError(msg)
+        # named as the run's settings (DiPairConfig's fields), which a CLI shows as its flags
+        first_problem([(self.n >= 1, "{n} must be >= 1"), (self.m >= 1, "{m} must be >= 1"), (self.d >= 1, "{d} must be >= 1"),
+                       (self.layers >= 1, "{layers} must be >= 1"), (self.heads >= 1, "{heads} must be >= 1"),
+                       (self.d % max(self.heads, 1) == 0, f"{{d}} ({self.d}) must be divisible by {{heads}} ({self.heads})"),
+                       (self.ffn >= 1, "{ffn} must be >= 1"), (self.mode in MODES, f"{{select}} must be one of {', '.join(MODES)}"),
+                       (self.n <= 512 and self.m <= 512, "{n} and {m} must be <= 512"), (self.d <= 4096, "{d} must be <= 4096"),
+                       (self.vec_dim >= 0, "vec_dim must be >= 0"),
+                       (not self.pooled or min(self.n, self.m) >= 2,
+                        "{pooled_slot} needs {n} and {m} >= 2 (slot 0 is the sentence vector)")])
 
     def cache_bytes(self, int8: bool = True) -> int:
         """Bytes one catalog item's cached B-side states take (int8: one byte per value, no scale)."""

@@ -16,21 +16,33 @@ teacher before / after), `train_log.jsonl` and `checkpoint/` (latest epoch; `--r
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ondevice import layouts
+from ondevice import checkpoints, layouts
 from ondevice._deps import require
-from ondevice.checks import first_failure, pair_run_checks
-from ondevice.devices import device_check, on_device, resolve_device
+from ondevice.configs import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_LR,
+    Check,
+    Composed,
+    Compute,
+    choice_check,
+    composed,
+    first_problem,
+    float_check,
+    int_check,
+)
+from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, read_json, write_json, write_record, write_text
-from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks
+from ondevice.io import artifact_file, read_json, write_json, write_record
+from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig
+from ondevice.pairs.config import PairSource
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
     build_head,
@@ -42,18 +54,47 @@ from ondevice.pairs.dipair import (
     save_head,
     side_states,
 )
-from ondevice.pairs.runloop import check_resume
 from ondevice.pairs.views import open_teacher, parse_teachers, view_checks
-from ondevice.student import Student
+from ondevice.student import Student, cosine_loss
 from ondevice.tokenizer import pad_ids
+from ondevice.trainloop import Position, check_loss, check_resume, check_weights, run_epochs, write_log
 
 
 @dataclass
-class DiPairConfig:
-    """Every setting of a DiPair run; saved as dipair_config.json."""
+class Stages:
+    """DiPair's optimisation: stage 1 trains the projection and head (encoder frozen), stage 2 everything."""
 
-    task: str
-    data: str
+    stage1_epochs: int = 3
+    stage2_epochs: int = 4  # may grow on --resume: the run trains on
+    batch_size: int = 32
+    lr1: float = 1e-3
+    lr2: float = 5e-4  # DSE's rate; above 2e-4 on STS-B dev and test
+
+    def checks(self) -> list[Check]:
+        """Epoch counts (at least one epoch in all), a batch size, finite positive rates."""
+        return [int_check(self.stage1_epochs, "stage1_epochs", 0, MAX_EPOCHS),
+                int_check(self.stage2_epochs, "stage2_epochs", 0, MAX_EPOCHS),
+                (self.stage1_epochs + self.stage2_epochs >= 1, "{stage1_epochs} + {stage2_epochs} must be >= 1"),
+                int_check(self.batch_size, "batch_size", 1, MAX_BATCH),
+                float_check(self.lr1, "lr1", 0.0, MAX_LR, lo_open=True), float_check(self.lr2, "lr2", 0.0, MAX_LR, lo_open=True)]
+
+    @property
+    def epochs(self) -> int:
+        """Both stages' epochs."""
+        return self.stage1_epochs + self.stage2_epochs
+
+    def stage_of(self, epoch: int) -> int:
+        """The stage (1 or 2) that trains `epoch` (0-based)."""
+        return 1 if epoch < self.stage1_epochs else 2
+
+
+@composed
+class DiPairConfig(Composed):
+    """Every setting of a DiPair run, in pieces; saved (flat) as dipair_config.json."""
+
+    REQUIRED = ("task", "data", "student", "teacher")
+
+    pairs: PairSource = field(default_factory=PairSource)
     student: str  # SRA-distilled student dir (`ondevice distill`)
     teacher: str  # teacher view(s), comma-separated: a cross-encoder dir, DIR:ba, bi-encoder (several: their mean)
     sra_teacher: str = ""  # bi-encoder the student was distilled from; "" = the path in the student's config
@@ -66,29 +107,15 @@ class DiPairConfig:
     select: str = "first"  # first | firstlast
     pooled_slot: bool = True  # slot 0 of each side = the projected sentence vector, plus a comparison slot in the head
     # (not in the paper; without it the head trained on STS-B-sized data scores ~55 instead of ~79: README)
-    stage1_epochs: int = 3
-    stage2_epochs: int = 4
-    batch_size: int = 32
-    lr1: float = 1e-3
-    lr2: float = 5e-4  # DSE's rate; above 2e-4 on STS-B dev and test
+    stages: Stages = field(default_factory=Stages)
     temperature: float = 1.0  # paper: T = 1
     loss: str = "bce"  # bce: soft labels (paper eq. 1; squared error for regression) | mse: squared error to the logits
     sra_weight: float = 1.0  # weight of the SRA cosine loss in stage 2 (0 = none)
     dropout: float = 0.0  # head dropout in training (BERT: 0.1); the exported head is the same either way
-    augment_random: int = 30000  # on STS-B 30k beat 10k and 100k (README "Far more pairs")
-    augment_neighbors: int = 1
-    augment_bits: int = 256
-    augment_tasks: str = ""  # other tasks' train text as extra neighbour pairs (e.g. "sick,mrpc,qqp"); "" = none
-    augment_tasks_max: int = 50000
-    augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
-    augment_text_max: int = 50000
-    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
-    augment_edits: int = 0  # edited copies of each training pair (words dropped / replaced), scored by the teacher
-    max_train_pairs: int | None = None
+    # on STS-B 30k random pairs beat 10k and 100k (README "Far more pairs")
+    augment: AugmentConfig = field(default_factory=lambda: AugmentConfig(random_pairs=30000))
     seed: int = 0
-    split_seed: int = 0
-    threads: int = 0
-    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training and teacher labelling; the run loads on any device)
+    compute: Compute = field(default_factory=Compute)  # training and teacher labelling; the run loads on any device
 
     def head_config(self, in_dim: int, spec, vec_dim: int = 0) -> DiPairHeadConfig:
         """The head's config for a student of token width `in_dim`, sentence-vector width `vec_dim` and task `spec`."""
@@ -98,21 +125,13 @@ class DiPairConfig:
                                 vec_dim=vec_dim if self.pooled_slot else 0)
 
     def validate(self) -> None:
-        """Reject impossible values with a one-line error naming the flag."""
-        from ondevice.eval.pair_tasks import task_spec
-
-        task_spec(self.task)
-        checks = [(self.stage1_epochs >= 0, "--stage1-epochs must be >= 0"), (self.stage2_epochs >= 0, "--stage2-epochs must be >= 0"),
-                  (self.stage1_epochs + self.stage2_epochs >= 1, "--stage1-epochs + --stage2-epochs must be >= 1"),
-                  (self.batch_size >= 1, "--batch-size must be >= 1"), (self.lr1 > 0 and self.lr2 > 0, "--lr1 and --lr2 must be > 0"),
-                  (self.temperature > 0, "--temperature must be > 0"), (self.sra_weight >= 0, "--sra-weight must be >= 0"),
-                  (self.loss in LOSSES, f"--loss must be one of {', '.join(LOSSES)}"),
-                  (0 <= self.dropout < 1, "--dropout must be in [0, 1)"),
-                  *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                  *extra_checks(self),
-                  (bool(self.teacher), "--teacher is required (DiPair learns from the cross-encoder's logits)"),
-                  *view_checks(parse_teachers(self.teacher), "--teacher"), device_check(self.device)]
-        first_failure(checks)
+        """Reject impossible values with a one-line ConfigError naming the field."""
+        first_problem([*self.pairs.checks(), *self.stages.checks(),
+                       (self.temperature > 0, "{temperature} must be > 0"), (self.sra_weight >= 0, "{sra_weight} must be >= 0"),
+                       choice_check(self.loss, "loss", LOSSES), (0 <= self.dropout < 1, "{dropout} must be in [0, 1)"),
+                       *self.compute.checks(), *self.augment.checks(),
+                       (bool(self.teacher), "{teacher} is required (DiPair learns from the cross-encoder's logits)"),
+                       *view_checks(parse_teachers(self.teacher), "{teacher}")])
         DiPairHeadConfig(in_dim=2, n=self.n, m=self.m, d=self.d, layers=self.layers, heads=self.heads, ffn=self.ffn,
                          mode=self.select, vec_dim=2 if self.pooled_slot else 0).validate()
 
@@ -239,7 +258,6 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     """Train (or resume) one DiPair run: stage 1 (encoder frozen) then stage 2 (all + SRA loss); keeps the dev-best epoch."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _save_checkpoint, checkpoint_errors, checkpoint_file, load_optimizer
     from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.io import check_out_dir
     from ondevice.pairs.augment import extra_texts, transfer_set
@@ -252,9 +270,9 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
     torch = require("torch", "train")
     device = resolve_device(config.device)
     out = check_out_dir(out_dir)
-    ckpt = out / layouts.CHECKPOINT
     extra = extra_texts(config)  # before the resume check: it fills in the --augment-text checksum
-    check_resume(out, config, layouts.DIPAIR_CONFIG, "DiPair config", _RESUME_KEYS, resume, extendable=("stage2_epochs",))
+    check_resume(out, config, layouts.DIPAIR_CONFIG, "DiPair config", _RESUME_KEYS, resume, kind="dipair-run",
+                 extendable=("stage2_epochs",))
     if config.threads:
         torch.set_num_threads(config.threads)
     spec = task_spec(config.task)
@@ -300,24 +318,20 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         params = [p for p in holder.model.parameters() if p.requires_grad]
         return torch.optim.Adam(params, lr=config.lr1 if stage == 1 else config.lr2)
 
-    def stage_of(epoch: int) -> int:
-        return 1 if epoch < config.stage1_epochs else 2
-
-    state = {"epoch": 0, "step": 0, "log": [], "best": None, "opt_stage": stage_of(0)}
-    opt = optimizer(stage_of(0))
-    if resume:
-        st = require("safetensors.torch", "train")
-        state = read_json(checkpoint_file(out, layouts.CKPT_STATE), "checkpoint state")
-        with checkpoint_errors(ckpt):
-            holder.model.load_state_dict(st.load_file(str(checkpoint_file(out, layouts.CKPT_WEIGHTS))))
+    stage_of = config.stages.stage_of
+    if resume:  # a fresh stage starts a fresh optimizer: the saved one is loaded only within its stage
+        state = checkpoints.read_state(out)
+        with checkpoints.checkpoint_errors(out / layouts.CHECKPOINT):
             opt = optimizer(stage_of(int(state["epoch"])))
-            if state.get("opt_stage") == stage_of(state["epoch"]):  # a fresh stage starts a fresh optimizer
-                load_optimizer(opt, st.load_file(str(checkpoint_file(out, layouts.CKPT_OPTIMIZER))), state["param_groups"])
-        state.pop("param_groups", None)
+            state = checkpoints.load(out, holder.model, opt if state.get("opt_stage") == stage_of(state["epoch"]) else None,
+                                     state)
+        write_json(out / layouts.DIPAIR_CONFIG, config.to_dict())  # what the run now trains to (stage2_epochs may grow)
     else:
+        state = {"epoch": 0, "step": 0, "log": [], "best": None, "opt_stage": stage_of(0)}
+        opt = optimizer(stage_of(0))
         out.mkdir(parents=True, exist_ok=True)
         before = _cosine(student.encode(dev_texts), dev_t_vec) if sra else None
-        write_json(out / layouts.DIPAIR_CONFIG, config)
+        write_json(out / layouts.DIPAIR_CONFIG, config.to_dict())
         write_json(out / layouts.RUN_DATA, {"train_pairs": len(train), "augment_pairs": len(aug), "dev_pairs": len(dev),
                                         "teacher": teacher.identity, "sentences": len(texts),
                                         "sra_dev_cosine_before": before})
@@ -330,64 +344,65 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
         write_sra_cosine(out, read_json(out / layouts.RUN_DATA, "data summary").get("sra_dev_cosine_before"), cosine)
 
     target_t = on_device(targets, device)
-    epoch, step = state["epoch"], state["step"]
-    total = config.stage1_epochs + config.stage2_epochs
-    try:
-        while epoch < total:
-            stage = stage_of(epoch)
-            if state.get("opt_stage") != stage:
-                opt, state["opt_stage"] = optimizer(stage), stage
-            batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
-            holder.model.train()
-            if stage == 1:
-                student.model.eval()
-            losses: list[float] = []
-            bar = tqdm(batches[step:], desc=f"stage {stage} epoch {epoch + 1}/{total}", unit="batch", disable=not progress)
-            for rows in bar:
-                uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
-                x, lens = pad_ids([ids[i] for i in uniq])
-                x_t, lens_t = on_device(x, device), on_device(lens, device)
-                if stage == 1:
-                    with torch.no_grad():
-                        vec, tok = encoder_outputs(student.model, x_t, lens_t)
-                else:
-                    vec, tok = encoder_outputs(student.model, x_t, lens_t)
-                ia, ib = on_device(inv[: len(rows)], device), on_device(inv[len(rows):], device)
-                sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
-                sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
-                loss = soft_label_loss(head(sa, sb), target_t[on_device(rows, device)], spec.kind, config.temperature,
-                                       config.loss)
-                if stage == 2 and t_vec is not None:
-                    from ondevice.student import cosine_loss
+    total = config.stages.epochs
 
-                    loss = loss + config.sra_weight * cosine_loss(vec, t_vec[on_device(uniq, device)])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                step += 1
-                losses.append(loss.item())
-                if len(losses) % 20 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
-            bar.close()
-            vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
-            head.eval()
-            with torch.inference_mode():
-                dl = head(dsa[on_device(da, device)], dsb[on_device(db, device)]).cpu().numpy()
-            metrics, threshold = dev_metrics(spec, dl, dev.gold)
-            cosine = _cosine(vec.cpu().numpy(), dev_t_vec) if dev_t_vec is not None else None
-            entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,
-                     "dev": metrics, "sra_dev_cosine": cosine, "time": time.time()}
-            state["log"].append(entry)
-            if progress:
-                print(f"stage {stage} epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} "
-                      f"{metrics[spec.metric]}, SRA cosine {cosine}", flush=True)
-            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
-                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
-                publish({**metrics, "epoch": epoch + 1, "stage": stage}, threshold, cosine)
-            epoch, step = epoch + 1, 0
-            _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
-            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
-    except KeyboardInterrupt:
-        _save_checkpoint(out, holder, opt, {**state, "epoch": epoch, "step": step})
-        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    def train_epoch(pos: Position) -> dict:
+        nonlocal opt
+        epoch = pos.epoch
+        stage = stage_of(epoch)
+        if state.get("opt_stage") != stage:
+            opt, state["opt_stage"] = optimizer(stage), stage
+        batches = _batches(len(a), config.batch_size, config.seed * 1000003 + epoch)
+        holder.model.train()
+        if stage == 1:
+            student.model.eval()
+        losses: list[float] = []
+        bar = tqdm(batches[pos.step:], desc=f"stage {stage} epoch {epoch + 1}/{total}", unit="batch", disable=not progress)
+        for rows in bar:
+            uniq, inv = np.unique(np.concatenate([pa[rows], pb[rows]]), return_inverse=True)
+            x, lens = pad_ids([ids[i] for i in uniq])
+            x_t, lens_t = on_device(x, device), on_device(lens, device)
+            if stage == 1:
+                with torch.no_grad():
+                    vec, tok = encoder_outputs(student.model, x_t, lens_t)
+            else:
+                vec, tok = encoder_outputs(student.model, x_t, lens_t)
+            ia, ib = on_device(inv[: len(rows)], device), on_device(inv[len(rows):], device)
+            sa = side_states(proj, vproj, vec[ia], tok[ia], lens_t[ia], head_cfg.n, head_cfg.mode)
+            sb = side_states(proj, vproj, vec[ib], tok[ib], lens_t[ib], head_cfg.m, head_cfg.mode)
+            loss = soft_label_loss(head(sa, sb), target_t[on_device(rows, device)], spec.kind, config.temperature,
+                                   config.loss)
+            if stage == 2 and t_vec is not None:
+                loss = loss + config.sra_weight * cosine_loss(vec, t_vec[on_device(uniq, device)])
+            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr1 / --lr2")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            pos.step += 1
+            losses.append(loss.item())
+            if len(losses) % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+        bar.close()
+        vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
+        head.eval()
+        with torch.inference_mode():
+            dl = head(dsa[on_device(da, device)], dsb[on_device(db, device)]).cpu().numpy()
+        metrics, threshold = dev_metrics(spec, dl, dev.gold)
+        cosine = _cosine(vec.cpu().numpy(), dev_t_vec) if dev_t_vec is not None else None
+        entry = {"epoch": epoch + 1, "stage": stage, "train_loss": float(np.mean(losses)) if losses else None,
+                 "dev": metrics, "sra_dev_cosine": cosine, "time": time.time()}
+        if progress:
+            print(f"stage {stage} epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} "
+                  f"{metrics[spec.metric]}, SRA cosine {cosine}", flush=True)
+        if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+            state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+            publish({**metrics, "epoch": epoch + 1, "stage": stage}, threshold, cosine)
+        return entry
+
+    def save(pos: Position) -> None:  # the optimizer's stage too: a resume in another stage starts a fresh one
+        check_weights(holder.model, f"at epoch {pos.epoch + 1}, batch {pos.step}", "lower --lr1 / --lr2")
+        checkpoints.save(out, holder.model, opt, {**state, "epoch": pos.epoch, "step": pos.step})
+
+    run_epochs(Position(state["epoch"], state["step"]), total, train_epoch, save, state["log"],
+               lambda: write_log(out / layouts.TRAIN_LOG, state["log"]))
     return DiPairStudent.load(out)

@@ -30,77 +30,68 @@ A run folder holds what a DSE run holds, with `dvbert_config.json` instead of `d
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
-from ondevice.checks import first_failure, pair_run_checks, training_checks
-from ondevice.devices import device_check, on_device, resolve_device
+from ondevice.configs import (
+    Check,
+    Composed,
+    Compute,
+    ConfigError,
+    Optimization,
+    composed,
+    first_problem,
+    literal,
+)
+from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import load_pairs, task_spec
-from ondevice.io import atomic_path, read_json, write_json, write_record, write_text
-from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
+from ondevice.io import atomic_path, read_json, write_json, write_record
+from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig, extra_texts, transfer_set
+from ondevice.pairs.config import PairSource
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import PairHeadConfig, build_head
-from ondevice.pairs.runloop import check_resume
 from ondevice.pairs.views import load_views, view_checks, view_logits
+from ondevice.trainloop import Position, check_loss, check_resume, run_folder_epochs, start_or_resume
 
 HEADS = ("auto", "linear", "mlp")
 
 
-@dataclass
-class DvBERTConfig:
-    """Every setting of a DvBERT student run; saved as dvbert_config.json."""
+@composed
+class DvBERTConfig(Composed):
+    """Every setting of a DvBERT student run, in pieces; saved (flat) as dvbert_config.json."""
 
-    task: str
-    data: str
+    REQUIRED = ("task", "data", "student")
+
+    pairs: PairSource = field(default_factory=PairSource)
     student: str  # SRA-distilled student dir (`ondevice distill`)
     teachers: list = field(default_factory=list)  # teacher views: "DIR" (a, b) or "DIR:ba" (b, a)
     anneal: str = "linear"  # linear | none | constant:X
     head: str = "auto"  # auto (linear for binary/classes, mlp for regression) | linear | mlp
     head_hidden: int = 256  # mlp head only
-    epochs: int = 4
-    batch_size: int = 32
-    lr: float = 5e-4
-    # DSE's transfer set, scored by every teacher view (the same fields and defaults as ondevice.pairs.train.DSEConfig)
-    augment_random: int = 5000
-    augment_neighbors: int = 1
-    augment_bits: int = 256
-    augment_tasks: str = ""
-    augment_tasks_max: int = 50000
-    augment_text: str = ""
-    augment_text_max: int = 50000
-    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
-    augment_edits: int = 0
-    max_train_pairs: int | None = None
+    optim: Optimization = field(default_factory=lambda: Optimization(epochs=4, batch_size=32, lr=5e-4))
+    # DSE's transfer set, scored by every teacher view (the same piece and defaults as ondevice.pairs.train.DSEConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     seed: int = 0
-    split_seed: int = 0
-    threads: int = 0
-    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training only; the saved run loads on any device)
+    compute: Compute = field(default_factory=Compute)  # the device trains only: the saved run loads on any device
 
     def validate(self) -> None:
-        """Reject impossible values with a one-line error naming the flag."""
-        task_spec(self.task)
-        parse_anneal(self.anneal)
-        first_failure([*view_checks(self.teachers, "--teachers"),
-                       (self.head in HEADS, f"--head must be one of {', '.join(HEADS)}"),
-                       (self.head_hidden >= 1, "--head-hidden must be >= 1"), device_check(self.device),
-                       *training_checks(self.epochs, self.batch_size, self.lr),
-                       *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
-                       *extra_checks(self)])
+        """Reject impossible values with a one-line ConfigError naming the field."""
+        first_problem([*self.pairs.checks(), anneal_check(self.anneal), *view_checks(self.teachers, "{teachers}"),
+                       (self.head in HEADS, f"{{head}} must be one of {', '.join(HEADS)}"),
+                       (self.head_hidden >= 1, "{head_hidden} must be >= 1"), *self.compute.checks(),
+                       *self.optim.checks(), *self.augment.checks()])
 
     def augments(self) -> bool:
         """Whether this run makes any augmentation pairs."""
-        return bool(self.augment_random or self.augment_neighbors or self.augment_tasks or self.augment_text
-                    or self.augment_edits)
+        return self.augment.any()
 
     def head_type(self) -> str:
         """The head this run trains: `linear` (DvBERT) or `mlp` (DSE)."""
@@ -114,7 +105,7 @@ _RESUME_KEYS = ("task", "teachers", "anneal", "head", "head_hidden", "epochs", "
 
 
 def parse_anneal(spec: str) -> tuple[str, float]:
-    """'linear' | 'none' | 'constant:X' (0 <= X <= 1) -> (kind, value)."""
+    """'linear' | 'none' | 'constant:X' (0 <= X <= 1) -> (kind, value); anything else is a ConfigError."""
     if spec in ("linear", "none"):
         return spec, 0.0
     if spec.startswith("constant:"):
@@ -124,7 +115,16 @@ def parse_anneal(spec: str) -> tuple[str, float]:
             x = -1.0
         if 0.0 <= x <= 1.0:
             return "constant", x
-    raise OndeviceError(f"--anneal must be linear, none or constant:X with X in [0, 1], got {spec!r}")
+    raise ConfigError(f"{{anneal}} must be linear, none or constant:X with X in [0, 1], got {literal(repr(spec))}")
+
+
+def anneal_check(spec: str) -> Check:
+    """The (ok, message) check of an `anneal` setting."""
+    try:
+        parse_anneal(spec)
+    except ConfigError as exc:
+        return False, exc.template
+    return True, ""
 
 
 def anneal_lambda(spec: str, step: int, total_steps: int) -> float:
@@ -271,7 +271,6 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     """Train (or resume) one DvBERT student; keeps the dev-best epoch. `on_step(global_step)` runs after each step."""
     from tqdm.auto import tqdm
 
-    from ondevice.distill import _load_checkpoint, _save_checkpoint
     from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index
     from ondevice.student import Student
 
@@ -280,7 +279,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     out = Path(out_dir)
     extra = extra_texts(config)  # before the resume check: it fills in a checksum
     _check_legacy_resume(out, config, resume)
-    check_resume(out, config, layouts.DVBERT_CONFIG, "DvBERT config", _RESUME_KEYS, resume)
+    check_resume(out, config, layouts.DVBERT_CONFIG, "DvBERT config", _RESUME_KEYS, resume, kind="dvbert-run")
     views = load_config_views(config, progress)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -317,14 +316,9 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     head = build_linear_head(dim, outputs) if head_type == "linear" else build_head(head_cfg)
     model = build_dvbert_model(student.model, head).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-    holder = SimpleNamespace(model=model)
-    state = {"epoch": 0, "step": 0, "log": [], "best": None}
-    if resume:
-        state = _load_checkpoint(out, holder, opt)
-        state.pop("param_groups", None)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / layouts.DVBERT_CONFIG, config)
+    state = start_or_resume(out, model, opt, config, layouts.DVBERT_CONFIG, resume,
+                            {"epoch": 0, "step": 0, "log": [], "best": None})
+    if not resume:
         train_metric = [evaluate_scores(spec, x, train.gold, t.info.get("threshold"))
                         for x, (_, _, t) in zip(train_logits, views)]
         write_json(out / layouts.RUN_DATA, {
@@ -344,44 +338,40 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
     n = len(a)
     per_epoch = math.ceil(n / config.batch_size)
     total = per_epoch * config.epochs
-    epoch, step = state["epoch"], state["step"]
-    try:
-        while epoch < config.epochs:
-            batches = _batches(n, config.batch_size, config.seed * 1000003 + epoch)
-            model.train()
-            losses: list[float] = []
-            bar = tqdm(batches[step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
-            for rows in bar:
-                lam = anneal_lambda(config.anneal, epoch * per_epoch + step, total)
-                f = _batch_logits(model, ids, pa, pb, rows, device)
-                r = on_device(rows, device)
-                loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind, labeled_t[r])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                step += 1
-                losses.append(loss.item())
-                if len(losses) % 20 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lam=f"{lam:.2f}")
-                if on_step is not None:
-                    on_step(epoch * per_epoch + step)
-            bar.close()
-            dl = _dev_logits(model, dev_ids, da, db)
-            metrics, threshold = dev_metrics(spec, dl, dev.gold)
-            entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
-                     "lambda_end": anneal_lambda(config.anneal, (epoch + 1) * per_epoch - 1, total), "time": time.time()}
-            state["log"].append(entry)
-            if progress:
-                print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
-            if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
-                state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
-                publish({**metrics, "epoch": epoch + 1}, threshold)
-            epoch, step = epoch + 1, 0
-            _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-            write_text(out / layouts.TRAIN_LOG, "".join(json.dumps(e) + "\n" for e in state["log"]))
-    except KeyboardInterrupt:
-        _save_checkpoint(out, holder, opt, {"epoch": epoch, "step": step, "log": state["log"], "best": state["best"]})
-        raise OndeviceError(f"interrupted at epoch {epoch + 1}, batch {step}; checkpoint saved, continue with --resume") from None
+    def train_epoch(pos: Position) -> dict:
+        epoch = pos.epoch
+        batches = _batches(n, config.batch_size, config.seed * 1000003 + epoch)
+        model.train()
+        losses: list[float] = []
+        bar = tqdm(batches[pos.step:], desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch", disable=not progress)
+        for rows in bar:
+            lam = anneal_lambda(config.anneal, epoch * per_epoch + pos.step, total)
+            f = _batch_logits(model, ids, pa, pb, rows, device)
+            r = on_device(rows, device)
+            loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind, labeled_t[r])
+            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            pos.step += 1
+            losses.append(loss.item())
+            if len(losses) % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lam=f"{lam:.2f}")
+            if on_step is not None:
+                on_step(epoch * per_epoch + pos.step)
+        bar.close()
+        dl = _dev_logits(model, dev_ids, da, db)
+        metrics, threshold = dev_metrics(spec, dl, dev.gold)
+        entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
+                 "lambda_end": anneal_lambda(config.anneal, (epoch + 1) * per_epoch - 1, total), "time": time.time()}
+        if progress:
+            print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
+        if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+            state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
+            publish({**metrics, "epoch": epoch + 1}, threshold)
+        return entry
+
+    run_folder_epochs(out, model, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)
 
 

@@ -88,21 +88,24 @@ def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> No
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
     """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
-    from ondevice.onnxproto import external_tensors, foreign_operators
+    from ondevice.onnxproto import allocation_problem, external_tensors, foreign_operators
 
     try:
         external = external_tensors(data)
         foreign = foreign_operators(data)  # control flow (a Loop of 10^12 trips) or anything else no exporter writes
+        too_big = None if foreign else allocation_problem(data)
     except OndeviceError as exc:
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} is not a valid ONNX model ({exc}); re-export it") from None
     if foreign:
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} uses operators ondevice never exports "
                             f"({', '.join(foreign[:5])}); re-export the bundle")
+    if too_big:
+        raise OndeviceError(f"bundle {bundle.path}: {block['file']} is not a head ondevice exports: {too_big}; re-export the bundle")
     if external:  # onnxruntime would read such a tensor from a file no checksum covers, wherever the app runs
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} keeps tensor {external[0]!r} in an external data "
                             "file; re-export the bundle (weights inside the graph)")
     try:
-        return cpu_session(data, session_options(threads, quiet=True))
+        return cpu_session(data, session_options(threads, quiet=True, capped=True))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
         raise OndeviceError(f"bundle {bundle.path}: {block['file']} cannot be loaded by onnxruntime "
                             f"({ort_error_line(exc)})") from None

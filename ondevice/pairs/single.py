@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -19,9 +18,9 @@ from ondevice._deps import require
 from ondevice.checks import first_failure, training_checks
 from ondevice.eval.pair_tasks import load_sst2
 from ondevice.io import artifact_file, atomic_path, read_json, write_json, write_record
-from ondevice.pairs.runloop import Position, check_resume, run_epochs, start_or_resume
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
+from ondevice.trainloop import Position, check_resume, run_folder_epochs, start_or_resume
 
 TASKS = ("sst2",)
 
@@ -98,8 +97,8 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
     torch.manual_seed(config.seed)
     model = _model(student.model, student.config.output_dim, config.hidden, classes)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
-    holder = SimpleNamespace(model=model)
-    state = start_or_resume(out, holder, opt, config, "sentence_config.json", resume)
+    state = start_or_resume(out, model, opt, config, "sentence_config.json", resume,
+                            {"epoch": 0, "step": 0, "log": [], "best": None})
 
     def train_epoch(pos: Position) -> dict:
         epoch = pos.epoch
@@ -124,7 +123,7 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
         return {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
                 "dev_accuracy": round(100 * acc, 2), "time": time.time()}
 
-    run_epochs(out, holder, opt, state, config.epochs, train_epoch)
+    run_folder_epochs(out, model, opt, state, config.epochs, train_epoch)
     return read_json(out / layouts.RUN_DEV, "dev metrics")
 
 
@@ -144,7 +143,7 @@ def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str
 
     torch = require("torch", "train")
     run = Path(run_dir)
-    from ondevice.distill import checkpoint_errors
+    from ondevice.checkpoints import checkpoint_errors
 
     for name in ("sentence_head.json", "sentence_head.safetensors", layouts.RUN_STUDENT):
         artifact_file(run, name, "sentence-head run")

@@ -21,7 +21,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, check_out_dir, dataclass_from_dict, read_json, write_json, write_record
+from ondevice.io import artifact_file, check_out_dir, read_json, write_json, write_record
 
 
 def average_states(a: dict, b: dict) -> dict:
@@ -62,7 +62,7 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
     replaces the published model there only when its dev score is higher. Returns what soup.json records."""
     torch = require("torch", "train")
     st = require("safetensors.torch", "train")
-    from ondevice.distill import checkpoint_errors
+    from ondevice.checkpoints import checkpoint_errors
     from ondevice.eval.pair_tasks import load_pairs, task_spec
     from ondevice.pairs.metrics import headline
 
@@ -74,14 +74,14 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
         from ondevice.pairs.model import save_head
         from ondevice.pairs.train import DSEConfig, PairStudent
 
-        config = dataclass_from_dict(DSEConfig, read_json(run / layouts.DSE_CONFIG, "DSE config"), "DSE config")
+        config = DSEConfig.from_dict(read_json(run / layouts.DSE_CONFIG, "DSE config"), "DSE config")
         epochs, load = config.epochs, PairStudent.load
     else:
         from ondevice.pairs.dipair import save_head
         from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent
 
-        config = dataclass_from_dict(DiPairConfig, read_json(run / layouts.DIPAIR_CONFIG, "DiPair config"), "DiPair config")
-        epochs, load = config.stage1_epochs + config.stage2_epochs, DiPairStudent.load
+        config = DiPairConfig.from_dict(read_json(run / layouts.DIPAIR_CONFIG, "DiPair config"), "DiPair config")
+        epochs, load = config.stages.epochs, DiPairStudent.load
     state = read_json(run / layouts.CHECKPOINT / layouts.CKPT_STATE, "checkpoint state")
     if not isinstance(state, dict) or state.get("epoch") != epochs:
         raise OndeviceError(f"{run} has not finished its {epochs} epochs (checkpoint at epoch "

@@ -12,20 +12,20 @@ import dataclasses
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
-from ondevice.checks import first_failure, pair_run_checks, training_checks
-from ondevice.devices import device_check, on_device, resolve_device
+from ondevice.configs import Composed, Compute, Optimization, composed, first_problem
+from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
 from ondevice.io import artifact_file, check_out_kind, read_json, write_json, write_record
-from ondevice.pairs.augment import AUGMENT_KEYS, extra_checks, extra_texts, transfer_set
+from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig, extra_texts, transfer_set
+from ondevice.pairs.config import PairSource
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
 from ondevice.pairs.model import (
@@ -36,53 +36,47 @@ from ondevice.pairs.model import (
     load_head_weights,
     save_head,
 )
-from ondevice.pairs.runloop import Position, check_resume, run_epochs, same_settings, start_or_resume
 from ondevice.pairs.views import open_teacher, parse_teachers, view_checks
 from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
+from ondevice.trainloop import (
+    Position,
+    check_loss,
+    check_resume,
+    run_folder_epochs,
+    same_settings,
+    start_or_resume,
+)
 
 ALPHAS = (0.0, 0.5, 1.0)
 
 
-@dataclass
-class DSEConfig:
-    """Every setting of a DSE student run; saved as dse_config.json."""
+@composed
+class DSEConfig(Composed):
+    """Every setting of a DSE student run, in pieces; saved (flat) as dse_config.json."""
 
-    task: str
-    data: str
+    REQUIRED = ("task", "data", "student")
+
+    pairs: PairSource = field(default_factory=PairSource)
     student: str  # SRA-distilled student dir (`ondevice distill`)
     teacher: str = ""  # teacher view(s), comma-separated (ondevice.pairs.views; several: their mean); only alpha 0 trains without
     alpha: float = 0.5
     head_hidden: int = 256  # SRA paper (Wu et al., 2020): task layer 256
-    epochs: int = 4
-    batch_size: int = 32
-    lr: float = 5e-4  # the SRA paper picks from {2, 3, 5, 10} x 1e-4
-    augment_random: int = 5000
-    augment_neighbors: int = 1
-    augment_bits: int = 256
-    augment_tasks: str = ""  # other tasks' train text as extra neighbour pairs (e.g. "sick,mrpc,qqp"); "" = none
-    augment_tasks_max: int = 50000
-    augment_text: str = ""  # a text file of the user's own sentences (one per line, .gz allowed) as extra neighbour pairs
-    augment_text_max: int = 50000
-    augment_text_sha256: str = ""  # filled in by the trainer: the --augment-text sentences read
-    augment_edits: int = 0  # edited copies of each training pair (words dropped / replaced), scored by the teacher
+    optim: Optimization = field(default_factory=lambda: Optimization(epochs=4, batch_size=32, lr=5e-4))
+    # lr: the SRA paper picks from {2, 3, 5, 10} x 1e-4
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     freeze_encoder: bool = False
-    max_train_pairs: int | None = None
     seed: int = 0
-    split_seed: int = 0
-    threads: int = 0
-    device: str = "cpu"  # cpu | cuda | cuda:N | auto (training only; the saved run loads on any device)
+    compute: Compute = field(default_factory=Compute)  # the device trains only: the saved run loads on any device
 
     def validate(self) -> None:
-        """Reject impossible values with a one-line error naming the flag."""
-        task_spec(self.task)
-        first_failure([(0.0 <= self.alpha <= 1.0, "--alpha must be in [0, 1]"), (self.head_hidden >= 1, "--head-hidden must be >= 1"),
-                       device_check(self.device),
-                       *training_checks(self.epochs, self.batch_size, self.lr),
-                       *pair_run_checks(self.threads, self.max_train_pairs, (self.augment_random, self.augment_neighbors)),
+        """Reject impossible values with a one-line ConfigError naming the field."""
+        first_problem([*self.pairs.checks(), (0.0 <= self.alpha <= 1.0, "{alpha} must be in [0, 1]"),
+                       (self.head_hidden >= 1, "{head_hidden} must be >= 1"), *self.compute.checks(),
+                       *self.optim.checks(), *self.augment.checks(),
                        (self.alpha == 0 or bool(self.teacher),
-                        f"alpha {self.alpha:g} distills teacher logits; pass --teacher DIR (only alpha 0 trains without one)"),
-                       *extra_checks(self), *(view_checks(parse_teachers(self.teacher), "--teacher") if self.teacher else [])])
+                        f"alpha {self.alpha:g} distills teacher logits; pass {{teacher}} DIR (only alpha 0 trains without one)"),
+                       *(view_checks(parse_teachers(self.teacher), "{teacher}") if self.teacher else [])])
 
 
 _RESUME_KEYS = ("task", "alpha", "head_hidden", "epochs", "batch_size", "lr", *AUGMENT_KEYS, "freeze_encoder",
@@ -172,7 +166,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
     torch = require("torch", "train")
     out = Path(out_dir)
     extra = extra_texts(config) if config.alpha > 0 else []  # before the resume check: it fills in a checksum
-    check_resume(out, config, layouts.DSE_CONFIG, "DSE config", _RESUME_KEYS, resume)
+    check_resume(out, config, layouts.DSE_CONFIG, "DSE config", _RESUME_KEYS, resume, kind="dse-run")
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
@@ -218,8 +212,8 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
             frozen = torch.from_numpy(student.encode(texts)).to(device)
     model.to(device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=config.lr)
-    holder = SimpleNamespace(model=model)
-    state = start_or_resume(out, holder, opt, config, layouts.DSE_CONFIG, resume)
+    state = start_or_resume(out, model, opt, config, layouts.DSE_CONFIG, resume,
+                            {"epoch": 0, "step": 0, "log": [], "best": None})
     if not resume:
         write_json(out / layouts.RUN_DATA, {"train_pairs": len(train), "augment_pairs": len(aug) if use_aug else 0,
                                         "augment_pairs_made": len(aug) if aug is not None else 0, "dev_pairs": len(dev),
@@ -247,6 +241,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
                 logits = _batch_logits(model, ids, pa, pb, rows, device)
             r = on_device(rows, device)
             loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
+            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -266,7 +261,7 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
             publish({**metrics, "epoch": epoch + 1}, threshold)
         return entry
 
-    run_epochs(out, holder, opt, state, config.epochs, train_epoch)
+    run_folder_epochs(out, model, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)
 
 

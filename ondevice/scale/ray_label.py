@@ -36,7 +36,7 @@ from ondevice.teacher import (
     default_teacher_path,
     row_hashes,
 )
-from ondevice.vector_cache import fill_lock
+from ondevice.vector_cache import check_vectors, fill_lock
 
 
 def teacher_spec(teacher: Teacher) -> dict:
@@ -174,7 +174,9 @@ def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: i
         raise OndeviceError(f"--teacher-batch-size must be >= 1, got {batch_size}")
     folder, key_src = cache_folder(teacher, sentences, root)
     with fill_lock(folder):  # one process fills a cache folder at a time (ondevice.vector_cache)
-        cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src)
+        normalized = teacher.info.normalize  # chunks of an older cache without checksums get the fill's own check
+        cache = VectorCache(folder, len(sentences), teacher.dim, chunk, key_src,
+                            check=lambda rows, what: check_vectors(rows, normalized, what))
         pending = cache.pending()
         if not pending:
             return cache.result()
