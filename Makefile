@@ -39,14 +39,13 @@ web-install: $(WEB_STAMP)
 demo: $(STAMP)
 	$(PY) -m ondevice demo $(DEMO_ARGS)
 
-# Two pytest workers (pytest-xdist): one process used ~1 of the 2 cores (Numba compiling kernels, subprocesses);
-# on the 2-core Zen 3 EPYC the suite took 27 min instead of 37.5 (2026-11-28). TEST_WORKERS=0 runs in one process.
+# Two pytest workers (pytest-xdist): one process keeps only ~1 of 2 cores busy (Numba compiling kernels, waiting on
+# subprocesses). TEST_WORKERS=0 runs in one process. Measured times: docs/results/suite.md.
 TEST_WORKERS ?= 2
 
 # Everything, slow tests included; the 30 slowest tests are listed at the end (CI time budget). ONDEVICE_STRICT=1: a
 # missing JDK, torch or other test dependency fails the run instead of skipping tests (a machine that runs `make test`
-# must have them all). No coverage here: its tracer slows Numba's compiler, most of tests/test_kernels.py (the
-# slowest file: 5.5 min on two workers without coverage, 8.8 with, 2026-11-28); `make coverage` measures it.
+# must have them all). No coverage here: its tracer slows Numba's compiler; `make coverage` measures it.
 SUITE := ONDEVICE_STRICT=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --durations=30
 test: $(STAMP) $(WEB_STAMP) $(JDBC_STAMP)
 	$(SUITE) $(PYTEST_ARGS)

@@ -22,10 +22,11 @@ from ondevice.export.modelcard import model_card
 from ondevice.export.onnx_graph import IR_VERSION, OPSET, build_graph
 from ondevice.export.quantize import QUANTIZED_OPS, WEIGHT_BITS, build_int8_graph
 from ondevice.export.torchscript import quantize_encoder, save_torchscript, scriptable_encoder
+from safetensors.numpy import save_file
 
 from ondevice import __version__, layouts
 from ondevice._deps import require
-from ondevice.bits import BIT_ORDER, code_bytes, pack
+from ondevice.bits import BIT_ORDER, code_bytes, pack, unpack
 from ondevice.bundle.manifest import seal
 from ondevice.errors import OndeviceError
 from ondevice.io import (
@@ -38,6 +39,7 @@ from ondevice.io import (
     write_json,
 )
 from ondevice.onnxproto import external_tensors
+from ondevice.ort_session import cpu_session
 from ondevice.runtime import FORMAT_VERSION, Bundle, read_manifest
 from ondevice.student import Student
 
@@ -139,8 +141,7 @@ def _write_binarizer(directory: Path, binarizer, dtype: str) -> dict[str, Any]:
     A float16 projection records the affine_sha256 of the float32 binarizer it was rounded from: indexes keep
     treating its codes as the same binarizer's (close, like int8 vs fp32), not as another binarizer's.
     """
-    from safetensors.numpy import save_file
-
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.index import affine_sha256
 
     A, c = binarizer.affine()
@@ -167,8 +168,6 @@ def _state(student: Student) -> dict[str, np.ndarray]:
 
 def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str], dtype: str) -> dict[str, Any]:
     """Parity of the bundle's graph with the eager student + binarizer on `sentences`; raises if fp32 drifts."""
-    from ondevice.bits import unpack
-
     ref = student.encode(sentences).astype(np.float32)
     A, c = binarizer.affine()
     ref_codes = pack((ref @ A + c) > 0)
@@ -188,8 +187,6 @@ def _checks(student: Student, binarizer, bundle: Bundle, sentences: Sequence[str
 
 def _reference_runner(model: bytes):
     """run_ids(ids, lengths) of an in-memory fp32 graph, for golden values of an int8 bundle."""
-    from ondevice.ort_session import cpu_session
-
     session = cpu_session(model)
     return lambda ids, lengths: tuple(session.run(["embedding", "code"], {"ids": ids, "lengths": lengths}))
 
@@ -246,8 +243,6 @@ def write_bundle(directory: Path, student: Student, binarizer, precision: str, c
     # Weights ship once: with --precision both only the fp32 folder gets them (the Java forward pass is fp32 anyway).
     weights_here = config.with_weights and not (config.precision == "both" and precision == "int8")
     if weights_here:
-        from safetensors.numpy import save_file
-
         with atomic_path(directory / "student.safetensors") as tmp:
             save_file(state, str(tmp), metadata={"format": "ondevice-student", "precision": "fp32"})
             canonical_safetensors(tmp)

@@ -29,14 +29,17 @@ from ondevice.export.quantize import SATURATION_FREE_PEAK, int8_weight_peak, req
 
 from ondevice import __version__, layouts
 from ondevice._deps import require
+from ondevice.bits import unpack
+from ondevice.bundle.manifest import seal
+from ondevice.corpus import default_data_dir
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs
 from ondevice.io import sha256_file
+from ondevice.runtime import Bundle
 
 
 def golden_checks(bundle, golden: Path) -> dict[str, Any] | None:
     """How close a bundle's graph comes to its golden fp32 vectors and codes (None without golden files)."""
-    from ondevice.bits import unpack
-
     files = [golden / "sentences.jsonl", golden / "embeddings.npy", golden / "codes.npy"]
     if not all(f.is_file() for f in files):
         return None
@@ -53,6 +56,7 @@ def golden_checks(bundle, golden: Path) -> dict[str, Any] | None:
 def _encoder_check(block: dict, new, source, dev) -> dict:
     """A pair head's `encoder` block with its check measured again: the new encoder against the source's (which the
     head was checked against at export; that check is kept as `check_before_requantization`)."""
+    # the pairs add-on: loaded only for pair models, never on import
     from ondevice.pairs.metrics import cosines
 
     texts = list(dict.fromkeys([*dev.a, *dev.b]))[: block["check"].get("sentences", 256)]
@@ -74,6 +78,8 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
     """Write `src` (an int8 bundle, or 'pretrained') to `out` with 7-bit LSTM weights; returns the manifest's record."""
     onnx = require("onnx", "export")
     from ondevice.pairs.export import add_blend
+
+    # looked up on each call, so a patched attribute is seen
     from ondevice.runtime import Bundle, resolve_bundle, verify_files
 
     path = resolve_bundle(src)
@@ -150,17 +156,12 @@ def requantize_bundle(src: str | Path, out: str | Path, evaluation: dict | None 
 
 def _seal(folder: Path, manifest: dict, card=None) -> None:
     """Seal the rewritten bundle through the format's owner, then load it as an app would."""
-    from ondevice.bundle.manifest import seal
-    from ondevice.runtime import Bundle
-
     seal(folder, manifest, card=card)
     Bundle.load(folder)
 
 
 def _dev_pairs(task: str, data: str | Path, split_seed: int, what: str):
     """The dev pairs of `task` (as the head's run split them); missing data is a one-line error naming --data."""
-    from ondevice.eval.pair_tasks import load_pairs
-
     try:
         return load_pairs(task, "dev", data, split_seed)
     except OndeviceError as exc:
@@ -168,6 +169,4 @@ def _dev_pairs(task: str, data: str | Path, split_seed: int, what: str):
 
 
 def _default_data() -> Path:
-    from ondevice.corpus import default_data_dir
-
     return default_data_dir()

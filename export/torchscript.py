@@ -7,6 +7,7 @@ int8 ONNX graph it also quantizes the projection (-0.6 MB), which keeps a 50k-vo
 """
 
 # No `from __future__ import annotations`: TorchScript reads the annotations of forward() as real types.
+import io
 import warnings
 from pathlib import Path
 
@@ -62,8 +63,6 @@ def quantize_encoder(module):
 
 def save_torchscript(module, path: str | Path) -> None:
     """Script `module` and write it to `path` atomically."""
-    import io  # here, not at the top: a module-level `io` confuses TorchScript's name resolution of this file
-
     torch = require("torch", "train")
     with warnings.catch_warnings():  # torch.jit is deprecated for torch.export, yet PyTorch Mobile loads only it
         warnings.simplefilter("ignore")

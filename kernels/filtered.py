@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from ondevice.kernels.hamming import _numba_threads
 
 
 @njit(cache=True, inline="always")
@@ -96,8 +97,6 @@ def filtered_knn(codes: np.ndarray, queries: np.ndarray, k: int, ids: np.ndarray
                  categories_of_rows: np.ndarray | None, tags_all: int, tags_any: int,
                  categories: np.ndarray | None, threads: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top k allowed rows per query: (int32 distances, int64 ids, int64 rows), each (nq, k), by (distance, id), -1 padded."""
-    from ondevice.kernels.hamming import _numba_threads
-
     n, nb = codes.shape
     nq = queries.shape[0]
     if nb % 8 == 0:  # whole 64-bit words: an eighth of the popcounts

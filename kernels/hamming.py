@@ -29,13 +29,17 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
 
 from ondevice.errors import SettingError
+from ondevice.io import cache_dir, write_json
+from ondevice.results import cpu_details, cpu_model
 
 PATHS = ("native", "portable", "numpy")
 PATH_ENV = "ONDEVICE_HAMMING_PATH"
@@ -49,6 +53,7 @@ CALIBRATION_NAME = "hamming_threads.json"
 
 
 def _host_features() -> tuple[str, str]:
+    # numba: loaded on first use (importing it costs about a second)
     import llvmlite.binding as ll
     from numba.core import config
 
@@ -138,8 +143,6 @@ def default_threads() -> int:
 
 def calibration_file():
     """Where `calibrate` stores this machine's measured thread crossover."""
-    from ondevice.io import cache_dir
-
     return cache_dir() / "kernels" / CALIBRATION_NAME
 
 
@@ -163,8 +166,6 @@ def parallel_min_bytes() -> int:
 
 def machine_identity() -> dict:
     """What a calibration depends on: the CPU (vendor, family, model, caches) and the threads a search may use."""
-    from ondevice.results import cpu_details, cpu_model
-
     return {"cpu_model": cpu_model(), "cpu": cpu_details(), "threads": default_threads()}
 
 
@@ -537,9 +538,6 @@ def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes:
     `max_bytes`. `progress(row)` is called after each size. Returns the measurements; with save=True writes them
     (with machine_identity()) to calibration_file() for every later process on this machine.
     """
-    import statistics
-    import time
-
     threads = default_threads()
     rng = np.random.default_rng(seed)
     rows = []
@@ -579,8 +577,6 @@ def calibrate(nbytes: int = 32, repeats: int = 15, save: bool = True, max_bytes:
               "parallel_min_bytes": (crossover // 2) if crossover else max_bytes, "measurements": rows,
               "machine": machine_identity()}
     if save:
-        from ondevice.io import write_json
-
         write_json(calibration_file(), result)
         _PARALLEL_MIN_BYTES.clear()
     return result

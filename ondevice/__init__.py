@@ -12,6 +12,7 @@ __all__ = ["OndeviceError", "__version__", "load"]
 def load(name: str = "default", threads: int = 0):
     """The pretrained bundle shipped in the package (`ondevice.runtime.Bundle`): `ondevice.load().encode(texts)`;
     its duplicate-question head: `ondevice.load().pair_scores(questions_a, questions_b)`."""
+    # loaded on use: `import ondevice` stays light
     from ondevice.pretrained import pretrained_path
     from ondevice.runtime import Bundle
 

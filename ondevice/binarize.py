@@ -45,9 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from ondevice import __version__, layouts
 from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes, pack
+from ondevice.checks import MAX_SEED, check_int
 from ondevice.errors import OndeviceError
 from ondevice.io import (
     artifact_file,
@@ -184,7 +186,6 @@ class Binarizer:
         if x.ndim != 2:
             raise OndeviceError(f"embeddings must be a non-empty 2-d (n, dim) float matrix, got shape {x.shape}")
         check_bits(method, bits, x.shape[1])
-        from ondevice.checks import MAX_SEED, check_int
 
         seed = check_int(seed, "seed", 0, MAX_SEED)  # what every generator takes; -1 or 1.5 is one line, not a traceback
         bits, dim = int(bits), int(x.shape[1])
@@ -229,6 +230,8 @@ class Binarizer:
             config.metrics = {"quantization_loss": {"start": round(losses[0], 6), "end": round(losses[-1], 6)},
                               "rotation_rows": len(rows)}
         else:
+            # loaded on use: the autoencoder's trainer pulls in training and evaluation modules that applying
+            # a binarizer never needs
             from ondevice.binarize_ae import AEConfig, train_autoencoder
 
             checkpoint_dir = hyper.pop("checkpoint_dir", None)
@@ -272,8 +275,6 @@ class Binarizer:
     # --- persistence ----------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write binarizer.json + binarizer.safetensors (no pickle) into `directory`."""
-        from safetensors.numpy import save_file
-
         directory = check_out_kind(directory, "binarizer")
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"projection": self._A, "offset": self._c}
@@ -287,8 +288,6 @@ class Binarizer:
     @classmethod
     def load(cls, directory: str | Path) -> Binarizer:
         """Load a directory written by `save` (numpy + safetensors only)."""
-        from safetensors.numpy import load_file
-
         directory = Path(directory)
         for name in layouts.BINARIZER_FILES:
             artifact_file(directory, name, "binarizer")

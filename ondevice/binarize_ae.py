@@ -37,6 +37,7 @@ start is the joint training of as many epochs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -58,6 +59,7 @@ from ondevice.configs import (
     int_check,
 )
 from ondevice.errors import OndeviceError
+from ondevice.eval.metrics import spearman
 from ondevice.io import artifact_file
 from ondevice.projections import column_mean, orthogonal_rows, pca_components, random_projection, whitening
 from ondevice.trainloop import Position, check_start, check_weights, run_epochs
@@ -144,8 +146,6 @@ class JudgePairs:
     @property
     def sha256(self) -> str:
         """Fingerprint of the vectors and gold (a resumed run must be judged by the same pairs)."""
-        import hashlib
-
         h = hashlib.sha256()
         for arr in (self.a, self.b, self.gold):
             h.update(str(arr.shape).encode())
@@ -159,8 +159,6 @@ class JudgePairs:
 
 def pairs_spearman(codes_a: np.ndarray, codes_b: np.ndarray, gold: np.ndarray) -> float:
     """Spearman of -Hamming between (n, bits) 0/1 code rows a[i], b[i] and the gold scores (-1 when undefined)."""
-    from ondevice.eval.metrics import spearman
-
     score = spearman(-(codes_a != codes_b).sum(axis=1).astype(np.float64), gold)
     return float(score) if np.isfinite(score) else -1.0
 
@@ -283,8 +281,8 @@ def train_autoencoder(x: np.ndarray, bits: int, seed: int, cfg: AEConfig, sp: bo
 
     `judge_pairs` (labelled train pairs) is what select "pairs" judges the start and the epochs by."""
     torch = require("torch", "train")
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
-
 
     cfg.validate()
     if x.shape[0] < 2:

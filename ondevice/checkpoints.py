@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError
+
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
@@ -90,8 +92,6 @@ def recover(out: Path) -> bool:
 @contextmanager
 def checkpoint_errors(folder: Path, fix: str = "run without --resume, or with a new --out") -> Iterator[None]:
     """Turn a damaged or foreign checkpoint (bad safetensors, missing keys, shapes of another model) into one line."""
-    from safetensors import SafetensorError
-
     try:
         yield
     except OndeviceError:

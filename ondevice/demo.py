@@ -9,8 +9,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ondevice import layouts
+import ondevice
+from ondevice import layouts, pretrained
+from ondevice.binarize import METHODS, Binarizer
+from ondevice.bits import MAX_BITS
+from ondevice.checks import check_int
+from ondevice.corpus import read_corpus
+from ondevice.distill import DistillConfig, distill, read_sentences
 from ondevice.errors import OndeviceError
+from ondevice.eval import sts_spearman
+from ondevice.export.bundle import ExportConfig, export
+from ondevice.io import check_replace_dir, write_json
+from ondevice.runtime import Bundle
+from ondevice.teacher import BACKENDS, cached_vectors
 
 QUERIES = (
     "The river flows into the sea near the old harbour town.",
@@ -41,11 +52,6 @@ class DemoConfig:
 
     def validate(self) -> None:
         """Reject impossible settings with a one-line error naming the flag, before any teacher or training work."""
-        from ondevice.binarize import METHODS
-        from ondevice.bits import MAX_BITS
-        from ondevice.checks import check_int
-        from ondevice.teacher import BACKENDS
-
         check_int(self.sentences, "--sentences", 2, 100_000_000)
         check_int(self.epochs, "--epochs", 1, 10_000)
         check_int(self.catalog, "--catalog", 1, 100_000_000)
@@ -69,13 +75,7 @@ class DemoResult:
 
 def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: bool = True) -> DemoResult:
     """Run every step of the pipeline and report scores, timings and search results."""
-    from ondevice.binarize import Binarizer
-    from ondevice.corpus import read_corpus
-    from ondevice.distill import DistillConfig, distill, read_sentences
-    from ondevice.eval import sts_spearman
-    from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import check_replace_dir, write_json
-    from ondevice.runtime import Bundle
+    # looked up on each call, so a patched attribute is seen
     from ondevice.teacher import Teacher
 
     config.validate()
@@ -200,9 +200,6 @@ PAIR_CANDIDATES = ("How can I factory-reset my phone?", "Which phone has the bes
 
 def _pretrained_first(config: DemoConfig, catalog: list[str], show: Callable[[str], None]) -> None:
     """When the package ships a pretrained bundle, show it answering before anything is trained."""
-    import ondevice
-    from ondevice import pretrained
-
     if pretrained.DEFAULT not in pretrained.names():
         return
     t0 = time.monotonic()
@@ -227,8 +224,6 @@ class _CachedTeacher:
         self.teacher = teacher
 
     def encode(self, texts):
-        from ondevice.teacher import cached_vectors
-
         return cached_vectors(self.teacher, list(texts), progress=False)
 
 

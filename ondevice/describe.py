@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ondevice import layouts
+from ondevice.binarize import Binarizer, check_bits
 from ondevice.errors import OndeviceError
-from ondevice.io import read_json
+from ondevice.index import HammingIndex, read_header
+from ondevice.io import artifact_file, dataclass_from_dict, read_json
 from ondevice.pretrained import parse_spec
+from ondevice.scale.shards import ShardedIndex, read_manifest
+from ondevice.student import Student, StudentConfig
 
 
 def describe(path: str | Path, verify: bool = False) -> dict[str, Any]:
@@ -66,8 +70,6 @@ def _short(path: object) -> str:
 def _config(file: Path, what: str, links_ok: bool = False) -> dict:
     """A settings file of the artifact as a dict; one that is huge or not a JSON object is a one-line error, and so is
     a symbolic link (unless `links_ok`: a Hugging Face model, which ondevice did not write)."""
-    from ondevice.io import artifact_file
-
     if not links_ok:
         artifact_file(file.parent, file.name, what)
     if file.is_file() and file.stat().st_size > layouts.MAX_SETTINGS_BYTES:
@@ -85,8 +87,6 @@ def _json(path: Path, name: str, what: str) -> dict | None:
 
 
 def _index(path: Path, verify: bool) -> dict[str, Any]:
-    from ondevice.index import HammingIndex, read_header
-
     head = read_header(path)
     if verify:
         HammingIndex.load(path, mmap=True, verify=True)
@@ -97,8 +97,6 @@ def _index(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _sharded(path: Path, verify: bool) -> dict[str, Any]:
-    from ondevice.scale.shards import ShardedIndex, read_manifest
-
     manifest, _ = read_manifest(path)
     if verify:
         ShardedIndex.open(path, verify=True)
@@ -106,6 +104,7 @@ def _sharded(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _bundle(path: Path, verify: bool) -> dict[str, Any]:
+    # a name that the top-level imports already bind to another module's function
     from ondevice.runtime import Bundle, read_manifest
 
     manifest = read_manifest(path)
@@ -139,16 +138,11 @@ def _bundles(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _student(path: Path, verify: bool) -> dict[str, Any]:
-    from ondevice.io import dataclass_from_dict
-    from ondevice.student import StudentConfig
-
     cfg = _config(path / layouts.STUDENT_CONFIG, "student config")
     # the field types and ranges the loader checks, so a corrupt config is not described as a model
     dataclass_from_dict(StudentConfig, cfg, f"student config {path / layouts.STUDENT_CONFIG}").validate(
         f"{path / layouts.STUDENT_CONFIG}")
     if verify:
-        from ondevice.student import Student
-
         Student.load(path)
     distill = _json(path, layouts.DISTILL_CONFIG, "distill config")
     unpacked = _json(path, layouts.UNPACKED, "unpack record")
@@ -162,7 +156,6 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
         origin = f"unpacked from bundle {unpacked.get('bundle')}"
     else:
         origin = "not recorded"
-    from ondevice.io import artifact_file
 
     log = artifact_file(path, layouts.TRAIN_LOG, "student")
     last = log.read_text(encoding="utf-8").strip().splitlines()[-1:] if log.is_file() else []
@@ -173,16 +166,12 @@ def _student(path: Path, verify: bool) -> dict[str, Any]:
 
 
 def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
-    from ondevice.binarize import check_bits
-
     cfg = _config(path / layouts.BINARIZER_CONFIG, "binarizer config")
     try:  # the method, bits and dim the loader checks, so a corrupt config is not described as a binarizer
         check_bits(cfg.get("method"), cfg.get("bits"), cfg.get("dim"))
     except OndeviceError as exc:
         raise OndeviceError(f"{path / layouts.BINARIZER_CONFIG}: {exc}; the file is corrupt or from another version") from None
     if verify:
-        from ondevice.binarize import Binarizer
-
         Binarizer.load(path)
     return {"summary": f"{cfg.get('method')}: {cfg.get('dim')}-d vectors to {cfg.get('bits')} bits",
             "origin": f"fitted on {cfg.get('train_rows'):,} vectors, seed {cfg.get('seed')}"
@@ -193,6 +182,7 @@ def _binarizer(path: Path, verify: bool) -> dict[str, Any]:
 def _cross_encoder(path: Path, verify: bool) -> dict[str, Any]:
     info = _config(path / layouts.TEACHER_INFO, "teacher info")
     if verify:
+        # the pairs add-on: loaded only for pair models, never on import
         from ondevice.pairs.crossencoder import CrossEncoderTeacher
 
         CrossEncoderTeacher.load(path).model  # noqa: B018 (loading the weights is the check)
@@ -224,6 +214,7 @@ def _pair_run(config_name: str, method: str):
 def _hf_model(path: Path, verify: bool) -> dict[str, Any]:
     cfg = _config(path / layouts.STUDENT_CONFIG, "model config", links_ok=True)
     if verify:
+        # looked up on each call, so a patched attribute is seen
         from ondevice.teacher import Teacher
 
         Teacher(str(path))

@@ -28,11 +28,14 @@ from ondevice.configs import (
     literal,
     seed_check,
 )
-from ondevice.corpus import read_corpus
+from ondevice.corpus import default_data_dir, read_corpus
+from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_text
+from ondevice.eval import data as eval_data
+from ondevice.eval.pair_tasks import task_list, unlabeled_tasks_problem
+from ondevice.io import check_out_kind, dataclass_from_dict, read_json, sha256_file, sha256_text
 from ondevice.static_vectors import SPECS, TEACHER, random_word_vectors, teacher_word_vectors
-from ondevice.student import Student, StudentConfig, cosine_loss, similarity_matching_loss
+from ondevice.student import Student, StudentConfig, cosine_loss, similarity_matching_loss, unpack_hint
 from ondevice.teacher import BACKENDS
 from ondevice.tokenizer import Tokenizer, build_vocab, count_tokens, pad_ids
 from ondevice.trainloop import (
@@ -64,8 +67,6 @@ class Corpus:
 
     def checks(self) -> list[Check]:
         """Known train-split tasks, counts in range, a held-out fraction in (0, 0.5)."""
-        from ondevice.eval.pair_tasks import unlabeled_tasks_problem
-
         problem = unlabeled_tasks_problem(train_split_tasks(self.train_splits), "{train_splits}") \
             if self.train_splits is not False else ""
         return [(not problem, problem), int_check(self.train_split_repeats, "train_split_repeats", 1, 1000),
@@ -179,8 +180,6 @@ def lr_at(config: DistillConfig, step: int, total: int) -> float:
 
 def train_split_tasks(value: bool | str) -> tuple[str, ...]:
     """The tasks of a `train_splits` setting: True is STS-B alone (what the flag always meant), else a comma list."""
-    from ondevice.eval.pair_tasks import task_list
-
     return ("stsb",) if value is True else task_list(str(value))
 
 
@@ -192,8 +191,7 @@ def read_sentences(config: DistillConfig) -> list[str]:
 
 def _read_corpus(config: DistillConfig) -> tuple[list[str], int]:
     """(sentences, how many of them at the front are train-split text)."""
-    from ondevice.corpus import default_data_dir
-    from ondevice.eval import data as eval_data
+    # looked up on each call, so a patched attribute is seen
     from ondevice.eval.pair_tasks import unlabeled_train_sentences
 
     text = config.text
@@ -218,11 +216,7 @@ def upweighted(train_idx: np.ndarray, n_front: int, repeats: int) -> np.ndarray:
 
 def apply_init(config: DistillConfig) -> Student:
     """Load `config.init_from` and set the config's architecture fields from it, so distill_config.json is true."""
-    from ondevice.io import sha256_file
-
     if not config.init_from or not Path(config.init_from).is_dir():
-        from ondevice.student import unpack_hint
-
         raise OndeviceError(f"--init-from {config.init_from!r} is not a folder; {unpack_hint(config.init_from)}")
     init = Student.load(config.init_from)
     c, words = init.config, config.words
@@ -248,6 +242,7 @@ def initial_embeddings(config: DistillConfig, counts: dict[str, int], teacher, p
         matrix[2:] = rows
         matrix[1] = rows.mean(axis=0)  # [UNK] starts as the mean word, like GloVe init
         return vocab, matrix
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.wordvectors import embedding_matrix, load_word_vectors
 
     kv = load_word_vectors(words.word_vectors, allow_pickle=words.allow_pickle)
@@ -278,8 +273,6 @@ def _batches(lengths: np.ndarray, batch_size: int, epoch_seed: int) -> list[np.n
 
 
 def _held_out_cosine(student: Student, ids: list[np.ndarray], targets: np.ndarray, batch_size: int = 512) -> float:
-    from ondevice.devices import on_device
-
     torch = require("torch", "train")
     student.model.eval()
     device = next(student.model.parameters()).device
@@ -382,10 +375,10 @@ def _kept(out: Path) -> str:
 
 def distill(config: DistillConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> Student:
     """Run (or resume) a distillation and return the trained student, also saved in `out_dir`."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
 
     torch = require("torch", "train")
-    from ondevice.devices import on_device, resolve_device
 
     config.validate()
     device = resolve_device(config.device)  # before any work: --device cuda on a machine without one is one line

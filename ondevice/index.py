@@ -314,6 +314,7 @@ class HammingIndex:
 
     def warmup(self, queries: np.ndarray | int = 1) -> None:
         """Load (or compile) the search kernels now, for `queries` (the array to search, or how many), not in the search."""
+        # looked up on each call, so a patched attribute is seen
         from ondevice.kernels.hamming import knn
 
         if isinstance(queries, (int, np.integer)):
@@ -552,6 +553,7 @@ class HammingIndex:
         return self._rescore(d, i, rows, qv, k)
 
     def _filtered(self, queries: np.ndarray, k: int, flt: Filter, threads: int | None):
+        # numba: loaded on first use (importing it costs about a second)
         from ondevice.kernels.filtered import filtered_knn
         from ondevice.kernels.hamming import plan_threads
 
@@ -606,6 +608,7 @@ class HammingIndex:
     def range_search(self, queries: np.ndarray, radius: int, threads: int | None = None,
                      path: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes at distance < radius (FAISS semantics): (lims (nq+1,), distances, ids); query i owns lims[i]:lims[i+1]."""
+        # loaded on use: keeps `import ondevice.index` light (the kernels load on the first search)
         from ondevice.kernels.hamming import range_search
 
         queries = self._check_codes(queries, "queries")

@@ -6,24 +6,25 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
+
 from ondevice import layouts
-from ondevice.errors import OndeviceError
+from ondevice.errors import OndeviceError, SettingError
 
 
 def cache_dir() -> Path:
     """Root of ondevice's caches: $ONDEVICE_CACHE or ~/.cache/ondevice; a setting that is empty, or names a file or
     something inside a file, is a one-line SettingError (an empty one would otherwise mean the current folder)."""
-    from ondevice.errors import SettingError
-
     raw = os.environ.get("ONDEVICE_CACHE")
     if raw is None:
         return Path.home() / ".cache" / "ondevice"
@@ -236,8 +237,6 @@ def check_replace_dir(path: str | os.PathLike, flag: str, names: tuple[str, ...]
 
 def is_npy_codes(path: str | os.PathLike) -> bool:
     """Whether `path` is a .npy file of packed codes (a 2-D uint8 array), as `--codes-out` writes."""
-    import numpy as np
-
     with open(path, "rb") as fh:
         if fh.read(6) != np.lib.format.MAGIC_PREFIX:
             return False
@@ -327,8 +326,6 @@ def check_finite_json(obj: Any, what: str) -> Any:
 def nonfinite_to_null(obj: Any) -> Any:
     """`obj` with every NaN or infinite float (numpy ones included) replaced by None: for results where a metric
     is undefined (a constant side of a correlation), written as JSON null rather than refused by `write_json`."""
-    import math
-
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = dataclasses.asdict(obj)
     if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
@@ -350,8 +347,6 @@ def write_record(path: str | os.PathLike, obj: Any) -> None:
 
 def _nonfinite_at(obj: Any, where: str = "") -> str:
     """The first key path in `obj` holding a non-finite float ("a value" when none is found)."""
-    import math
-
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         obj = dataclasses.asdict(obj)
     if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
@@ -444,8 +439,6 @@ def _bad_text_at(obj: Any, where: str = "") -> str | None:
 def read_npy(path: str | os.PathLike, what: str = "array", mmap: bool = True) -> Any:
     """A numeric array from a .npy file (memory-mapped unless `mmap` is False), never unpickling anything; an empty,
     truncated, non-.npy or object-dtype file is a one-line error naming `what`."""
-    import numpy as np
-
     path = Path(path)
     if path.is_dir():
         raise OndeviceError(f"{what} {path} is a folder; give a .npy file (numpy.save)")
@@ -530,8 +523,6 @@ def artifact_file(folder: str | os.PathLike, name: str, what: str) -> Path:
     folder between `folder` and it, is a symbolic link: an artifact made by someone else must not read any other
     file of this machine. `what` names the artifact kind in the message ("student", "bundle"). `folder` itself may
     be a link (the user chose it); nothing is read here, and a missing file is left to the caller."""
-    from pathlib import PurePosixPath
-
     folder = Path(folder)
     parts = PurePosixPath(name).parts
     current = folder

@@ -10,6 +10,8 @@ training-info graphs.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ondevice.errors import OndeviceError
 
 # field number -> message type of the length-delimited fields we descend into (onnx.proto3 numbering)
@@ -193,8 +195,6 @@ def _count(dims: list[int]) -> int:
 
 def _tensor(buf: memoryview):
     """(name, numpy value) of a small TensorProto, or (name, None) when it is large or of another type."""
-    import numpy as np
-
     name, dims, dtype, raw, ints, floats = "", [], 0, None, [], None
     for field, wire, value in _fields(buf):
         if field in (_T_RAW, _T_INT64S, _T_INT32S, _T_FLOATS, _T_DOUBLES) and not 0 <= _count(dims) <= _MAX_CONST:
@@ -292,8 +292,6 @@ def _nodes(graph: memoryview) -> list[tuple[str, list[str], list[str], dict]]:
 
 def _eval(op: str, ins: list, attrs: dict):
     """The value of one node of integer/shape arithmetic on known inputs (numpy), or None when not evaluated."""
-    import numpy as np
-
     a = ins[0] if ins else None
     if op in ("Identity", "Cast"):
         to = attrs.get("to")
@@ -355,8 +353,6 @@ def _eval(op: str, ins: list, attrs: dict):
 
 def _size_of(op: str, ins: list, known: list[bool]) -> float | None:
     """Elements the node allocates by its size inputs when they are known (None when they are not)."""
-    import numpy as np
-
     if op == "ConstantOfShape" and known[0]:
         return float(np.prod([max(float(x), 1.0) for x in np.atleast_1d(ins[0])]))
     if op == "Expand" and len(known) > 1 and known[1]:
@@ -378,8 +374,6 @@ def allocation_problem(model: bytes) -> str | None:
     """Why `model` would allocate out of proportion to its inputs (None when it would not, as far as the shapes it
     computes from constants and input sizes tell): an operator of `_SIZED` whose output, for some input size,
     exceeds ALLOC_PER_INPUT elements per element of the largest input."""
-    import numpy as np
-
     try:
         graph = _submessage(memoryview(model), 7)
         if graph is None:

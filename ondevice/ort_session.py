@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ondevice._deps import require
+from ondevice.checks import check_int
 
 # x86 CPUs without VNNI (AVX2, or AVX-512 without VNNI: Intel before Cascade Lake, AMD before Zen 4) multiply
 # onnxruntime's u8 activations by s8 weights with vpmaddubsw, which adds each pair of products into a saturating
@@ -55,8 +56,6 @@ def session_options(threads: int = 0, inter_op: int = 0, quiet: bool = False, ex
     """onnxruntime SessionOptions with `threads` intra-op threads (0: onnxruntime's default) and exact int8 products
     (exact_int8=False: onnxruntime's default kernels, for benchmarks/bundle.py's comparison only); `capped` runs the
     session on the shared arena of at most MAX_GRAPH_MEMORY bytes (for graphs made elsewhere)."""
-    from ondevice.checks import check_int
-
     check_int(threads, "threads", 0, 4096)  # a negative count would silently mean onnxruntime's default
     ort = require("onnxruntime", "base")
     options = ort.SessionOptions()

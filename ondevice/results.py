@@ -24,7 +24,9 @@ from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any
 
-from ondevice.io import _default
+import numpy as np
+
+from ondevice.io import _default, read_json
 
 # Libraries whose version can move a measured number; missing ones are left out.
 PACKAGES = ("ondevice", "numpy", "numba", "onnxruntime", "torch", "transformers", "sentence-transformers", "scipy",
@@ -182,7 +184,6 @@ def load_results(name: str, root: str | os.PathLike | None = None) -> list[tuple
     matches = [(p, FILE.fullmatch(p.name)) for p in folder.glob(f"{name}-*.json")]
     found = [(p, m) for p, m in matches if m and m["name"] == name]
     paths = [p for p, m in sorted(found, key=lambda pm: (pm[1]["stamp"], int(pm[1]["attempt"] or 0)))]
-    from ondevice.io import read_json
 
     return [(p, read_json(p, "results file")) for p in paths]
 
@@ -205,8 +206,6 @@ def write_flat(result: dict[str, Any], name: str, root: str | os.PathLike | None
 
 def spread(values: list[float]) -> dict[str, Any]:
     """Mean, sample std (None for one value), min, max, n and the values, rounded to 3 decimals: a seed summary."""
-    import numpy as np
-
     arr = np.asarray(values, np.float64)
     return {"mean": round(float(arr.mean()), 3), "std": round(float(arr.std(ddof=1)), 3) if len(arr) > 1 else None,
             "min": round(float(arr.min()), 3), "max": round(float(arr.max()), 3), "n": len(arr),

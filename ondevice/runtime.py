@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load as load_safetensors
 
 from ondevice import addons, layouts
+from ondevice.bits import unpack
 
 # The bundle format (manifest, checksums, limits) is owned by ondevice.bundle; these names stay importable here.
 from ondevice.bundle.manifest import (  # noqa: F401
@@ -55,9 +60,6 @@ if TYPE_CHECKING:  # the index module loads only when an index is used
 
 def _binarizer_weights(path: Path, data: bytes, manifest: dict) -> tuple[np.ndarray, np.ndarray]:
     """(projection (dim, bits), offset (bits,)) from the bytes of binarizer.safetensors, checked against the manifest."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load as load_safetensors
-
     try:
         weights = load_safetensors(data)
     except (SafetensorError, ValueError, TypeError, KeyError) as exc:  # KeyError: a dtype numpy has not (BF16, F8_*)
@@ -89,6 +91,7 @@ class CodeIndex(Protocol):
 
 
 def _session(path: Path, model: bytes, threads: int):
+    # loaded on use: keeps `import ondevice.runtime` light
     from ondevice.ort_session import cpu_session, session_options
 
     foreign = foreign_operators(model)  # before onnxruntime sees the graph: nothing of it runs until it is ours
@@ -174,7 +177,6 @@ class Bundle:
             raise _bundle_error(self.path, f"{layouts.BINARIZER_WEIGHTS} changed while the bundle was loading; load it again")
         projection, offset = _binarizer_weights(self.path, data, self.manifest)
         z = emb.astype(np.float64) @ projection.astype(np.float64) + offset.astype(np.float64)
-        from ondevice.bits import unpack
 
         graph_bits = unpack(code, self.bits)
         near = np.abs(z) < 1e-3 * (1 + np.abs(z).max())  # a sign this close to 0 may round either way in int8 or fp16
@@ -275,8 +277,6 @@ class Bundle:
 
     def _embed_rows(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """One sentence per onnxruntime run, rows spread over `threads` Python threads (onnxruntime releases the GIL)."""
-        import os
-
         def one(text: str) -> tuple[np.ndarray, np.ndarray]:
             return self.run_ids(*self.tokenizer.batch([text]))
 
@@ -330,8 +330,6 @@ class Bundle:
         A HammingIndex that records its encoder is checked against this bundle: another binarizer is an error;
         another encoder or precision with the same binarizer is a warning (an error with strict=True).
         """
-        import warnings
-
         from ondevice.index import check_encoder
 
         if not callable(getattr(index, "search", None)):

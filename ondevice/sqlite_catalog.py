@@ -36,6 +36,7 @@ import numpy as np
 from ondevice.bits import code_bytes
 from ondevice.errors import OndeviceError
 from ondevice.index import MAX_BITS, MAX_VECTOR_DIM, EncoderId, HammingIndex, quantize_int8
+from ondevice.io import atomic_path, check_out_file
 
 FORMAT = "ondevice-sqlite-catalog-1"
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz_0123456789")
@@ -309,8 +310,6 @@ class _transaction:
 def write_index(index: HammingIndex, path: str | os.PathLike, texts: Sequence[str] | None = None,
                 table: str = "items") -> Catalog:
     """Write a whole HammingIndex (codes, int8 vectors, attributes, ids; `texts` in row order) into a new catalog."""
-    from ondevice.io import atomic_path, check_out_file
-
     path = check_out_file(path, "catalog")
     if path.exists():
         raise OndeviceError(f"{path} exists; write the catalog to a new name (or update it with Catalog.open)")

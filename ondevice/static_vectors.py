@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ondevice.errors import OndeviceError
+from ondevice.teacher import cached_vectors
 
 if TYPE_CHECKING:
     from ondevice.teacher import Teacher
@@ -42,8 +43,6 @@ def scale_to_glove(x: np.ndarray) -> np.ndarray:
 def teacher_word_vectors(teacher: Teacher, words: Sequence[str], dim: int, batch_size: int = 256,
                          progress: bool = True) -> np.ndarray:
     """(len(words), dim) vectors: each word's teacher vector (cached like any sentence list), PCA, GloVe scale."""
-    from ondevice.teacher import cached_vectors
-
     if not words:
         raise OndeviceError("no words to embed; the corpus has no tokens")
     vectors = np.asarray(cached_vectors(teacher, list(words), batch_size=batch_size, progress=progress))

@@ -10,10 +10,13 @@ import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.checks import check_int
 from ondevice.configs import POOLINGS, Architecture
+from ondevice.devices import on_device
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, dataclass_from_dict, read_json, write_json
-from ondevice.tokenizer import PAD_ID, Tokenizer
+from ondevice.io import artifact_file, atomic_path, check_out_kind, dataclass_from_dict, read_json, write_json
+from ondevice.pretrained import PREFIX
+from ondevice.tokenizer import MAX_TOKENS, PAD_ID, Tokenizer, as_texts
 
 MAX_EMBEDDING_VALUES = 1 << 30  # 4 GiB of float32: a bigger table is a corrupt config, not a student
 # Every file of a student folder that is read (Student.load; export and `ondevice info` read the records after it):
@@ -39,9 +42,6 @@ class StudentConfig(Architecture):
 
     def validate(self, where: str = "student config") -> None:
         """Reject impossible fields (wrong types, 0, absurd sizes) before anything is allocated."""
-        from ondevice.checks import check_int
-        from ondevice.tokenizer import MAX_TOKENS
-
         try:
             check_int(self.vocab_size, "vocab_size", 2, 10_000_000)
             check_int(self.embedding_dim, "embedding_dim", 1, 4096)
@@ -151,10 +151,6 @@ class Student:
 
     def encode(self, texts: str | Sequence[str], batch_size: int = 256) -> np.ndarray:
         """Sentence vectors, float32 (len(texts), output_dim), in input order (a str is one text)."""
-        from ondevice.checks import check_int
-        from ondevice.devices import on_device
-        from ondevice.tokenizer import as_texts
-
         torch = _torch()
         texts = as_texts(texts)
         batch_size = check_int(batch_size, "batch_size", 1, 1 << 20)
@@ -175,8 +171,6 @@ class Student:
 
     def save(self, directory: str | Path) -> None:
         """Write config.json, model.safetensors, vocab.txt and tokenizer.json (no pickle)."""
-        from ondevice.io import atomic_path, check_out_kind
-
         st = require("safetensors.torch", "train")
         check_finite(self.model.state_dict(), "the student")
         directory = check_out_kind(directory, "student")
@@ -215,8 +209,6 @@ class Student:
 
 def unpack_hint(path: str | Path) -> str:
     """What to run when a student folder was expected at `path`: a bundle (or 'pretrained') is unpacked, else distilled."""
-    from ondevice.pretrained import PREFIX
-
     kind = layouts.identify(path)
     if str(path) == PREFIX or str(path).startswith(PREFIX + ":") or kind in ("bundle", "bundles"):
         return f"it is a bundle: `ondevice unpack --bundle {path} --out DIR` writes its student folder"

@@ -7,11 +7,13 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from ondevice._deps import require
+from ondevice.devices import resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.io import cache_dir, write_json
 from ondevice.vector_cache import (  # noqa: F401  (Donors, VectorCache, row_hashes: importable here as before)
@@ -34,8 +36,7 @@ def default_teacher_path() -> Path:
 
 def teacher_source(spec: str | Path, path: Path) -> tuple[str, str, str]:
     """(recorded path, name, package) of a teacher: named teachers by name and package, never by local path."""
-    from importlib import metadata
-
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice import teachers
 
     name = teachers.canonical_name(str(spec))
@@ -175,7 +176,6 @@ class Teacher:
         if backend != "torch" and device != "cpu":
             raise OndeviceError(f"--teacher-backend {backend} runs on the CPU (ONNX Runtime); use --teacher-backend torch "
                                 f"with --device {device}")
-        from ondevice.devices import resolve_device
 
         self.device = resolve_device(device)
         torch = require("torch", "train")

@@ -15,6 +15,7 @@ Spec, version 1 (see `SPEC` and README "Tokenizer"):
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ import numpy as np
 
 from ondevice import layouts
 from ondevice.errors import OndeviceError
-from ondevice.io import write_text
+from ondevice.io import write_json, write_text
 
 PAD, UNK = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1
@@ -124,8 +125,6 @@ class Tokenizer:
 
     def save(self, directory: str | Path) -> None:
         """Write vocab.txt (one token per line, line number = id) and tokenizer.json."""
-        from ondevice.io import write_json
-
         directory = Path(directory)
         write_text(directory / layouts.VOCAB, "\n".join(self.vocab) + "\n")
         write_json(directory / layouts.TOKENIZER_JSON, self.spec)
@@ -145,8 +144,6 @@ class Tokenizer:
     @classmethod
     def from_bytes(cls, vocab: bytes, spec: bytes, where: str = "tokenizer") -> Tokenizer:
         """Build from the bytes of vocab.txt and tokenizer.json (a bundle parses exactly the bytes it hashed)."""
-        import json
-
         try:
             raw = json.loads(spec.decode("utf-8"))
         except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, or an over-long integer

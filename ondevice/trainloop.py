@@ -117,6 +117,19 @@ def check_loss(loss, where: str, fix: Fix) -> None:
         raise Diverged(f"training diverged {where}: the loss is {value}; {fix if isinstance(fix, str) else fix()}")
 
 
+def optimizer_step(loss, opt, pos: Position, losses: list[float], bar, fix: Fix, **shown: str) -> None:
+    """One optimiser step on a batch's `loss`, stopped first if the loss is not finite; the batch is counted in `pos`,
+    its loss kept in `losses`, and every 20 batches the running loss (and `shown`) goes on the progress bar."""
+    check_loss(loss, f"at epoch {pos.epoch + 1}, batch {pos.step + 1}", fix)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    pos.step += 1
+    losses.append(loss.item())
+    if len(losses) % 20 == 0:
+        bar.set_postfix(loss=f"{sum(losses[-20:]) / 20:.4f}", **shown)
+
+
 def check_weights(model, where: str, fix: Fix) -> None:
     """Stop before weights holding NaN or inf replace a good checkpoint."""
     bad = nonfinite_weight(model)

@@ -12,6 +12,8 @@ it was and how close the unpacked network comes to the bundle's golden fp32 embe
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,7 +23,8 @@ from ondevice import layouts
 from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.io import atomic_path, check_out_kind, dataclass_from_dict, write_json
-from ondevice.student import StudentConfig
+from ondevice.student import Student, StudentConfig
+from ondevice.tokenizer import Tokenizer
 
 GOLDEN_TEXTS, GOLDEN_VECTORS = "golden/sentences.jsonl", "golden/embeddings.npy"
 _KEPT = ("student.safetensors", GOLDEN_TEXTS, GOLDEN_VECTORS)  # read besides what the runtime parses
@@ -90,8 +93,8 @@ def state_from_graph(model_bytes: bytes, config: StudentConfig) -> dict[str, np.
 def unpack_bundle(bundle: str | Path, out: str | Path, precision: str | None = None) -> dict:
     """Write a student folder at `out` from a bundle folder, or 'pretrained' for the shipped model; returns the
     provenance record it writes as unpacked.json."""
+    # looked up on each call, so a patched attribute is seen
     from ondevice.runtime import PARSED, check_precision, read_manifest, resolve_bundle, verify_files
-    from ondevice.tokenizer import Tokenizer
 
     _check_unpack_out(out)  # before any work
     path = resolve_bundle(bundle, precision)
@@ -163,10 +166,6 @@ def _check_state(state: dict[str, np.ndarray], config: StudentConfig, path: Path
 
 def _golden_check(path: Path, files: dict[str, bytes], out: Path) -> dict | None:
     """The unpacked network against the bundle's golden fp32 embeddings (if it carries them): mean and min cosine."""
-    import io
-    import json
-
-    from ondevice.student import Student
 
     if not {GOLDEN_TEXTS, GOLDEN_VECTORS} <= set(files):
         return None

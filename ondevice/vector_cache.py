@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,10 +53,10 @@ LOCK_NAME = "fill.lock"
 def _try_lock(fd: int, block: bool) -> bool:
     """Lock the open file `fd` exclusively (flock on POSIX, a byte lock on Windows); False if held elsewhere."""
     try:
+        # the file-lock module differs per platform
         import fcntl
     except ImportError:  # Windows
         import msvcrt
-        import time
 
         while True:
             try:
@@ -379,6 +380,7 @@ def _fill(folder: Path, key_src: dict[str, Any], field: str, identity: dict[str,
           fn: Callable[[list[str]], np.ndarray], chunk: int, check: Check | None, progress: bool, desc: str,
           dim: int | None, dtype: Any, unit: str) -> tuple[np.ndarray, bool]:
     """`cached_rows` under the folder's fill lock: open or create the cache, then compute its pending chunks."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
 
     root, n = folder.parent, len(texts)

@@ -26,6 +26,11 @@ def test_bad_input_is_one_line(capsys, tmp_path, pair_env):
     assert "nothing to evaluate" in _one_line_error(capsys, ["pairs", "eval", "--task", "stsb", "--data", str(pair_env.data)])
     assert "--epochs" in _one_line_error(capsys, ["pairs", "teacher", "--task", "stsb", "--data", str(pair_env.data),
                                                   "--out", str(tmp_path / "t"), "--epochs", "0"])
+    # a base that is not fetched (the suite's cache is empty) is named before anything is written
+    assert "teachers fetch mpnet" in _one_line_error(capsys, ["pairs", "teacher", "--task", "stsb", "--data",
+                                                             str(pair_env.data), "--base", "mpnet",
+                                                             "--out", str(tmp_path / "t")])
+    assert not (tmp_path / "t").exists()
 
 
 def test_data_eval_train_export_from_the_command_line(capsys, tmp_path, pair_env):

@@ -22,6 +22,7 @@ from ondevice.bits import BIT_ORDER, MAX_BITS, code_bytes
 from ondevice.errors import OndeviceError
 from ondevice.io import artifact_file, sha256_file, write_json, write_text
 from ondevice.onnxproto import external_tensors
+from ondevice.pretrained import parse_spec
 
 FORMAT_VERSION = 1
 # Files every bundle has (besides manifest.json); the runtime reads the first three, other runtimes the rest.
@@ -46,8 +47,6 @@ def _bundle_error(path: Path, what: str) -> OndeviceError:
 def resolve_bundle(path: str | Path, precision: str | None = None) -> Path:
     """The bundle folder: `path` itself, its `precision` sub-folder (`ondevice export --precision both`), or the
     pretrained model shipped in the package for 'pretrained' / 'pretrained:NAME'."""
-    from ondevice.pretrained import parse_spec
-
     path = parse_spec(path) or Path(path)
     if precision is not None and precision not in layouts.PRECISIONS:
         raise OndeviceError(f"unknown precision {precision!r}; choose one of {', '.join(layouts.PRECISIONS)}")

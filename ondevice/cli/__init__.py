@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import pkgutil
+import random
 import sys
 from collections.abc import Sequence
 
@@ -50,8 +52,7 @@ def add_seed(p: argparse.ArgumentParser) -> None:
 
 def seed_globals(seed: int) -> None:
     """Seed the process-wide generators that library code may draw from (Python's, numpy's, torch's if loaded)."""
-    import random
-
+    # numpy loads on use: `import ondevice.cli` stays light
     import numpy as np
 
     random.seed(seed)
@@ -114,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error already printed by argparse
         return int(exc.code or 0)
     try:
-        from ondevice.checks import check_flag_ranges
+        from ondevice.checks import check_flag_ranges  # it imports numpy: loaded once a command runs
 
         check_flag_ranges(parser, args)  # every number of the command line in its range, before any work
         if getattr(args, "seed", None) is not None:
@@ -147,8 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def os_error_line(exc: OSError) -> str:
     """One line for an OSError: what failed and on which path (ENOSPC and EROFS say what to do)."""
-    import errno
-
     reason = exc.strerror or type(exc).__name__
     hint = {errno.ENOSPC: "; free some space and run again (nothing half-written was kept)",
             errno.EROFS: "; write to another folder",

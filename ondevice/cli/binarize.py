@@ -6,25 +6,34 @@ import argparse
 import sys
 import time
 
+import numpy as np
+
+from ondevice.binarize import METHODS, Binarizer, as_embeddings, check_bits
+from ondevice.binarize_ae import (
+    DECODER_INPUTS,
+    INITS,
+    INPUTS,
+    RELAXATIONS,
+    SAMPLINGS,
+    SELECTS,
+    SP_STARTS,
+    AEConfig,
+    JudgePairs,
+)
+from ondevice.checks import check_int, finite_float
+from ondevice.configs import flags_for_fields
+from ondevice.corpus import default_data_dir, read_corpus
+from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs
+from ondevice.io import atomic_path, check_out_kind, check_replace, is_npy_codes, read_npy
+from ondevice.student import Student
+
 JUDGE_TASKS = ("stsb", "sick-r", "mrpc", "qqp")  # pair tasks with a train split and a score or a yes/no label
 
 HELP = "fit a binarizer (threshold, random, orthogonal, pca, itq, ae, ae-sp) that turns embeddings into packed binary codes"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.binarize import METHODS
-    from ondevice.binarize_ae import (
-        DECODER_INPUTS,
-        INITS,
-        INPUTS,
-        RELAXATIONS,
-        SAMPLINGS,
-        SELECTS,
-        SP_STARTS,
-        AEConfig,
-    )
-    from ondevice.checks import finite_float
-
     d = AEConfig()
     src = p.add_argument_group("input (one of)")
     src.add_argument("--embeddings", help="float matrix (n, dim) as .npy")
@@ -85,31 +94,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load_input(a: argparse.Namespace):
     """The float matrix that the flags name, and a function that encodes more texts the same way (None for
     --embeddings)."""
-    from ondevice.errors import OndeviceError
-
     if a.max_sentences is not None and a.max_sentences < 1:
         raise OndeviceError(f"--max-sentences must be >= 1, got {a.max_sentences}")
     given = [name for name in ("embeddings", "student", "teacher") if getattr(a, name)]
     if len(given) != 1:
         raise OndeviceError("give exactly one input: --embeddings X.npy, --student DIR --corpus FILE, or --teacher --corpus FILE")
     if a.embeddings:
-        from ondevice.io import read_npy
-
         x = read_npy(a.embeddings, "--embeddings")  # an empty, truncated, non-.npy or pickled file: one line
         return (x[: a.max_sentences] if a.max_sentences else x), None
     if not a.corpus:
         raise OndeviceError(f"--{given[0]} needs --corpus FILE (one sentence per line)")
-    from ondevice.corpus import read_corpus
 
     sentences = read_corpus(a.corpus, a.max_sentences)
     started = time.perf_counter()
     if a.student:
-        from ondevice.student import Student
-
         encode = Student.load(a.student).encode  # a bad --student is the only line, before any progress line
         _stage(a, f"encoding {len(sentences):,} sentences with the student {a.student} ...")
         x = encode(sentences)
     else:
+        # looked up on each call, so a patched attribute is seen
         from ondevice.teacher import Teacher, cached_vectors
 
         teacher = Teacher(a.teacher)
@@ -119,6 +122,7 @@ def load_input(a: argparse.Namespace):
             return cached_vectors(teacher, texts, progress=False)
 
         if a.backend == "ray":
+            # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
             from ondevice.scale.ray_label import ray_cached_vectors
 
             x = ray_cached_vectors(teacher, sentences, progress=not a.quiet, address=a.ray_address or None)
@@ -130,11 +134,6 @@ def load_input(a: argparse.Namespace):
 
 def judge_pairs(a: argparse.Namespace, encode):
     """The labelled train pairs of --judge-task, encoded like the training vectors (select "pairs")."""
-    from ondevice.binarize_ae import JudgePairs
-    from ondevice.corpus import default_data_dir
-    from ondevice.errors import OndeviceError
-    from ondevice.eval.pair_tasks import load_pairs
-
     if encode is None:
         raise OndeviceError("--select pairs encodes --judge-task's pairs with the model that made the vectors: give "
                             "--student DIR or --teacher with --corpus instead of --embeddings")
@@ -150,12 +149,6 @@ def _stage(a: argparse.Namespace, line: str) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    import numpy as np
-
-    from ondevice.binarize import Binarizer, as_embeddings, check_bits
-    from ondevice.checks import check_int
-    from ondevice.errors import OndeviceError
-    from ondevice.io import atomic_path, check_out_kind, check_replace, is_npy_codes
 
     check_out_kind(a.out, "binarizer")  # fail before any encoding or training work
     check_bits(a.method, a.bits, a.bits)  # the range of --bits; the input's dim is checked once it is read
@@ -166,9 +159,6 @@ def run(a: argparse.Namespace) -> int:
                               a.teacher if a.teacher and "/" in a.teacher else None))
     ae_hyper: dict = {}
     if a.method in ("ae", "ae-sp"):
-        from ondevice.binarize_ae import AEConfig
-        from ondevice.configs import flags_for_fields
-
         ae_hyper = {name: getattr(a, name) for name in AEConfig.flat_names()}  # one flag per setting
         with flags_for_fields():  # the setting's message, with its flag
             AEConfig(**ae_hyper).validate()

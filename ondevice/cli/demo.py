@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
-from ondevice.demo import DemoConfig
+from ondevice.corpus import WIKI_RELPATH, default_data_dir
+from ondevice.demo import DemoConfig, run_demo
+from ondevice.io import cache_dir, check_out_dir
+from ondevice.results import start_run, write_result
 
 HELP = ("distill the packaged teacher on the first N Wikipedia sentences, binarize, export an int8 bundle, "
         "index a catalog, answer example queries, print STS-B scores")
@@ -30,11 +34,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from ondevice.corpus import WIKI_RELPATH, default_data_dir
-    from ondevice.demo import run_demo
-    from ondevice.io import cache_dir, check_out_dir
-    from ondevice.results import start_run, write_result
-
     data = Path(a.data) if a.data else default_data_dir()
     corpus = Path(a.corpus) if a.corpus else data / WIKI_RELPATH
     name = f"s{a.sentences}-e{a.epochs}-{a.method}{a.bits}-c{a.catalog}-{a.teacher_backend}-seed{a.seed}"
@@ -49,8 +48,6 @@ def run(a: argparse.Namespace) -> int:
     meta = start_run(threads=None)
     result = run_demo(config, progress=not a.quiet)
     if a.results_dir:
-        from dataclasses import asdict
-
         path = write_result("demo", {"config": asdict(config), **asdict(result)}, meta, root=a.results_dir)
         print(f"results: {path}")
     return 0

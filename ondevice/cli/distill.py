@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from ondevice.checks import finite_float
+from ondevice.configs import flags_for_fields
+from ondevice.distill import DistillConfig, distill
+from ondevice.distill import DistillConfig as C
+
 # Settings whose flag is not --<field-name> (ondevice.configs.flag_of): validation names fields, the CLI these flags.
 FLAGS = {"hidden_size": "--hidden", "pooling": "--student-pooling", "teacher_pooling": "--pooling",
          "teacher_normalize": "--no-normalize", "exclude_eval": "--keep-eval-text"}
@@ -13,9 +18,6 @@ HELP = ("distill a Hugging Face teacher into a BiLSTM student (word vectors made
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.checks import finite_float
-    from ondevice.distill import DistillConfig as C
-
     d = C(corpus="")
     p.add_argument("--corpus", required=True, nargs="+", help="sentences, one per line (.gz allowed); several files are read in order")
     p.add_argument("--out", required=True, help="student directory to write")
@@ -74,8 +76,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(a: argparse.Namespace):
     """The DistillConfig that the parsed flags describe."""
-    from ondevice.distill import DistillConfig
-
     return DistillConfig(
         corpus=a.corpus[0] if len(a.corpus) == 1 else list(a.corpus), max_sentences=a.max_sentences,
         exclude_eval=not a.keep_eval_text, train_splits=True if a.train_splits in (True, "stsb") else a.train_splits,
@@ -93,9 +93,6 @@ def config_from_args(a: argparse.Namespace):
 
 
 def run(a: argparse.Namespace) -> int:
-    from ondevice.configs import flags_for_fields
-    from ondevice.distill import distill
-
     with flags_for_fields(FLAGS):
         student = distill(config_from_args(a), a.out, resume=a.resume)
     print(f"student saved to {a.out} ({student.num_parameters():,} parameters, "

@@ -7,16 +7,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from ondevice.errors import OndeviceError
+from ondevice.eval import evaluate, markdown_table, write_report
+from ondevice.eval.report import REPORT_FILES, is_report_folder, merge_reports
+from ondevice.eval.runner import FIT_SENTENCES
+from ondevice.eval.tasks import DEFAULT_TASKS, TASKS
+from ondevice.eval.views import SPEC_HELP
+from ondevice.io import check_replace_dir, read_json
+
 HELP = "evaluate encoders and their binary codes on STS-B, SICK-R, MRPC, SentEval probes and SNLI retrieval"
 
 DEFAULT_ENCODERS = ("teacher", "glove")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.eval.runner import FIT_SENTENCES
-    from ondevice.eval.tasks import DEFAULT_TASKS, TASKS
-    from ondevice.eval.views import SPEC_HELP
-
     p.add_argument("--encoder", action="append", default=None, metavar="NAME=SPEC",
                    help=f"{SPEC_HELP} Default: {' '.join(DEFAULT_ENCODERS)}.")
     p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
@@ -42,18 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from ondevice.errors import OndeviceError
-    from ondevice.eval import evaluate, markdown_table, write_report
-    from ondevice.eval.report import REPORT_FILES, is_report_folder
-    from ondevice.io import check_replace_dir
-
     # new, empty or an earlier report: never a bundle, a student, or a folder whose report.json is someone else's
     check_replace_dir(a.out, "--out", REPORT_FILES, force=a.force, ours=is_report_folder,
                       what="part of an earlier `ondevice eval` report", inputs=tuple(a.merge or ()))
     if a.merge:
-        from ondevice.eval.report import merge_reports
-        from ondevice.io import read_json
-
         report = merge_reports([read_json(p, "report") for p in a.merge], names=a.merge)
         paths = write_report(report, Path(a.out), command=_command(), plots=not a.no_plots)
         print(markdown_table(report))

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from ondevice.binarize import Binarizer
+from ondevice.corpus import read_exact_lines
+from ondevice.errors import OndeviceError
+from ondevice.export.bundle import CHOICES, PROJECTIONS, ExportConfig, export
+from ondevice.io import check_finite_json, check_out_dir, read_json
+from ondevice.student import Student
+
 HELP = "export a student and its binarizer as one verified bundle (encoder.onnx, encoder.pt, manifest.json)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.export.bundle import CHOICES, PROJECTIONS, ExportConfig
-
     d = ExportConfig()
     p.add_argument("--student", required=True, help="student dir written by `ondevice distill`")
     p.add_argument("--binarizer", required=True, help="binarizer dir written by `ondevice binarize`")
@@ -35,13 +40,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from ondevice.binarize import Binarizer
-    from ondevice.corpus import read_exact_lines
-    from ondevice.errors import OndeviceError
-    from ondevice.export.bundle import ExportConfig, export
-    from ondevice.io import check_finite_json, check_out_dir, read_json
-    from ondevice.student import Student
-
     check_out_dir(a.out)
     named = (a.golden_sentences,) if a.golden_sentences else ()
     config = ExportConfig(precision=a.precision, golden=a.golden, golden_extra=named, with_weights=a.with_weights,

@@ -9,7 +9,19 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from ondevice import layouts
+from ondevice._deps import require
+from ondevice.binarize import Binarizer
 from ondevice.bits import MAX_BITS
+from ondevice.cli import HelpFormatter as fmt
+from ondevice.cli import add_seed
+from ondevice.corpus import read_corpus
+from ondevice.errors import OndeviceError
+from ondevice.io import check_out_index_file, check_out_kind, check_replace, read_npy, sha256_file
+from ondevice.runtime import Bundle, unit_rows
+from ondevice.student import Student
 
 HELP = ("build, search, serve and inspect an exact Hamming index; measure where a second search thread pays "
         "(subcommands: build, search, serve, info, calibrate)")
@@ -31,8 +43,6 @@ def _add_encoder(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
     sub.required = True
-    from ondevice.cli import HelpFormatter as fmt
-    from ondevice.cli import add_seed
 
     b = sub.add_parser("build", help="write an index file from packed codes (.npy) or a corpus", formatter_class=fmt)
     src = b.add_argument_group("input (one of)")
@@ -131,8 +141,6 @@ class _Encoder:
     """Texts -> packed codes through a bundle, or a student + binarizer (imported only when used)."""
 
     def __init__(self, a: argparse.Namespace):
-        from ondevice.errors import OndeviceError
-
         self.batch_size = a.batch_size
         if a.batch_size < 1:
             raise OndeviceError(f"--batch-size must be >= 1, got {a.batch_size}")
@@ -141,17 +149,13 @@ class _Encoder:
         if a.precision and not a.bundle:
             raise OndeviceError("--precision picks a half of a bundle; it needs --bundle")
         if a.bundle:
-            from ondevice.runtime import Bundle
-
             self._bundle = Bundle.load(a.bundle, precision=a.precision)
             self.bits = self._bundle.bits
             self.identity = self._bundle.encoder_id
             self.label = f"bundle {self._bundle.path} ({self._bundle.precision})"
         elif a.student and a.binarizer:
-            from ondevice.binarize import Binarizer
+            # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
             from ondevice.index import EncoderId, affine_sha256
-            from ondevice.io import sha256_file
-            from ondevice.student import Student
 
             self._student, self._binarizer = Student.load(a.student), Binarizer.load(a.binarizer)
             self.bits = self._binarizer.bits
@@ -168,17 +172,12 @@ class _Encoder:
 
     def pair_head(self):
         """The bundle's pair scorer (DSE head); a one-line error for a student, or a bundle without one."""
-        from ondevice.errors import OndeviceError
-
         if not hasattr(self, "_bundle"):
             raise OndeviceError("--rerank uses a bundle's pair head: pass --bundle (e.g. pretrained), not --student")
         return self._bundle.pair_head()
 
     def embed(self, texts: list[str]):
         """(unit-length float embeddings, codes) of a bundle, for int8 vectors and rescoring."""
-        from ondevice.errors import OndeviceError
-        from ondevice.runtime import unit_rows
-
         if not hasattr(self, "_bundle"):
             raise OndeviceError("int8 vectors and --rescore use a bundle's embeddings: pass --bundle, not --student")
         emb, codes = self._bundle.embed(texts, batch_size=self.batch_size)
@@ -194,12 +193,7 @@ class _Encoder:
 
 
 def _build(a: argparse.Namespace) -> int:
-    import numpy as np
-
-    from ondevice import layouts
-    from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex
-    from ondevice.io import check_out_index_file, check_out_kind, check_replace, read_npy
 
     if bool(a.codes) == bool(a.corpus):
         raise OndeviceError("give exactly one input: --codes CODES.npy or --corpus FILE (with --bundle or --student)")
@@ -226,8 +220,6 @@ def _build(a: argparse.Namespace) -> int:
     encoder = _Encoder(a) if a.corpus or _Encoder.given(a) else None
     texts = None
     if a.corpus:
-        from ondevice.corpus import read_corpus
-
         texts = read_corpus(a.corpus, a.max_sentences)  # read before any progress line: a bad corpus is the only line
     if codes is not None:
         if codes.dtype != np.uint8 or codes.ndim != 2:
@@ -280,9 +272,7 @@ def _build(a: argparse.Namespace) -> int:
 
 
 def _search(a: argparse.Namespace) -> int:
-    from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex, check_encoder
-    from ondevice.io import read_npy
     from ondevice.kernels import hamming
 
     if bool(a.query) == bool(a.queries):
@@ -422,7 +412,6 @@ def _rerank(head, query: str, hits: list[dict], k: int) -> list[dict]:
 
 def _open_for_search(a: argparse.Namespace):
     """A single index file, or a sharded index (folder or manifest.json) searched here or on Ray actors."""
-    from ondevice.errors import OndeviceError
     from ondevice.index import HammingIndex, read_header
     from ondevice.scale.shards import ShardedIndex, is_sharded
 
@@ -450,8 +439,6 @@ def _open_for_search(a: argparse.Namespace):
 def _corpus_lookup(path: str | None):
     if not path:
         return None
-    from ondevice.corpus import read_corpus
-    from ondevice.errors import OndeviceError
 
     texts = read_corpus(path)
 
@@ -503,7 +490,6 @@ def _physical_memory() -> int:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    from ondevice.errors import OndeviceError
     from ondevice.kernels import hamming
 
     if a.bits < 8 or a.bits % 8 or a.bits > MAX_BITS:
@@ -545,7 +531,7 @@ def _serve(a: argparse.Namespace) -> int:
     url = serve_http(a.index, host=a.host, port=a.port, route_prefix=a.route, ray_address=a.ray_address or None,
                      verify=not a.no_verify, threads=a.threads, cpus_per_shard=a.cpus_per_shard, replicas=a.replicas)
     print(f"searching {a.index} at {url}: POST {{\"queries\": [\"<hex code>\"], \"k\": 10}}; Ctrl-C stops", flush=True)
-    from ray import serve
+    serve = require("ray.serve", "scale")
 
     try:
         while True:

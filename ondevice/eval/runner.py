@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ondevice import results as run_meta
+from ondevice.corpus import WIKI_RELPATH, default_data_dir, read_corpus
 from ondevice.errors import OndeviceError
 from ondevice.eval.cache import EncodingCache, default_cache_root
 from ondevice.eval.data import DataMissing, check_data_dir, read_sick, read_stsb
@@ -136,8 +137,6 @@ def _to_views(encoders: Mapping[str, Any] | Sequence[str], cache: EncodingCache,
 
 def _fit_sentences(data_dir: Path, n: int) -> Callable[[], list[str]]:
     """Lazy loader of the binarizer fit sentences: the first `n` wiki sentences (never evaluation data)."""
-    from ondevice.corpus import WIKI_RELPATH, read_corpus
-
     holder: list[list[str]] = []
 
     def get() -> list[str]:
@@ -162,8 +161,6 @@ def evaluate(encoders: Mapping[str, Any] | Sequence[str], tasks: Sequence[str] |
     `reference`: the view whose float top-k retrieval is compared against (default: the first teacher).
     `allow_pickle`: let glove:FILE be a gensim pickle (.kv/.model/.wv), which runs code when loaded.
     """
-    from ondevice.corpus import default_data_dir
-
     t_start = time.perf_counter()
     data_path = check_data_dir(data_dir if data_dir is not None else default_data_dir())
     tasks = list(DEFAULT_TASKS if tasks is None else tasks)
@@ -245,6 +242,7 @@ def _headline(task: str, result: dict) -> str:
 
 def protocol(queries: int, k: int, fit_sentences: int) -> dict[str, str]:
     """The measurement protocol in words, stored in the report."""
+    # imported on use: at the top it would close an import cycle through the ondevice.eval package
     from ondevice.eval.probe import C_GRID, MAX_ITER
 
     return {

@@ -135,6 +135,7 @@ SPEC_HELP = (
 
 def parse_encoder_spec(text: str) -> EncoderSpec:
     """Parse one `--encoder` value (grammar in SPEC_HELP)."""
+    # imported on use: at the top it would close an import cycle through the ondevice.eval package
     from ondevice.binarize import METHODS
 
     name, sep, spec = text.partition("=")

@@ -25,8 +25,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from ondevice.configs import Check, literal
-from ondevice.eval.pair_tasks import PairData
+from ondevice.binarize import Binarizer
+from ondevice.bits import MAX_BITS
+from ondevice.configs import Check, ConfigError, literal
+from ondevice.corpus import read_corpus
+from ondevice.eval.pair_tasks import PairData, task_list, unlabeled_tasks_problem
+from ondevice.io import sha256_text
 
 
 @dataclass
@@ -57,9 +61,6 @@ class AugmentConfig:
     def checks(self) -> list[Check]:
         """Counts, code bits and extra sources, named by their flat names (checked whether or not the run augments:
         a bad setting is never ignored)."""
-        from ondevice.bits import MAX_BITS
-        from ondevice.eval.pair_tasks import task_list, unlabeled_tasks_problem
-
         names = task_list(self.tasks)
         problem = unlabeled_tasks_problem(names, "{augment_tasks}") if names else ""
         return [(self.random_pairs >= 0, "{augment_random} must be >= 0"),
@@ -93,7 +94,7 @@ def _nearest_ids(texts: list[str], encode: Callable[[list[str]], np.ndarray], co
                  k: int) -> np.ndarray:
     """Ids of the `k` Hamming-nearest of `texts` for each of `texts[first:]`, by random-projection codes of the
     student's vectors fitted on all of `texts` (-1 where fewer exist)."""
-    from ondevice.binarize import Binarizer
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.index import HammingIndex
 
     vectors = np.asarray(encode(texts), np.float32)
@@ -208,9 +209,8 @@ def _draw(own: list[str], extra: Sequence[ExtraText], seed: int) -> list[str]:
 def extra_texts(config) -> list[ExtraText]:
     """The extra sources a DSE, DvBERT or DiPair config names: `augment.tasks` train-split text, then the
     `augment.text` file (evaluation text and carved dev/test splits held out); fills in `augment.text_sha256`."""
-    from ondevice.corpus import read_corpus
+    # looked up on each call, so a patched attribute is seen
     from ondevice.eval.pair_tasks import pair_held_out_texts, task_list, unlabeled_train_sentences
-    from ondevice.io import sha256_text
 
     aug, pairs = config.augment, config.pairs
     out = []
@@ -226,6 +226,4 @@ def extra_texts(config) -> list[ExtraText]:
 
 def extra_checks(config) -> list[Check]:
     """The (ok, message) checks of a run config's augmentation settings, the messages naming its fields."""
-    from ondevice.configs import ConfigError
-
     return [(ok, ConfigError(message).render()) for ok, message in config.augment.checks()]

@@ -22,6 +22,7 @@ import numpy as np
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.pairs.metrics import dev_metrics, pair_cosines
+from ondevice.teacher import cached_vectors
 
 PREFIX = "bi-encoder"  # a teacher view "bi-encoder" (the packaged teacher) or "bi-encoder:PATH" (a local model dir)
 
@@ -57,6 +58,7 @@ class BiEncoderTeacher:
     """A bi-encoder's calibrated cosine as a teacher of `task` (the same interface as CrossEncoderTeacher)."""
 
     def __init__(self, view: str, task: str, data: str | Path, split_seed: int = 0, progress: bool = False):
+        # looked up on each call, so a patched attribute is seen
         from ondevice.teacher import DEFAULT, Teacher
 
         self.spec = task_spec(task)
@@ -81,8 +83,6 @@ class BiEncoderTeacher:
 
     def cosine(self, a: list[str], b: list[str]) -> np.ndarray:
         """cos(E(a_i), E(b_i)) for every pair, each distinct sentence encoded once (and cached on disk)."""
-        from ondevice.teacher import cached_vectors
-
         return pair_cosines(lambda texts: cached_vectors(self.encoder, texts, progress=self.progress), a, b)
 
     def logits(self, a: list[str], b: list[str]) -> np.ndarray:

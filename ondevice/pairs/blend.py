@@ -68,7 +68,7 @@ class Blend:
 def fit_blend(spec: TaskSpec, logits: np.ndarray, similarity: np.ndarray, gold: np.ndarray, kind: str) -> tuple[Blend, dict]:
     """The blend of dev pairs' first logits and similarities that scores dev best (ties keep the smaller weight; w = 0
     is the head alone), and its dev metrics: head alone, similarity alone, blended."""
-    # imported here: metrics pulls in scipy, which the runtime (it only computes keys) does not need
+    # imported here: metrics pulls in ondevice.eval, which the runtime (it only computes keys) does not need
     from ondevice.pairs.metrics import best_threshold, evaluate_scores
 
     if spec.kind == "classes":

@@ -11,12 +11,11 @@ from pathlib import Path
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, task_spec
 from ondevice.pairs.metrics import evaluate_scores
+from ondevice.runtime import Bundle
 
 
 def evaluate_pair_bundle(path: str | Path, data: PairData, precision: str | None = None, threads: int = 0) -> dict:
     """Metrics of the bundle's head on `data` (and of its blend, when it has one), with the manifest's thresholds."""
-    from ondevice.runtime import Bundle
-
     bundle = Bundle.load(path, precision=precision, threads=threads)
     key = "dipair" if "dipair" in bundle.manifest else "pairs" if "pairs" in bundle.manifest else None
     if key is None:

@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
+from ondevice._deps import require
+from ondevice.binarize import Binarizer
+from ondevice.checks import check_int
+from ondevice.cli import HelpFormatter as fmt
+from ondevice.cli import add_seed
+from ondevice.configs import flags_for_fields
+from ondevice.corpus import default_data_dir
 from ondevice.devices import DEVICE_HELP
+from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import TASKS, describe_splits, load_pairs, summary, task_spec
+from ondevice.io import read_bounded, read_json
+from ondevice.pairs.augment import AUGMENT_KEYS
+from ondevice.pairs.crossencoder import CrossEncoderConfig, evaluate_teacher, fine_tune
+from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent, train_dipair
+from ondevice.pairs.dvbert import DvBERTConfig, train_dvbert
+from ondevice.pairs.metrics import cosine_metrics
+from ondevice.pairs.single import SentenceHeadConfig, evaluate_sentence_head, train_sentence_head
+from ondevice.pairs.train import DSEConfig, PairStudent, chosen_run, train_dse_alphas
+from ondevice.pairs.views import open_teacher, parse_teachers
+from ondevice.runtime import Bundle
 
 HELP = "pair models: cross-encoder teachers distilled into BiLSTM pair students (DSE), exported with a pair head"
 
 
 def _data_default() -> str:
-    from ondevice.corpus import default_data_dir
-
     return str(default_data_dir())
 
 
 def _common(p: argparse.ArgumentParser, task: bool = True) -> None:
-    from ondevice.eval.pair_tasks import TASKS
-
     if task:
         p.add_argument("--task", required=True, choices=list(TASKS), help="pair task")
     p.add_argument("--data", default=_data_default(), help="shared data folder ($ONDEVICE_DATA or ../shared/data)")
@@ -50,21 +66,13 @@ def _augment_flags(s: argparse.ArgumentParser, d) -> None:
 
 def _augment_kwargs(a: argparse.Namespace) -> dict:
     """The augmentation fields of a DSE, DiPair or DvBERT config, from the flags `_augment_flags` added."""
-    from ondevice.pairs.augment import AUGMENT_KEYS
-
     return {k: getattr(a, k) for k in AUGMENT_KEYS if k != "augment_text_sha256"}  # the trainer fills the checksum in
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ondevice.cli import add_seed
-    from ondevice.pairs.crossencoder import CrossEncoderConfig
-    from ondevice.pairs.single import SentenceHeadConfig
-    from ondevice.pairs.train import DSEConfig
-
     sub = p.add_subparsers(dest="pairs_command", metavar="STEP")
     sub.required = True
     p.epilog = "research steps, not listed above: sentence, soup (ondevice pairs STEP --help)"
-    from ondevice.cli import HelpFormatter as fmt
 
     s = sub.add_parser("data", help="split sizes and label balance of a task", formatter_class=fmt)
     _common(s)
@@ -183,8 +191,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_dipair(sub, fmt) -> None:
     """`pairs dipair` and `pairs dipair-export`."""
-    from ondevice.pairs.dipair_train import DiPairConfig
-
     d = DiPairConfig(task="stsb", data="", student="", teacher="")
     s = sub.add_parser("dipair", help="DiPair: first N/M token states of the student into a small transformer head",
                        formatter_class=fmt)
@@ -239,13 +245,10 @@ def _add_dipair(sub, fmt) -> None:
 
 
 def _run_dipair(a: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from ondevice.errors import OndeviceError
 
     if a.pairs_command == "dipair":
+        # looked up on each call, so a patched attribute is seen
         from ondevice.eval.data import check_data_dir
-        from ondevice.pairs.dipair_train import DiPairConfig, train_dipair
 
         check_data_dir(a.data)
         if not Path(a.student).is_dir():
@@ -258,12 +261,11 @@ def _run_dipair(a: argparse.Namespace) -> int:
                            device=a.device)
         cfg.validate()
         train_dipair(cfg, a.out, resume=a.resume, progress=not a.quiet)
-        from ondevice.io import read_json
 
         print(json.dumps({"run": a.out, "dev": read_json(Path(a.out) / "dev.json", "dev metrics"),
                           "sra_cosine": read_json(Path(a.out) / "sra_cosine.json", "SRA cosine")}))
         return 0
-    from ondevice.binarize import Binarizer
+    # loaded on use: keeps the CLI's start (`ondevice --help` imports every command) light
     from ondevice.pairs.dipair_export import export_dipair_bundle
 
     if not (Path(a.run) / "dipair_head.json").is_file():
@@ -279,8 +281,6 @@ def _run_dipair(a: argparse.Namespace) -> int:
 
 
 def _add_dvbert(sub, fmt) -> None:
-    from ondevice.pairs.dvbert import DvBERTConfig
-
     v = DvBERTConfig(task="stsb", data="", student="")
     s = sub.add_parser("dvbert", help="train a DvBERT student from several cross-encoder teachers (teacher annealing)",
                        formatter_class=fmt)
@@ -308,15 +308,11 @@ def _add_dvbert(sub, fmt) -> None:
 
 
 def _dvbert(a: argparse.Namespace) -> int:
-    from ondevice.pairs.dvbert import DvBERTConfig, train_dvbert
-    from ondevice.pairs.views import parse_teachers
-
     cfg = DvBERTConfig(task=a.task, data=str(a.data), student=a.student, teachers=parse_teachers(a.teachers, a.both_orders),
                        anneal=a.anneal, head=a.head, head_hidden=a.head_hidden, epochs=a.epochs, batch_size=a.batch_size,
                        lr=a.lr, **_augment_kwargs(a), max_train_pairs=a.max_train_pairs, seed=a.seed, split_seed=a.split_seed,
                        threads=a.threads, device=a.device)
     train_dvbert(cfg, a.out, resume=a.resume, progress=not a.quiet)
-    from ondevice.io import read_json
 
     print(json.dumps({"run": a.out, "teachers": cfg.teachers, "dev": read_json(f"{a.out}/dev.json", "dev metrics")}))
     return 0
@@ -324,9 +320,6 @@ def _dvbert(a: argparse.Namespace) -> int:
 
 def _read_pair_file(path: str) -> tuple[list[str], list[str]]:
     """first<TAB>second per line (blank lines skipped); a line without exactly one tab is a one-line error."""
-
-    from ondevice.errors import OndeviceError
-    from ondevice.io import read_bounded
 
     try:
         text = read_bounded(path, "--pairs").decode("utf-8")  # a regular file, bounded: never /dev/zero or a FIFO
@@ -348,16 +341,11 @@ def _read_pair_file(path: str) -> tuple[list[str], list[str]]:
 
 def _bundle_precision(a: argparse.Namespace) -> str | None:
     """A one-precision bundle folder is what it is; `--precision` picks a folder of a two-precision export."""
-    from pathlib import Path
-
     return None if (Path(a.bundle) / "manifest.json").is_file() else a.precision
 
 
 def _score(a: argparse.Namespace) -> int:
     """`ondevice pairs score`: one JSON line per pair."""
-    from ondevice.errors import OndeviceError
-    from ondevice.runtime import Bundle
-
     if (a.pairs is None) == (a.a is None and a.b is None) or (a.pairs is None and (a.a is None or a.b is None)):
         raise OndeviceError("give the pairs as --pairs FILE (first<TAB>second per line) or as one --a TEXT --b TEXT")
     first, second = _read_pair_file(a.pairs) if a.pairs else ([a.a], [a.b])
@@ -374,14 +362,10 @@ def _score(a: argparse.Namespace) -> int:
 
 
 def _run_dir(path: str):
-    from ondevice.pairs.train import chosen_run
-
     return chosen_run(path)
 
 
 def _alphas(text: str) -> list[float]:
-    from ondevice.errors import OndeviceError
-
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -393,16 +377,11 @@ def _alphas(text: str) -> list[float]:
 
 def run(a: argparse.Namespace) -> int:
     """Run the pairs step; a config's field-named error is reported with the step's flag (--field-name)."""
-    from ondevice.configs import flags_for_fields
-
     with flags_for_fields():
         return _run_step(a)
 
 
 def _run_step(a: argparse.Namespace) -> int:
-    from ondevice.checks import check_int
-    from ondevice.errors import OndeviceError
-
     cmd = a.pairs_command
     if getattr(a, "threads", None) is not None:  # every step's --threads, before any work (0: torch's default)
         check_int(a.threads, "--threads", 0, 4096)
@@ -414,8 +393,6 @@ def _run_step(a: argparse.Namespace) -> int:
         from ondevice.pairs.soup import soup_run
 
         if a.threads:
-            from ondevice._deps import require
-
             require("torch", "train").set_num_threads(a.threads)
         print(json.dumps(soup_run(_run_dir(a.run), a.out, a.data)))
         return 0
@@ -424,14 +401,10 @@ def _run_step(a: argparse.Namespace) -> int:
 
         check_data_dir(a.data)
     if cmd == "data":
-        from ondevice.eval.pair_tasks import describe_splits, summary
-
         print(json.dumps(summary(a.task, a.data, a.split_seed), indent=2))
         print(describe_splits())
         return 0
     if cmd == "teacher":
-        from ondevice.pairs.crossencoder import CrossEncoderConfig, fine_tune
-
         cfg = CrossEncoderConfig(task=a.task, data=str(a.data), base=a.base, epochs=a.epochs, batch_size=a.batch_size,
                                  lr=a.lr, warmup_ratio=a.warmup_ratio, max_length=a.max_length, seed=a.seed,
                                  split_seed=a.split_seed, max_train_pairs=a.max_train_pairs, threads=a.threads,
@@ -440,8 +413,6 @@ def _run_step(a: argparse.Namespace) -> int:
         print(json.dumps({"teacher": a.out, "dev": teacher.info["dev"], "threshold": teacher.info["threshold"]}))
         return 0
     if cmd == "train":
-        from ondevice.pairs.train import DSEConfig, train_dse_alphas
-
         cfg = DSEConfig(task=a.task, data=str(a.data), student=a.student, teacher=a.teacher, head_hidden=a.head_hidden,
                         epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, **_augment_kwargs(a),
                         freeze_encoder=a.freeze_encoder, max_train_pairs=a.max_train_pairs, seed=a.seed,
@@ -451,19 +422,12 @@ def _run_step(a: argparse.Namespace) -> int:
     if cmd == "dvbert":
         return _dvbert(a)
     if cmd == "sentence":
-        from ondevice.pairs.single import SentenceHeadConfig, evaluate_sentence_head, train_sentence_head
-
         cfg = SentenceHeadConfig(data=str(a.data), student=a.student, hidden=a.hidden, epochs=a.epochs,
                                  batch_size=a.batch_size, lr=a.lr, max_train=a.max_train, seed=a.seed, threads=a.threads)
         dev = train_sentence_head(cfg, a.out, resume=a.resume, progress=not a.quiet)
         print(json.dumps({"dev": dev, "test": evaluate_sentence_head(a.out, a.data, "test")}))
         return 0
     if cmd == "eval":
-        from ondevice.eval.pair_tasks import load_pairs
-        from ondevice.pairs.crossencoder import evaluate_teacher
-        from ondevice.pairs.train import PairStudent
-        from ondevice.pairs.views import open_teacher
-
         if not a.teacher and not a.run and not a.bundle:
             raise OndeviceError("nothing to evaluate; pass --teacher DIR, --run DIR and/or --bundle DIR")
         data = load_pairs(a.task, a.split, a.data, a.split_seed)
@@ -471,12 +435,6 @@ def _run_step(a: argparse.Namespace) -> int:
         if a.teacher:
             out["teacher"] = evaluate_teacher(open_teacher(a.teacher, a.task, a.data, a.split_seed), data)
         if a.run:
-            from pathlib import Path
-
-            from ondevice.eval.pair_tasks import task_spec
-            from ondevice.pairs.dipair_train import DiPairStudent
-            from ondevice.pairs.metrics import cosine_metrics
-
             run_dir = _run_dir(a.run)
             student = (DiPairStudent if (Path(run_dir) / "dipair_head.json").is_file() else PairStudent).load(run_dir)
             out["student"] = student.evaluate(data)
@@ -489,9 +447,7 @@ def _run_step(a: argparse.Namespace) -> int:
             out["bundle"] = evaluate_pair_bundle(a.bundle, data, precision=_bundle_precision(a))
         print(json.dumps(out))
         return 0
-    from pathlib import Path
 
-    from ondevice.binarize import Binarizer
     from ondevice.pairs.export import export_pair_bundle
 
     run_dir = _run_dir(a.run)

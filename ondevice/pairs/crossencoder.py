@@ -25,6 +25,7 @@ from ondevice.devices import resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
 from ondevice.io import (
+    artifact_file,
     check_out_kind,
     read_json,
     sha256_file,
@@ -35,7 +36,7 @@ from ondevice.io import (
 from ondevice.pairs.config import PairSource
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics, evaluate_scores
-from ondevice.teacher import quiet_loading
+from ondevice.teacher import quiet_loading, resolve_teacher
 
 
 @composed
@@ -69,8 +70,6 @@ def _st():
 
 
 def _base_path(spec: str) -> Path:
-    from ondevice.teacher import resolve_teacher
-
     return resolve_teacher(spec)
 
 
@@ -101,8 +100,6 @@ class CrossEncoderTeacher:
     @classmethod
     def load(cls, directory: str | Path, device: str = "cpu") -> CrossEncoderTeacher:
         """Open a teacher folder written by `fine_tune` (the network itself loads on first use, on `device`)."""
-        from ondevice.io import artifact_file
-
         directory = Path(directory)
         model = artifact_file(directory, layouts.TEACHER_MODEL, "cross-encoder teacher")
         # every file transformers may open in model/ too: none may be a link out of the folder
@@ -207,12 +204,13 @@ def fine_tune(config: CrossEncoderConfig, out_dir: str | Path, resume: bool = Fa
     dev = load_pairs(config.task, "dev", config.data, config.split_seed)
     if config.max_train_pairs:
         train = train.subset(np.random.default_rng(config.seed).permutation(len(train))[: config.max_train_pairs])
+    base = _base_path(config.base)  # an unknown or unfetched base is an error before anything is written
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / layouts.TEACHER_CONFIG, config.to_dict())
 
     torch.manual_seed(config.seed)
     with quiet_loading():  # the base has no classifier yet: its load report says so, which is the point
-        model = st.CrossEncoder(str(_base_path(config.base)), num_labels=spec.num_outputs, max_length=config.max_length,
+        model = st.CrossEncoder(str(base), num_labels=spec.num_outputs, max_length=config.max_length,
                                 local_files_only=True, device=device, activation_fn=torch.nn.Identity())
     labels = spec.normalize(train.gold)
     first, second = (train.b, train.a) if config.swap else (train.a, train.b)

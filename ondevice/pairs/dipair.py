@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import load_file
 
 from ondevice import layouts
 from ondevice._deps import require
@@ -33,6 +34,7 @@ from ondevice.configs import first_problem
 from ondevice.errors import OndeviceError
 from ondevice.io import artifact_file, atomic_path, dataclass_from_dict, read_json, write_json
 from ondevice.pairs.model import KINDS
+from ondevice.student import check_finite
 
 MODES = ("first", "firstlast")
 MASK_NEG = -1e4  # additive attention mask: exp(-1e4) is 0 in float32, and no inf - inf NaN can appear
@@ -303,7 +305,6 @@ def side_states(proj, vproj, vec, out, lengths, slots: int, mode: str):
 def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=None) -> None:
     """Write dipair_head.safetensors (projections + head, fp32) and dipair_head.json."""
     st = require("safetensors.torch", "train")
-    from ondevice.student import check_finite
 
     tensors = {f"proj.{k}": v for k, v in proj.state_dict().items()}
     if vproj is not None:
@@ -319,8 +320,6 @@ def save_head(directory: str | Path, proj, head, cfg: DiPairHeadConfig, vproj=No
 def load_head_weights(directory: str | Path) -> tuple[DiPairHeadConfig, dict[str, np.ndarray]]:
     """Config and fp32 numpy weights (projection as proj.weight / proj.bias) of a DiPair run folder (a bundle keeps
     its head's config in manifest.json instead: `DiPairScorer`, the Java `DiPairHead`)."""
-    from safetensors.numpy import load_file
-
     directory = Path(directory)
     for name in (layouts.DIPAIR_HEAD_CONFIG, layouts.DIPAIR_HEAD_WEIGHTS):
         artifact_file(directory, name, "pair-model run")

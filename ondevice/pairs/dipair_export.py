@@ -17,20 +17,32 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.binarize import Binarizer
+from ondevice.bits import MAX_BITS
+from ondevice.checks import check_int
 from ondevice.errors import OndeviceError
-from ondevice.io import atomic_path, read_json
+from ondevice.eval.pair_tasks import load_pairs
+from ondevice.export.bundle import ExportConfig, check_replaceable, export
+from ondevice.export.onnx_graph import ANCHOR_UNITS
+from ondevice.io import atomic_path, check_out_dir, read_json
+from ondevice.ort_session import cpu_session
+from ondevice.pairs.augment import training_sentences
 from ondevice.pairs.dipair import (
     LN_EPS,
     MASK_NEG,
     DiPairHeadConfig,
     head_forward_numpy,
     head_weights,
+    load_head_weights,
     segment_ids,
 )
+from ondevice.pairs.dipair_train import DiPairStudent
 from ondevice.pairs.export import add_blend, blend_dev_pairs, quantize_matmuls, save_npy, seal_bundle
+from ondevice.tokenizer import pad_ids
 
 GOLDEN_SENTENCES = 200
 GOLDEN_PAIRS = 300
@@ -85,8 +97,6 @@ def _real_units(graph, lstm) -> str:
 
 def _hidden_size(graph, lstm) -> int:
     """Real hidden units per direction: the LSTM's hidden_size less the range anchors when the graph slices them off."""
-    from ondevice.export.onnx_graph import ANCHOR_UNITS
-
     size = next(a.i for a in lstm.attribute if a.name == "hidden_size")
     return size - ANCHOR_UNITS if _real_units(graph, lstm) != lstm.output[0] else size
 
@@ -223,16 +233,11 @@ def build_int8_head_graph(cfg: DiPairHeadConfig, weights: dict[str, np.ndarray])
 
 def run_head(model_bytes: bytes, sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
     """Logits of a head graph in onnxruntime."""
-    from ondevice.ort_session import cpu_session
-
     sess = cpu_session(model_bytes)
     return sess.run(["logits"], {"states_a": np.asarray(sa, np.float32), "states_b": np.asarray(sb, np.float32)})[0]
 
 
 def _states_of_graph(model_bytes: bytes, rows: list[list[int]], names: list[str]) -> list[np.ndarray]:
-    from ondevice.ort_session import cpu_session
-    from ondevice.tokenizer import pad_ids
-
     sess = cpu_session(model_bytes)
     ids, lengths = pad_ids(rows)
     return sess.run(names, {"ids": ids, "lengths": lengths})
@@ -241,8 +246,7 @@ def _states_of_graph(model_bytes: bytes, rows: list[list[int]], names: list[str]
 def add_dipair(bundle_dir: str | Path, cfg: DiPairHeadConfig, weights: dict[str, np.ndarray], info: dict[str, Any],
                int8_states: bool = True, seed: int = 0) -> dict:
     """Add token-state outputs to the bundle's encoder, write the head, golden pairs, and a manifest `dipair` block."""
-    import onnx
-    from safetensors.numpy import save_file
+    onnx = require("onnx", "export")
 
     path = Path(bundle_dir)
     manifest = read_json(path / layouts.MANIFEST, "bundle manifest")
@@ -332,14 +336,6 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
                          blend: bool = True, data: str | Path | None = None) -> list[Path]:
     """Export a DiPair run's fine-tuned encoder as a bundle (`ondevice export`) and add the DiPair pieces to each folder;
     with `blend`, the head + Hamming blend fitted on the task's dev split (`data`: default the run's data folder)."""
-    from ondevice.binarize import Binarizer
-    from ondevice.bits import MAX_BITS
-    from ondevice.checks import check_int
-    from ondevice.export.bundle import ExportConfig, check_replaceable, export
-    from ondevice.io import check_out_dir
-    from ondevice.pairs.dipair import load_head_weights
-    from ondevice.pairs.dipair_train import DiPairStudent
-
     if binarizer is None:  # before the run is loaded and its sentences encoded
         check_int(bits, "--bits", 1, MAX_BITS)
     check_replaceable(check_out_dir(out))  # before the work, as publish will
@@ -350,9 +346,6 @@ def export_dipair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, b
     dev = blend_dev_pairs(run_cfg["task"], data if data is not None else run_cfg["data"], run_cfg.get("split_seed", 0)) \
         if blend else None
     if binarizer is None:
-        from ondevice.eval.pair_tasks import load_pairs
-        from ondevice.pairs.augment import training_sentences
-
         sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(ds.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(ds.student, binarizer, out, ExportConfig(precision=precision, golden=golden,

@@ -21,6 +21,7 @@ from ondevice.errors import OndeviceError
 from ondevice.pairs.blend import hamming_distances
 from ondevice.pairs.dipair import dequantize_states
 from ondevice.pairs.runtime import HeadScorer, check_head, head_block, head_session
+from ondevice.tokenizer import as_texts
 
 
 class DiPairScorer(HeadScorer):
@@ -66,8 +67,6 @@ class DiPairScorer(HeadScorer):
 
     def _encode(self, texts: str | Sequence[str], role: str, int8: bool, batch_size: int,
                 codes: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        from ondevice.tokenizer import as_texts
-
         if role not in ("a", "b"):
             raise OndeviceError(f"role must be 'a' or 'b', got {role!r}")
         if int8 and not self.int8_outputs:
@@ -109,8 +108,6 @@ class DiPairScorer(HeadScorer):
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of the text pairs (a[i], b[i])."""
-        from ondevice.tokenizer import as_texts
-
         a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")

@@ -40,8 +40,9 @@ from ondevice.configs import (
 )
 from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
-from ondevice.io import artifact_file, read_json, write_json, write_record
-from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig
+from ondevice.eval.pair_tasks import load_pairs, task_spec
+from ondevice.io import artifact_file, check_out_dir, read_json, write_json, write_record
+from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig, extra_texts, transfer_set
 from ondevice.pairs.config import PairSource
 from ondevice.pairs.dipair import (
     DiPairHeadConfig,
@@ -54,10 +55,14 @@ from ondevice.pairs.dipair import (
     save_head,
     side_states,
 )
+from ondevice.pairs.logits import teacher_logits
+from ondevice.pairs.metrics import cosines, dev_metrics, evaluate_scores, headline
+from ondevice.pairs.train import _batches, _index
 from ondevice.pairs.views import open_teacher, parse_teachers, view_checks
 from ondevice.student import Student, cosine_loss
+from ondevice.teacher import cached_vectors
 from ondevice.tokenizer import pad_ids
-from ondevice.trainloop import Position, check_loss, check_resume, check_weights, run_epochs, write_log
+from ondevice.trainloop import Position, check_resume, check_weights, optimizer_step, run_epochs, write_log
 
 
 @dataclass
@@ -205,9 +210,6 @@ class DiPairStudent:
 
     def evaluate(self, data) -> dict:
         """Task metrics on `data` with the dev-tuned threshold."""
-        from ondevice.eval.pair_tasks import task_spec
-        from ondevice.pairs.metrics import evaluate_scores
-
         return evaluate_scores(task_spec(data.task), self.logits(data.a, data.b), data.gold, self.cfg.threshold)
 
 
@@ -237,12 +239,11 @@ def write_sra_cosine(out: Path, before: float | None, after: float | None) -> No
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> float:
     """Mean row-wise cosine of two float matrices."""
-    from ondevice.pairs.metrics import cosines
-
     return float(cosines(u, v).mean())
 
 
 def _sra_teacher(config: DiPairConfig, student: Student, device: str = "cpu"):
+    # looked up on each call, so a patched attribute is seen
     from ondevice.teacher import Teacher
 
     info = student.config.teacher or {}
@@ -256,15 +257,8 @@ def _sra_teacher(config: DiPairConfig, student: Student, device: str = "cpu"):
 
 def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> DiPairStudent:
     """Train (or resume) one DiPair run: stage 1 (encoder frozen) then stage 2 (all + SRA loss); keeps the dev-best epoch."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
-
-    from ondevice.eval.pair_tasks import load_pairs, task_spec
-    from ondevice.io import check_out_dir
-    from ondevice.pairs.augment import extra_texts, transfer_set
-    from ondevice.pairs.logits import teacher_logits
-    from ondevice.pairs.metrics import dev_metrics, headline
-    from ondevice.pairs.train import _batches, _index
-    from ondevice.teacher import cached_vectors
 
     config.validate()
     torch = require("torch", "train")
@@ -374,14 +368,7 @@ def train_dipair(config: DiPairConfig, out_dir: str | Path, resume: bool = False
                                    config.loss)
             if stage == 2 and t_vec is not None:
                 loss = loss + config.sra_weight * cosine_loss(vec, t_vec[on_device(uniq, device)])
-            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr1 / --lr2")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            pos.step += 1
-            losses.append(loss.item())
-            if len(losses) % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            optimizer_step(loss, opt, pos, losses, bar, "lower --lr1 / --lr2")
         bar.close()
         vec, dsa, dsb = _encode_all(student.model, proj, dev_ids, head_cfg, vproj=vproj)
         head.eval()

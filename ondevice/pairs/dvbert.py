@@ -37,6 +37,7 @@ from dataclasses import field
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from ondevice import layouts
 from ondevice._deps import require
@@ -56,10 +57,12 @@ from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.io import atomic_path, read_json, write_json, write_record
 from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig, extra_texts, transfer_set
 from ondevice.pairs.config import PairSource
-from ondevice.pairs.metrics import dev_metrics, evaluate_scores, headline
+from ondevice.pairs.metrics import dev_metrics, evaluate_scores
 from ondevice.pairs.model import PairHeadConfig, build_head
+from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index, end_epoch
 from ondevice.pairs.views import load_views, view_checks, view_logits
-from ondevice.trainloop import Position, check_loss, check_resume, run_folder_epochs, start_or_resume
+from ondevice.student import Student
+from ondevice.trainloop import Position, check_resume, optimizer_step, run_folder_epochs, start_or_resume
 
 HEADS = ("auto", "linear", "mlp")
 
@@ -240,8 +243,6 @@ def head_arrays(head, head_type: str, cfg: PairHeadConfig) -> dict[str, np.ndarr
 
 def save_head_arrays(directory: Path, weights: dict[str, np.ndarray], cfg: PairHeadConfig) -> None:
     """pair_head.safetensors + pair_head.json, as `ondevice.pairs.model.save_head` writes them."""
-    from safetensors.numpy import save_file
-
     with atomic_path(directory / layouts.PAIR_HEAD_WEIGHTS) as tmp:
         save_file(weights, str(tmp), metadata={"format": "ondevice-pair-head"})
     write_json(directory / layouts.PAIR_HEAD_CONFIG, cfg)
@@ -269,10 +270,8 @@ def _check_legacy_resume(out: Path, config: DvBERTConfig, resume: bool) -> None:
 def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False, progress: bool = True,
                  on_step: Callable[[int], None] | None = None):
     """Train (or resume) one DvBERT student; keeps the dev-best epoch. `on_step(global_step)` runs after each step."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
-
-    from ondevice.pairs.train import PairStudent, _batch_logits, _batches, _dev_logits, _index
-    from ondevice.student import Student
 
     config.validate()
     torch = require("torch", "train")
@@ -349,14 +348,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
             f = _batch_logits(model, ids, pa, pb, rows, device)
             r = on_device(rows, device)
             loss = dvbert_loss(f, probs_t[:, r], gold_t[r], lam, spec.kind, labeled_t[r])
-            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            pos.step += 1
-            losses.append(loss.item())
-            if len(losses) % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}", lam=f"{lam:.2f}")
+            optimizer_step(loss, opt, pos, losses, bar, "lower --lr", lam=f"{lam:.2f}")
             if on_step is not None:
                 on_step(epoch * per_epoch + pos.step)
         bar.close()
@@ -364,12 +356,7 @@ def train_dvbert(config: DvBERTConfig, out_dir: str | Path, resume: bool = False
         metrics, threshold = dev_metrics(spec, dl, dev.gold)
         entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
                  "lambda_end": anneal_lambda(config.anneal, (epoch + 1) * per_epoch - 1, total), "time": time.time()}
-        if progress:
-            print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
-        if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
-            state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
-            publish({**metrics, "epoch": epoch + 1}, threshold)
-        return entry
+        return end_epoch(spec, entry, metrics, threshold, state, publish, progress)
 
     run_folder_epochs(out, model, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)

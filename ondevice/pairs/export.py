@@ -20,18 +20,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.binarize import Binarizer
+from ondevice.bits import MAX_BITS
 from ondevice.bundle.manifest import seal, write_manifest
+from ondevice.checks import check_int
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs, task_spec
+from ondevice.export.bundle import ExportConfig, check_replaceable, export, publish, stage
+from ondevice.export.modelcard import model_card
 from ondevice.io import (
     atomic_path,
     canonical_safetensors,
     check_out_dir,
     read_json,
 )
-from ondevice.pairs.model import PairHeadConfig, head_forward_numpy
+from ondevice.ort_session import cpu_session
+from ondevice.pairs.augment import training_sentences
+from ondevice.pairs.blend import fit_blend, minus_hamming
+from ondevice.pairs.metrics import cosines
+from ondevice.pairs.model import PairHeadConfig, head_forward_numpy, load_head_weights
+from ondevice.pairs.train import PairStudent
+from ondevice.runtime import Bundle
 
 GOLDEN_PAIRS = 500
 GOLDEN_PAIR_FILES = ("pair_a", "pair_b", "pair_logits", "pair_blend_keys")  # golden/<name>.npy of a DSE head
@@ -95,8 +108,6 @@ def quantize_matmuls(model, const_b_only: bool = False):
 
 
 def _run(model_bytes: bytes, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    from ondevice.ort_session import cpu_session
-
     sess = cpu_session(model_bytes)
     return sess.run(["logits"], {"u": np.asarray(u, np.float32), "v": np.asarray(v, np.float32)})[0]
 
@@ -113,8 +124,6 @@ def seal_bundle(path: Path, manifest: dict, card: Callable[[dict], str] | None =
     `card(manifest)`, given, writes a new README.md from the manifest with its new file table (the README is listed
     last). The last step loads the folder as an app would: a head added to a bundle must leave it passing that check.
     """
-    from ondevice.runtime import Bundle
-
     seal(path, manifest, card=card)
     Bundle.load(path)
 
@@ -122,10 +131,6 @@ def seal_bundle(path: Path, manifest: dict, card: Callable[[dict], str] | None =
 def add_pair_head(bundle_dir: str | Path, cfg: PairHeadConfig, weights: dict[str, np.ndarray], info: dict[str, Any],
                   seed: int = 0) -> dict:
     """Write the head into an exported bundle folder and extend its manifest; returns the `pairs` block."""
-    from safetensors.numpy import save_file
-
-    from ondevice.export.modelcard import model_card
-
     path = Path(bundle_dir)
     manifest = read_json(path / layouts.MANIFEST, "bundle manifest")
     if manifest.get("dim") != cfg.dim:
@@ -223,8 +228,6 @@ def card_section(block: dict) -> str:
 
 def blend_dev_pairs(task: str, data: str | Path, split_seed: int = 0):
     """The dev pairs a blend is fitted on (None for a 3-class task, which has no blend); missing data is a one-line error."""
-    from ondevice.eval.pair_tasks import load_pairs, task_spec
-
     if task_spec(task).kind == "classes":
         return None
     try:
@@ -238,11 +241,6 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
     as its head block's `blend`: a DSE/DvBERT head (`pairs`) with the cosine of the two embeddings (the vectors its
     rerank holds), a DiPair head (`dipair`) with minus the Hamming distance of the two codes (what a Hamming shortlist
     has). Golden blended keys are written when the folder has golden pairs."""
-    from ondevice.eval.pair_tasks import task_spec
-    from ondevice.pairs.blend import fit_blend, minus_hamming
-    from ondevice.pairs.metrics import cosines
-    from ondevice.runtime import Bundle
-
     spec = task_spec(dev.task)
     path = Path(bundle_dir)
     bundle = Bundle.load(path)
@@ -276,8 +274,6 @@ def add_blend(bundle_dir: str | Path, dev) -> dict:
         "dev": dev_metrics, **({"golden": golden} if golden else {})}
     card = None
     if key == "pairs":
-        from ondevice.export.modelcard import model_card
-
         card = lambda m: model_card(m) + card_section(m["pairs"])
     seal_bundle(path, manifest, card=card)
     return manifest[key]["blend"]
@@ -292,13 +288,6 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
     Without `binarizer`, a `bits`-bit random projection is fitted (seeded) on the encoder's vectors of
     `sentences` (the task's training sentences by default).
     """
-    from ondevice.binarize import Binarizer
-    from ondevice.bits import MAX_BITS
-    from ondevice.checks import check_int
-    from ondevice.export.bundle import ExportConfig, check_replaceable, export
-    from ondevice.pairs.model import load_head_weights
-    from ondevice.pairs.train import PairStudent
-
     if binarizer is None:  # before the run is loaded and its sentences encoded
         check_int(bits, "--bits", 1, MAX_BITS)
     check_replaceable(check_out_dir(out))  # before the work, as publish will
@@ -310,9 +299,6 @@ def export_pair_bundle(run_dir: str | Path, out: str | Path, binarizer=None, bit
         if blend else None
     if binarizer is None:
         if sentences is None:
-            from ondevice.eval.pair_tasks import load_pairs
-            from ondevice.pairs.augment import training_sentences
-
             sentences = training_sentences(load_pairs(run_cfg["task"], "train", run_cfg["data"], run_cfg.get("split_seed", 0)))
         binarizer = Binarizer.fit(pair.vectors(sentences[:20000]), method="random", bits=bits, seed=seed)
     folders = export(pair.student, binarizer, out, ExportConfig(precision=precision, golden=golden,
@@ -340,11 +326,7 @@ def add_head_to_bundle(run_dir: str | Path, bundle: str | Path, out: str | Path,
     and pairs and the head adds a few hundred KB instead of a second encoder. The encoder files are copied byte for
     byte from their verified bytes; the run's encoder must give the bundle's vectors on the task's dev sentences.
     A DSE head the bundle already has is replaced (its files are left out of the copy)."""
-    from ondevice.eval.pair_tasks import load_pairs, task_spec
-    from ondevice.export.bundle import check_replaceable, publish, stage
-    from ondevice.pairs.metrics import cosines
-    from ondevice.pairs.model import load_head_weights
-    from ondevice.pairs.train import PairStudent
+    # looked up on each call, so a patched attribute is seen
     from ondevice.runtime import Bundle, verify_files
 
     run, out = Path(run_dir), Path(out)

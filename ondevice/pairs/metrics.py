@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ondevice._deps import require
 from ondevice.eval.pair_tasks import TaskSpec
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rho (average ranks for ties)."""
-    from scipy.stats import spearmanr
+    spearmanr = require("scipy.stats", "eval").spearmanr
 
     return float(spearmanr(np.asarray(x, np.float64), np.asarray(y, np.float64)).statistic)
 

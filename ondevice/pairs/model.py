@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from ondevice import layouts
 from ondevice._deps import require
@@ -138,8 +139,6 @@ def dse_loss(logits, teacher, gold, labeled, kind: str, alpha: float):
 
 def save_head(directory: str | Path, head, cfg: PairHeadConfig) -> None:
     """pair_head.safetensors (float32) + pair_head.json."""
-    from safetensors.numpy import save_file
-
     state = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in head.state_dict().items()}
     directory = Path(directory)
     with atomic_path(directory / layouts.PAIR_HEAD_WEIGHTS) as tmp:
@@ -149,8 +148,6 @@ def save_head(directory: str | Path, head, cfg: PairHeadConfig) -> None:
 
 def load_head_weights(directory: str | Path) -> tuple[PairHeadConfig, dict[str, np.ndarray]]:
     """Config and float32 weights of a saved head, shapes checked."""
-    from safetensors.numpy import load_file
-
     directory = Path(directory)
     for name in (layouts.PAIR_HEAD_CONFIG, layouts.PAIR_HEAD_WEIGHTS):
         artifact_file(directory, name, "pair-model run")

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from ondevice.errors import OndeviceError, ort_error_line
+from ondevice.onnxproto import allocation_problem, external_tensors, foreign_operators
 from ondevice.ort_session import cpu_session, session_options
 from ondevice.pairs.blend import Blend
+from ondevice.tokenizer import as_texts
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -30,8 +33,6 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 def head_block(bundle, key: str, head: str, command: str) -> tuple[dict, bytes]:
     """The manifest block `key` of a bundle and the bytes of the graph it names, checked against the file table."""
-    from pathlib import PurePosixPath
-
     block = bundle.manifest.get(key)
     if not isinstance(block, dict):
         raise OndeviceError(f"bundle {bundle.path} has no {head}; export one with `{command}`")
@@ -88,8 +89,6 @@ def check_head(bundle, block: dict, session, inputs: dict[str, list[int]]) -> No
 
 def head_session(bundle, block: dict, data: bytes, threads: int):
     """An onnxruntime CPU session over a head graph's checked bytes; a graph it cannot load is a one-line error."""
-    from ondevice.onnxproto import allocation_problem, external_tensors, foreign_operators
-
     try:
         external = external_tensors(data)
         foreign = foreign_operators(data)  # control flow (a Loop of 10^12 trips) or anything else no exporter writes
@@ -155,8 +154,6 @@ class HeadScorer:
     def score_pairs(self, a: str | Sequence[str], b: str | Sequence[str],
                     blend: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(task scores as `pair_scores`, rank keys as `pair_keys`) of the text pairs (a[i], b[i]) from one encoder pass."""
-        from ondevice.tokenizer import as_texts
-
         a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
@@ -278,8 +275,6 @@ class PairScorer(HeadScorer):
 
     def pair_scores(self, a: str | Sequence[str], b: str | Sequence[str]) -> np.ndarray:
         """Task scores of the text pairs (a[i], b[i])."""
-        from ondevice.tokenizer import as_texts
-
         a, b = as_texts(a), as_texts(b)
         if len(a) != len(b):
             raise OndeviceError(f"got {len(a)} first and {len(b)} second texts; pairs need equal counts")
@@ -296,6 +291,7 @@ class PairScorer(HeadScorer):
         return self._blend_keys(logits, cosines)
 
     def logits_and_similarity(self, a: list[str], b: list[str], similarity: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        # loaded on use: pair metrics pull in the evaluation package, which scoring does not need
         from ondevice.pairs.metrics import cosines
 
         u, v = self._pair_vectors(a, b)
@@ -312,8 +308,6 @@ class PairScorer(HeadScorer):
         if isinstance(candidates, np.ndarray):
             vec = self._vectors(candidates, "candidate vectors")
         else:
-            from ondevice.tokenizer import as_texts
-
             vec = self.bundle.encode(as_texts(candidates)) if len(candidates) else np.zeros((0, self.dim), np.float32)
         if not len(vec):
             return np.zeros(0, np.float32), np.zeros(0, np.int64)

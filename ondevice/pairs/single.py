@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.checkpoints import checkpoint_errors
 from ondevice.checks import first_failure, training_checks
 from ondevice.eval.pair_tasks import load_sst2
 from ondevice.io import artifact_file, atomic_path, read_json, write_json, write_record
@@ -77,6 +79,7 @@ def _predict(model, ids: list[np.ndarray], batch: int = 256) -> np.ndarray:
 def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume: bool = False,
                         progress: bool = True) -> dict:
     """Fine-tune student + MLP on the task's train split; returns dev (and, once done, test) accuracy."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
 
     config.validate()
@@ -128,8 +131,6 @@ def train_sentence_head(config: SentenceHeadConfig, out_dir: str | Path, resume:
 
 
 def _save_head(out: Path, model, student: Student, cfg: dict) -> None:
-    from safetensors.numpy import save_file
-
     state = {k: v.detach().numpy().astype(np.float32) for k, v in model.head.state_dict().items()}
     with atomic_path(out / "sentence_head.safetensors") as tmp:
         save_file(state, str(tmp), metadata={"format": "ondevice-sentence-head"})
@@ -139,11 +140,8 @@ def _save_head(out: Path, model, student: Student, cfg: dict) -> None:
 
 def evaluate_sentence_head(run_dir: str | Path, data_dir: str | Path, split: str = "test") -> dict:
     """Accuracy of a finished run on `split` (SST-2 test by default)."""
-    from safetensors.numpy import load_file
-
     torch = require("torch", "train")
     run = Path(run_dir)
-    from ondevice.checkpoints import checkpoint_errors
 
     for name in ("sentence_head.json", "sentence_head.safetensors", layouts.RUN_STUDENT):
         artifact_file(run, name, "sentence-head run")

@@ -20,8 +20,14 @@ import numpy as np
 
 from ondevice import layouts
 from ondevice._deps import require
+from ondevice.checkpoints import checkpoint_errors
 from ondevice.errors import OndeviceError
+from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.io import artifact_file, check_out_dir, read_json, write_json, write_record
+from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent, _cosine, _sra_teacher, write_sra_cosine
+from ondevice.pairs.metrics import dev_metrics, headline
+from ondevice.pairs.train import DSEConfig, PairStudent
+from ondevice.teacher import cached_vectors
 
 
 def average_states(a: dict, b: dict) -> dict:
@@ -52,8 +58,6 @@ def _parts(model: Any, kind: str) -> dict:
 
 def _dev_metrics(model: Any, spec, dev) -> tuple[dict, float | None]:
     """Dev metrics of a model and its dev-tuned threshold (binary tasks), as training computes them."""
-    from ondevice.pairs.metrics import dev_metrics
-
     return dev_metrics(spec, model.logits(dev.a, dev.b), dev.gold)
 
 
@@ -62,23 +66,19 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
     replaces the published model there only when its dev score is higher. Returns what soup.json records."""
     torch = require("torch", "train")
     st = require("safetensors.torch", "train")
-    from ondevice.checkpoints import checkpoint_errors
-    from ondevice.eval.pair_tasks import load_pairs, task_spec
-    from ondevice.pairs.metrics import headline
 
     run, out = Path(run), Path(out)
     for name in layouts.RUN_FILES:
         artifact_file(run, name, "pair-model run")
     kind = _kind(run)
     if kind == "dse":
+        # the head writer depends on the run's kind
         from ondevice.pairs.model import save_head
-        from ondevice.pairs.train import DSEConfig, PairStudent
 
         config = DSEConfig.from_dict(read_json(run / layouts.DSE_CONFIG, "DSE config"), "DSE config")
         epochs, load = config.epochs, PairStudent.load
     else:
         from ondevice.pairs.dipair import save_head
-        from ondevice.pairs.dipair_train import DiPairConfig, DiPairStudent
 
         config = DiPairConfig.from_dict(read_json(run / layouts.DIPAIR_CONFIG, "DiPair config"), "DiPair config")
         epochs, load = config.stages.epochs, DiPairStudent.load
@@ -127,9 +127,6 @@ def soup_run(run: str | Path, out: str | Path, data: str | None = None) -> dict:
 
 def _write_sra_cosine(run: Path, out: Path, config, soup, dev) -> None:
     """sra_cosine.json of the soup: the fine-tuned encoder's mean cosine to the SRA teacher on dev sentences."""
-    from ondevice.pairs.dipair_train import _cosine, _sra_teacher, write_sra_cosine
-    from ondevice.teacher import cached_vectors
-
     after = None
     if config.sra_weight > 0:
         texts = list(dict.fromkeys([*dev.a, *dev.b]))  # the dev split's distinct sentences, as training measures

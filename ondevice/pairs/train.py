@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import numpy as np
 from ondevice import layouts
 from ondevice._deps import require
 from ondevice.configs import Composed, Compute, Optimization, composed, first_problem
+from ondevice.corpus import read_corpus
 from ondevice.devices import on_device, resolve_device
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import PairData, load_pairs, task_spec
@@ -41,8 +42,8 @@ from ondevice.student import Student
 from ondevice.tokenizer import pad_ids
 from ondevice.trainloop import (
     Position,
-    check_loss,
     check_resume,
+    optimizer_step,
     run_folder_epochs,
     same_settings,
     start_or_resume,
@@ -160,6 +161,7 @@ def _index(texts: list[str], a: Sequence[str], b: Sequence[str]) -> tuple[list[s
 
 def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, progress: bool = True) -> PairStudent:
     """Train (or resume) one DSE student with `config.alpha`; keeps the dev-best epoch."""
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
 
     config.validate()
@@ -241,28 +243,27 @@ def train_dse(config: DSEConfig, out_dir: str | Path, resume: bool = False, prog
                 logits = _batch_logits(model, ids, pa, pb, rows, device)
             r = on_device(rows, device)
             loss = dse_loss(logits, target_t[r], gold_t[r], labeled_t[r], spec.kind, config.alpha)
-            check_loss(loss, f"at epoch {epoch + 1}, batch {pos.step + 1}", "lower --lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            pos.step += 1
-            losses.append(loss.item())
-            if len(losses) % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.4f}")
+            optimizer_step(loss, opt, pos, losses, bar, "lower --lr")
         bar.close()
         dl = _dev_logits(model, dev_ids, da, db)
         metrics, threshold = dev_metrics(spec, dl, dev.gold)
         entry = {"epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None, "dev": metrics,
                  "time": time.time()}
-        if progress:
-            print(f"epoch {epoch + 1}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
-        if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
-            state["best"] = {"epoch": epoch + 1, "score": headline(spec, metrics)}
-            publish({**metrics, "epoch": epoch + 1}, threshold)
-        return entry
+        return end_epoch(spec, entry, metrics, threshold, state, publish, progress)
 
     run_folder_epochs(out, model, opt, state, config.epochs, train_epoch)
     return PairStudent.load(out)
+
+
+def end_epoch(spec, entry: dict, metrics: dict, threshold, state: dict, publish: Callable, progress: bool) -> dict:
+    """An epoch's end in a pair run: its line printed, the run published when its dev score is the best so far."""
+    epoch = entry["epoch"]
+    if progress:
+        print(f"epoch {epoch}: train loss {entry['train_loss']:.4f}, dev {spec.metric} {metrics[spec.metric]}", flush=True)
+    if state["best"] is None or headline(spec, metrics) > state["best"]["score"]:
+        state["best"] = {"epoch": epoch, "score": headline(spec, metrics)}
+        publish({**metrics, "epoch": epoch}, threshold)
+    return entry
 
 
 def chosen_run(path: str | Path) -> Path:
@@ -287,8 +288,6 @@ def train_dse_alphas(config: DSEConfig, out_dir: str | Path, alphas: Sequence[fl
 
     Every alpha's settings, the --augment-text file and --resume are checked before the first alpha trains: a
     problem of the last alpha must not surface after the first has trained for hours."""
-    from ondevice.corpus import read_corpus
-
     out = check_out_kind(out_dir, "dse-run")  # the alphas' folders go inside: never inside another artifact
     plan = []
     for alpha in alphas:

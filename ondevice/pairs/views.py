@@ -20,6 +20,7 @@ from ondevice.checks import first_failure
 from ondevice.errors import OndeviceError
 from ondevice.eval.pair_tasks import load_pairs, task_spec
 from ondevice.pairs.biencoder import BiEncoderTeacher, is_bi_encoder_view
+from ondevice.pairs.crossencoder import CrossEncoderTeacher
 from ondevice.pairs.logits import teacher_logits
 from ondevice.pairs.metrics import dev_metrics
 
@@ -67,8 +68,6 @@ def check_teacher_dir(path: str) -> None:
 def open_view(path: str, task: str, data: str | Path, split_seed: int = 0, device: str = "cpu", progress: bool = False):
     """The teacher behind a view's path: a `BiEncoderTeacher` for bi-encoder[:MODEL_DIR], else the cross-encoder
     folder (its network loads on first use)."""
-    from ondevice.pairs.crossencoder import CrossEncoderTeacher
-
     if is_bi_encoder_view(path):
         return BiEncoderTeacher(path, task, data, split_seed, progress=progress)
     check_teacher_dir(path)

@@ -36,6 +36,7 @@ from ondevice.teacher import (
     default_teacher_path,
     row_hashes,
 )
+from ondevice.teacher_onnx import OnnxSession, graph_path
 from ondevice.vector_cache import check_vectors, fill_lock
 
 
@@ -56,7 +57,7 @@ class _Labeller:
 
     def __init__(self, spec: dict, info: dict, threads: int, batch_size: int):
         started = time.time()
-        try:
+        try:  # torch is optional here: an ONNX teacher runs without it
             import torch
 
             torch.set_num_threads(threads)  # Ray sets OMP_NUM_THREADS from num_cpus; make torch agree explicitly
@@ -83,7 +84,6 @@ class _OnnxLabeller:
 
     def __init__(self, graph, tokenizer: dict, input_names: tuple[str, ...], dim: int, threads: int, batch_size: int):
         started = time.time()
-        from ondevice.teacher_onnx import OnnxSession
 
         ray = ray_module()
         self.tokenizer = light_tokenizer(tokenizer)
@@ -165,6 +165,7 @@ def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: i
     after chunk c is written (progress hooks, tests). A `timings` dict receives where the time went: seconds
     from the call to Ray being up, the blocks planned, each actor starting and being ready, each chunk written.
     """
+    # tqdm.auto: slow to import (about 70 ms), loaded on use
     from tqdm.auto import tqdm
 
     t0 = time.time()
@@ -189,7 +190,7 @@ def ray_cached_vectors(teacher: Teacher, sentences: Sequence[str], batch_size: i
         bar = tqdm(total=len(sentences), initial=done_rows, desc="teacher vectors (ray)", unit="sent", disable=not progress)
         partial: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # chunk -> (rows, mask of rows still missing)
         blocks = []
-        import pyarrow as pa
+        pa = require("pyarrow", "scale")  # Ray Data brings it
 
         with bar:
             for c in pending:
@@ -219,7 +220,6 @@ def _actor_class(teacher: Teacher, ray, batch_size: int, threads: int) -> tuple[
     if spec is None:
         return _Labeller, {"spec": teacher_spec(teacher), "info": asdict(teacher.info), "threads": threads,
                            "batch_size": batch_size}, "torch"
-    from ondevice.teacher_onnx import graph_path
 
     graph = graph_path(teacher, teacher.info.precision)  # exported and checked against torch here, once
     return _OnnxLabeller, {"graph": ray.put(graph.read_bytes()), "tokenizer": spec, "input_names": teacher.input_names,

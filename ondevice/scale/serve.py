@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ondevice._deps import require
 from ondevice.errors import OndeviceError
 from ondevice.index import HammingIndex
+from ondevice.scale.ray_env import init_ray, ray_module
 from ondevice.scale.shards import Manifest, ShardedResult, ShardInfo, merge_topk, open_shard, read_manifest
 
 MAX_QUERIES = 10_000  # per request: bounds the memory one HTTP call can ask for
@@ -111,7 +113,7 @@ class SearchIngress:
 
     async def __call__(self, request):
         """HTTP: POST a JSON body (see `parse_request`); answers distances, ids, partial and missing."""
-        from starlette.responses import JSONResponse
+        JSONResponse = require("starlette.responses", "scale").JSONResponse  # Ray Serve brings it
 
         size = request.headers.get("content-length")
         if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
@@ -144,10 +146,8 @@ def search_app(path: str | os.PathLike, verify: bool = True, threads: int = 1, c
     Each shard gets its own deployment (`replicas` copies, `cpus_per_shard` logical CPUs each), reading its file
     where the replica runs (a shared filesystem, or the same folder on every node).
     """
-    from ondevice.scale.ray_env import ray_module
-
     ray_module()
-    from ray import serve
+    serve = require("ray.serve", "scale")
 
     manifest, folder = read_manifest(path)
     spec, where = asdict(manifest), str(folder.resolve())
@@ -172,7 +172,6 @@ def serve_http(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 800
         raise OndeviceError(f"the route must start with '/', got {route_prefix!r}")
     if cpus_per_shard < 0 or replicas < 1 or threads < 1:
         raise OndeviceError("--cpus-per-shard must be >= 0, --replicas and --threads >= 1")
-    from ondevice.scale.ray_env import init_ray
 
     resources = init_ray(ray_address)
     need = cpus_per_shard * replicas * len(manifest.shards)
@@ -181,7 +180,7 @@ def serve_http(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 800
         raise OndeviceError(f"{len(manifest.shards)} shards x {replicas} replica(s) x {cpus_per_shard} CPUs need {need:g} "
                             f"CPUs but the Ray cluster has {resources.get('CPU', 0):g}; lower --cpus-per-shard "
                             "(0.5, or 0 to share) or add nodes")
-    from ray import serve
+    serve = require("ray.serve", "scale")
 
     serve.start(http_options={"host": host, "port": port})
     serve.run(search_app(path, verify=verify, threads=threads, cpus_per_shard=cpus_per_shard, replicas=replicas),
