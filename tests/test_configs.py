@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
 from ondevice.binarize_ae import AEConfig
 from ondevice.cli import main
-from ondevice.configs import ConfigError, Optimization, flags_for_fields
+from ondevice.configs import (
+    Composed,
+    ConfigError,
+    Optimization,
+    composed,
+    first_problem,
+    flags_for_fields,
+    float_check,
+    int_check,
+)
 from ondevice.distill import DistillConfig
 from ondevice.errors import OndeviceError
 from ondevice.pairs.augment import AUGMENT_KEYS, AugmentConfig
@@ -146,3 +156,56 @@ def test_loop_start_and_interrupts(tmp_path):
         run_epochs(Position(0, 0), 3, epoch, lambda p: saved.append((p.epoch, p.step)), [], steps_resume=False)
     with pytest.raises(KeyboardInterrupt):  # a run without checkpoints has nothing to say about resuming
         run_epochs(Position(1, 0), 3, epoch, None, [])
+
+
+def test_constructor_argument_errors_name_the_class_and_the_arguments():
+    with pytest.raises(TypeError, match=r"^DSEConfig takes at most 3 positional arguments$"):
+        DSEConfig("stsb", "data", "student", "extra")
+    with pytest.raises(TypeError, match=r"^DSEConfig got 'data' twice$"):
+        DSEConfig("stsb", "data", data="other", student="s")
+    with pytest.raises(TypeError, match=r"^DiPairConfig missing required arguments \['student', 'teacher'\]$"):
+        DiPairConfig("stsb", "data")
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['bogus', 'epoch'\]"):
+        DSEConfig("stsb", "data", "student", epoch=1, bogus=2)
+    assert DSEConfig("stsb", "data", "student").student == "student"  # exactly the required ones by position
+
+
+def test_unknown_attributes_raise_attribute_error_and_getattr_defaults_work():
+    cfg = DSEConfig("stsb", "d", "s")
+    with pytest.raises(AttributeError, match="'DSEConfig' object has no attribute 'no_such_setting'"):
+        cfg.no_such_setting  # noqa: B018
+    assert getattr(cfg, "no_such_setting", "fallback") == "fallback"
+    assert not hasattr(cfg, "__wrapped__")  # dunder look-ups never reach the flat names
+    assert cfg.augment_random == cfg.augment.random_pairs
+
+
+def test_flat_fields_give_each_setting_its_declared_type_and_default():
+    fields = DistillConfig.flat_fields()
+    assert list(fields) == DistillConfig.flat_names() and set(fields) == set(LEGACY_DISTILL)
+    assert (fields["epochs"].name, fields["epochs"].type, fields["epochs"].default) == ("epochs", "int", 4)
+    assert (fields["lr"].type, fields["pooling"].default) == ("float", "mean")
+    assert (fields["corpus"].name, fields["corpus"].type) == ("corpus", "str | list[str]")
+    dse = DSEConfig.flat_fields()
+    assert dse["augment_random"].name == "random_pairs"  # a renamed flat name: the piece's own field behind it
+    defaults = DSEConfig.flat_defaults()
+    assert all(dse[n].default == v for n, v in defaults.items() if dse[n].default is not dataclasses.MISSING)
+
+
+def test_a_flat_name_that_is_also_a_field_is_refused_when_the_class_is_made():
+    with pytest.raises(TypeError, match=r"Clash: flat names \['epochs'\] are also fields"):
+        @composed
+        class Clash(Composed):
+            epochs: int = 1
+            optim: Optimization = dataclasses.field(default_factory=Optimization)
+
+
+def test_non_finite_numbers_and_wrong_types_are_named():
+    with pytest.raises(ConfigError) as caught:
+        first_problem([float_check(math.inf, "lr", 0.0, 10.0)])
+    assert str(caught.value) == "lr must be a finite number, got inf" and caught.value.fields == ["lr"]
+    assert float_check(float("nan"), "lr", 0.0, 1.0) == (False, "{lr} must be a finite number, got nan")
+    assert float_check(True, "lr", 0.0, 1.0)[0] is False and int_check(1.0, "epochs", 0, 2)[0] is False
+    assert float_check(0.0, "lr", 0.0, 1.0, lo_open=True)[0] is False and float_check(0.0, "lr", 0.0, 1.0)[0]
+    with pytest.raises(ConfigError) as caught:
+        DistillConfig(corpus="c", lr=math.nan).validate()
+    assert caught.value.fields == ["lr"] and caught.value.render(lambda f: f"<{f}>").startswith("<lr> must be")

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import platform
+import sys
+import types
 from pathlib import Path
 
+import pytest
+
+from ondevice import results
 from ondevice.results import load_results, start_run, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,3 +62,100 @@ def test_every_committed_results_file_follows_the_one_naming_scheme() -> None:
     bad = sorted(p.name for p in (ROOT / "benchmarks" / "results").iterdir() if not FILE.fullmatch(p.name))
     assert not bad, f"results files outside the naming scheme: {bad[:10]}"
     assert FILE.fullmatch(stamped("pairs-dipair-quality-stsb") + ".json")["name"] == "pairs_dipair_quality_stsb"
+
+
+def test_stamped_refuses_names_outside_the_scheme() -> None:
+    for bad in ("a b", "dé", "x/y", ""):
+        with pytest.raises(ValueError, match="lowercase letters, digits and underscores"):
+            results.stamped(bad)
+    assert results.stamped("My-Bench").startswith("my_bench-")
+
+
+def test_create_new_gives_up_after_a_thousand_taken_names(tmp_path, monkeypatch) -> None:
+    real_open = open
+
+    def taken(path, mode="r", *args, **kwargs):  # every exclusive create finds its name taken
+        if mode == "x":
+            raise FileExistsError(path)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", taken)
+    with pytest.raises(RuntimeError, match="could not find a free results file name for s in"):
+        results.create_new(tmp_path, "s", "{}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_commit_outside_git_and_missing_machine_facts_are_empty(monkeypatch) -> None:
+    """No git on PATH: no commit; /proc and /sys unreadable: the platform's processor name and no CPU details."""
+
+    monkeypatch.delenv("ONDEVICE_COMMIT", raising=False)
+    monkeypatch.setenv("PATH", "")
+    assert results.commit() == ""
+    real = pathlib.Path.read_text
+
+    def unreadable(self, *a, **k):
+        if str(self).startswith(("/proc", "/sys")):
+            raise PermissionError(str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", unreadable)
+    assert results.cpu_model() == (platform.processor() or platform.machine())
+    assert results.cpu_details() == {}
+
+
+def test_gpu_model_reads_an_imported_torch_and_survives_a_broken_one(monkeypatch) -> None:
+
+    def fake_torch(available):
+        cuda = types.SimpleNamespace(is_available=available, get_device_name=lambda i: f"Fake GPU {i}")
+        return types.SimpleNamespace(cuda=cuda)
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(lambda: True))
+    assert results.gpu_model() == "Fake GPU 0"
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(lambda: False))
+    assert results.gpu_model() is None
+
+    def broken():
+        raise RuntimeError("CUDA driver version is insufficient")
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(broken))
+    assert results.gpu_model() is None
+
+
+def test_versions_leave_out_packages_that_are_not_installed(monkeypatch) -> None:
+    monkeypatch.setattr(results, "PACKAGES", ("numpy", "no-such-package-ondevice-test"))
+    got = results.versions()
+    assert set(got) == {"python", "numpy"} and got["numpy"].split(".")[0].isdigit()
+
+
+def test_flat_results_files_and_their_metadata(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ONDEVICE_COMMIT", "ab" * 20 + "+dirty")
+    meta = results.flat_metadata("bench.py", ["--seed", "3"], threads=2)
+    assert (meta["commit"], meta["dirty"], meta["threads"]) == ("ab" * 20, True, 2)
+    assert meta["command"].endswith("bench.py --seed 3") and meta["python"] == meta["versions"]["python"]
+    first = results.write_flat({**meta, "score": 0.5}, "pairs-x", root=tmp_path)
+    second = results.write_flat({**meta, "score": 0.7}, "pairs-x", root=tmp_path)
+    assert first != second and results.FILE.fullmatch(first.name)["name"] == "pairs_x"
+    blob = json.loads(second.read_text())
+    assert blob["score"] == 0.7 and len(blob["load_average_end"]) == 3 and list(blob) == sorted(blob)
+    monkeypatch.setenv("ONDEVICE_RESULTS", str(tmp_path / "default"))
+    assert results.write_flat({"x": 1}, "y").parent == tmp_path / "default"
+
+
+def test_run_metadata_is_the_machine_layout(monkeypatch) -> None:
+    monkeypatch.setenv("ONDEVICE_COMMIT", "cd" * 20)
+    meta = results.run_metadata(threads=3)
+    assert (meta["commit"], meta["dirty"]) == ("cd" * 20, False)
+    assert meta["machine"]["threads"] == 3 and meta["machine"]["cores"] >= 1 and len(meta["machine"]["loadavg_at_start"]) == 3
+    monkeypatch.setenv("ONDEVICE_COMMIT", "")
+    monkeypatch.setattr(results, "commit", lambda: "")
+    assert results.run_metadata(threads=1)["commit"] == "unknown"
+
+
+def test_results_path_is_a_name_no_earlier_run_has(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ONDEVICE_RESULTS", str(tmp_path))
+    monkeypatch.setattr(results, "stamped", lambda name: f"{name}-20260101T000000Z")
+    first = results.results_path("bench")
+    assert first == tmp_path / "bench-20260101T000000Z.json" and not first.exists()
+    first.write_text("{}")
+    (tmp_path / "bench-20260101T000000Z-1.json").write_text("{}")
+    assert results.results_path("bench") == tmp_path / "bench-20260101T000000Z-2.json"
