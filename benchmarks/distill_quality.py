@@ -205,6 +205,10 @@ def main(argv=None) -> int:
         "int8_cosine_to_fp32": int8_cosines,
         "compared_teachers": {n: asdict(t.info) for n, t in compared.items()},
         "compared_students": dict(item.partition("=")[::2] for item in a.compare_student),
+        # each compared student's own training log (held-out cosine to its teacher per epoch), where it has one
+        "compared_train_logs": {name: [json.loads(x) for x in (Path(d) / "train_log.jsonl").read_text().splitlines()]
+                                for name, d in (item.partition("=")[::2] for item in a.compare_student)
+                                if (Path(d) / "train_log.jsonl").is_file()},
         "student_parameters": student.num_parameters(), "student_parameters_without_embeddings": student.num_parameters(embeddings=False),
         "retrieval": {"catalog": "unique SNLI dev+test sentences", "queries": a.queries, "k": 10, "seed": a.seed},
     }
