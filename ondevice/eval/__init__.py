@@ -13,6 +13,7 @@ cache (encodings on disk), tasks, runner (`evaluate`), report and plots.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,20 @@ import numpy as np
 from ondevice.corpus import default_data_dir
 from ondevice.errors import OndeviceError
 from ondevice.eval.data import DataMissing, check_data_dir, read_sick, read_stsb
-from ondevice.eval.encoders import GloveAverageEncoder, glove_average_encoder
 from ondevice.eval.metrics import pair_scores, spearman
-from ondevice.eval.report import markdown_table, write_report
-from ondevice.eval.runner import evaluate
-from ondevice.eval.tasks import DEFAULT_TASKS, TASKS
+
+# The runner, encoders, report and task table load on first use, so that a light submodule imported alone (the pair
+# task splits a runtime's rerank reads, the data readers) does not load the whole evaluation stack.
+_LAZY = {"GloveAverageEncoder": "encoders", "glove_average_encoder": "encoders", "markdown_table": "report",
+         "write_report": "report", "evaluate": "runner", "DEFAULT_TASKS": "tasks", "TASKS": "tasks"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"ondevice.eval.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ondevice.eval' has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_TASKS", "TASKS", "DataMissing", "GloveAverageEncoder", "evaluate", "glove_average_encoder",
