@@ -34,7 +34,7 @@ def parse_log(text: str) -> dict:
     """Pytest's last summary line (counts and seconds) and its `--durations` list, from a run's output."""
     found = list(SUMMARY.finditer(text))
     if not found:
-        raise SystemExit("no pytest summary line ('N passed ... in S s') in the log: pass the output of a finished run")
+        raise ValueError("no pytest summary line ('N passed ... in S s') in the log: pass the output of a finished run")
     last = found[-1]
     counts = {}
     for part in last["counts"].split(", "):
@@ -101,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         text, seconds, totals, head = run_clone(a.target)
         command = f"CI=true make {a.target} on a fresh clone of {head[:12]}"
     else:
-        if not a.log.is_file():
-            raise SystemExit(f"{a.log}: no such file")
-        if a.coverage_data is not None and not a.coverage_data.is_file():
-            raise SystemExit(f"{a.coverage_data}: no such file")
+        for given in (a.log, a.coverage_data):
+            if given is not None and not given.is_file():
+                p.error(f"{given}: no such file")
         text, seconds, command = a.log.read_text(errors="replace"), None, a.command
         totals = coverage_totals(a.coverage_data) if a.coverage_data is not None else None
-    res = parse_log(text)
+    try:
+        res = parse_log(text)
+    except ValueError as exc:
+        p.error(str(exc))
     res["slowest"] = sorted(res["slowest"], key=lambda r: -r["seconds"])[: a.slowest]
     res.update({"test_command": command, "command_seconds": None if seconds is None else round(seconds, 1),
                 "coverage": totals})
